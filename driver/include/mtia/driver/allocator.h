@@ -1,0 +1,66 @@
+// Device memory allocator: first fit over an address range, coalescing free ranges.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+
+namespace mtia::driver {
+
+// Thrown by Allocator::allocate when no free range can hold the request.
+class OutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct AllocatorStats {
+  uint64_t allocated_bytes = 0;       // bytes handed out in live allocations (as requested)
+  uint64_t reserved_bytes = 0;        // bytes taken from the heap incl. alignment padding
+  uint64_t peak_allocated_bytes = 0;  // highest allocated_bytes since the last reset_peak
+  uint64_t allocations = 0;           // live allocations
+  uint64_t total_allocations = 0;     // allocations ever made
+  uint64_t largest_free_bytes = 0;    // largest free range
+  uint64_t free_bytes = 0;            // sum of free ranges
+};
+
+// A live allocation: [address, address + bytes) as requested by the user.
+struct Allocation {
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+};
+
+class Allocator {
+ public:
+  // Manages [base, base + bytes). alignment: a power of two, the default for allocate().
+  Allocator(uint64_t base, uint64_t bytes, uint64_t alignment = 256);
+
+  // Throws mtia::driver::OutOfMemory (a std::runtime_error) naming the request and the free
+  // and largest free bytes; std::invalid_argument for zero bytes or a bad alignment.
+  uint64_t allocate(uint64_t bytes, uint64_t alignment = 0);
+  // Throws std::invalid_argument if `address` is not the start of a live allocation
+  // (says whether it was freed already or never allocated).
+  void free(uint64_t address);
+
+  // The live allocation containing [address, address + bytes), if any.
+  std::optional<Allocation> find(uint64_t address, uint64_t bytes = 1) const;
+
+  AllocatorStats stats() const;
+  void reset_peak();
+
+ private:
+  struct Block {
+    uint64_t reserved_start;  // start of the range taken from the heap
+    uint64_t reserved_bytes;  // including alignment padding
+    uint64_t bytes;           // as requested
+  };
+  mutable std::mutex mu_;
+  uint64_t base_, size_, alignment_;
+  std::map<uint64_t, uint64_t> free_;    // start -> bytes
+  std::map<uint64_t, Block> live_;       // user address -> block
+  std::map<uint64_t, uint64_t> freed_;   // recently freed user addresses -> bytes (for messages)
+  AllocatorStats stats_;
+};
+
+}  // namespace mtia::driver

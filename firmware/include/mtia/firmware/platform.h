@@ -1,0 +1,49 @@
+// The firmware's view of the chip. The firmware calls these; the simulator (sim/) and the
+// unit tests' fake platform implement them. Nothing here may block: long work (DMA) is
+// started here and reported back through CommandProcessor::on_dma_done.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mtia/isa/packets.h"
+
+namespace mtia::firmware {
+
+// Outcome of a DMA job, reported by the platform when the job finishes.
+struct DmaStatus {
+  isa::ErrorCode error = isa::ErrorCode::kNone;
+  uint64_t arg0 = 0;  // detail, e.g. the faulting address
+  uint64_t arg1 = 0;  // detail, e.g. the faulting length
+};
+
+// A DMA engine job: exactly one of the two packets, already decoded and validated.
+struct DmaJob {
+  enum class Kind { kCopy, kFill } kind = Kind::kCopy;
+  isa::DmaCopyPacket copy{};
+  isa::FillPacket fill{};
+};
+
+class Platform {
+ public:
+  virtual ~Platform() = default;
+
+  // Device memory (rings, completion records, fences). False when the range is not backed
+  // by device memory; the firmware turns that into an error record.
+  virtual bool read_device(uint64_t addr, void* dst, size_t bytes) = 0;
+  virtual bool write_device(uint64_t addr, const void* src, size_t bytes) = 0;
+  // Registered host memory (signals to host fences). False when not registered.
+  virtual bool write_host(uint64_t addr, const void* src, size_t bytes) = 0;
+
+  // DMA engines: the firmware starts a job on an idle engine and is told when it finishes
+  // through CommandProcessor::on_dma_done(engine, status), never from inside dma_start.
+  virtual unsigned dma_engine_count() const = 0;
+  virtual void dma_start(unsigned engine, const DmaJob& job) = 0;
+
+  // Current simulated time in picoseconds.
+  virtual uint64_t now_ps() const = 0;
+  // Assert the host interrupt for the queues in `queue_mask`.
+  virtual void raise_interrupt(uint64_t queue_mask) = 0;
+};
+
+}  // namespace mtia::firmware

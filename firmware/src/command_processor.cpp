@@ -1,0 +1,514 @@
+// The command processor: see command_processor.h and isa/registers.h for the protocol.
+#include "mtia/firmware/command_processor.h"
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <bit>
+#include <cassert>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <type_traits>
+
+namespace mtia::firmware {
+namespace {
+
+using isa::ErrorCode;
+using isa::QueueState;
+using isa::Rejection;
+
+// Ring limits. Slots are 256 bytes, so a ring is at most 16 MiB.
+constexpr uint64_t kMinRingSlots = 2;
+constexpr uint64_t kMaxRingSlots = 65536;
+// Packet slots are 256-byte aligned so a slot never straddles a 256-byte line; completion
+// records are 64 bytes and aligned to their size.
+constexpr uint64_t kRingAlign = isa::kPacketSlotBytes;
+constexpr uint64_t kCompletionAlign = isa::kCompletionRecordBytes;
+// Device memory has holes (e.g. between PE local-store windows), so a ring is probed once per
+// page rather than only at its ends.
+constexpr uint64_t kProbeStride = 4096;
+constexpr size_t kPresetNameBytes = 16;
+
+std::shared_ptr<spdlog::logger> logger() {
+  // Function-local static: created once, thread-safe, shared by every CommandProcessor.
+  static const std::shared_ptr<spdlog::logger> log = [] {
+    if (auto existing = spdlog::get("firmware")) return existing;
+    try {
+      return spdlog::stdout_color_mt("firmware");
+    } catch (const spdlog::spdlog_ex&) {
+      return spdlog::get("firmware");  // another thread registered it first
+    }
+  }();
+  return log;
+}
+
+Rejection bad_register(uint64_t offset, const char* what) {
+  return isa::reject(ErrorCode::kBadRegister,
+                     fmt::format("BAR0 offset 0x{:04x}: {}", offset, what));
+}
+
+// `bytes` starting at `addr`, as a device-memory range that must be fully backed.
+bool range_backed(Platform& platform, uint64_t addr, uint64_t bytes) {
+  uint8_t probe = 0;
+  for (uint64_t off = 0; off < bytes; off += kProbeStride) {
+    if (!platform.read_device(addr + off, &probe, 1)) return false;
+  }
+  return platform.read_device(addr + bytes - 1, &probe, 1);
+}
+
+}  // namespace
+
+CommandProcessor::CommandProcessor(Platform& platform, FirmwareConfig config)
+    : platform_(platform), config_(std::move(config)) {
+  if (config_.num_queues < 1 || config_.num_queues > isa::kMaxQueues) {
+    throw std::invalid_argument(fmt::format(
+        "firmware: num_queues = {} is out of range; it must be between 1 and {}",
+        config_.num_queues, isa::kMaxQueues));
+  }
+  const unsigned engines = platform_.dma_engine_count();
+  if (engines == 0) {
+    throw std::invalid_argument(
+        "firmware: the platform reports 0 DMA engines; DMA packets could never run. "
+        "Configure at least one engine");
+  }
+  engine_owner_.assign(engines, std::nullopt);
+  engine_busy_.assign(engines, false);
+}
+
+// --- registers ------------------------------------------------------------------------------
+
+isa::Result<uint64_t> CommandProcessor::read_register(uint64_t offset) const {
+  namespace reg = isa::reg;
+  if (offset % 8 != 0) return bad_register(offset, "registers are 8 bytes wide and 8-byte aligned");
+  switch (offset) {
+    case reg::kDeviceId:
+      return isa::kDeviceIdMagic | config_.generation;
+    case reg::kIsaVersion:
+      return uint64_t{isa::kPacketVersion};
+    case reg::kFirmwareVer:
+      return isa::kFirmwareVersion;
+    case reg::kNumQueues:
+      return uint64_t{config_.num_queues};
+    case reg::kDramBytes:
+      return config_.dram_bytes;
+    case reg::kSramBytes:
+      return config_.sram_bytes;
+    case reg::kLocalStoreBytes:
+      return config_.local_store_bytes;
+    case reg::kPeGrid:
+      return uint64_t{config_.pe_rows} << 8 | config_.pe_cols;
+    case reg::kClockHz:
+      return config_.clock_hz;
+    case reg::kNumDmaEngines:
+      return uint64_t{platform_.dma_engine_count()};
+    case reg::kPresetName0:
+    case reg::kPresetName1: {
+      // Bytes 0..7 of the name in kPresetName0, 8..15 in kPresetName1, little-endian.
+      const size_t first = offset == reg::kPresetName0 ? 0 : 8;
+      uint64_t word = 0;
+      for (size_t i = 0; i < 8; ++i) {
+        const size_t pos = first + i;
+        if (pos < config_.preset_name.size() && pos < kPresetNameBytes) {
+          word |= uint64_t{static_cast<uint8_t>(config_.preset_name[pos])} << (8 * i);
+        }
+      }
+      return word;
+    }
+    case reg::kIntStatus:
+      return int_status_;
+    case reg::kIntEnable:
+      return int_enable_;
+    default:
+      break;
+  }
+  if (offset >= reg::kQueueBlock && offset < isa::kBar0Bytes) {
+    const uint64_t q = (offset - reg::kQueueBlock) / reg::kQueueStride;
+    const uint64_t field = (offset - reg::kQueueBlock) % reg::kQueueStride;
+    if (q < config_.num_queues) {
+      const Queue& queue = queues_[q];
+      switch (field) {
+        case reg::kQueueBase:
+          return queue.base;
+        case reg::kQueueSize:
+          return queue.size;
+        case reg::kQueueCompletion:
+          return queue.completion;
+        case reg::kQueueHead:
+          return queue.head;
+        case reg::kQueueTail:
+          return queue.tail;
+        case reg::kQueueControl:
+          return uint64_t{0};  // write-only command register: reads as zero
+        case reg::kQueueState:
+          return static_cast<uint64_t>(queue.state);
+        case reg::kQueueCompleted:
+          return queue.completed;
+        default:
+          break;
+      }
+    }
+  }
+  return bad_register(offset, "no register at this offset");
+}
+
+isa::Result<bool> CommandProcessor::write_register(uint64_t offset, uint64_t value) {
+  namespace reg = isa::reg;
+  if (offset % 8 != 0) return bad_register(offset, "registers are 8 bytes wide and 8-byte aligned");
+  if (offset == reg::kIntStatus) {
+    int_status_ &= ~value;  // write 1 to clear
+    return true;
+  }
+  if (offset == reg::kIntEnable) {
+    // Only queues that exist have an interrupt; other bits read back as zero.
+    const uint64_t queue_mask =
+        config_.num_queues >= 64 ? ~uint64_t{0} : (uint64_t{1} << config_.num_queues) - 1;
+    int_enable_ = value & queue_mask;
+    return true;
+  }
+  if (offset >= reg::kQueueBlock && offset < isa::kBar0Bytes) {
+    const uint64_t q = (offset - reg::kQueueBlock) / reg::kQueueStride;
+    const uint64_t field = (offset - reg::kQueueBlock) % reg::kQueueStride;
+    if (q < config_.num_queues) return write_queue_register(static_cast<uint32_t>(q), field, value);
+    return bad_register(offset, "no register at this offset");
+  }
+  // Every other mapped register below the queue blocks is read-only.
+  if (read_register(offset).ok()) return bad_register(offset, "register is read-only");
+  return bad_register(offset, "no register at this offset");
+}
+
+isa::Result<bool> CommandProcessor::write_queue_register(uint32_t q, uint64_t field,
+                                                         uint64_t value) {
+  namespace reg = isa::reg;
+  Queue& queue = queues_[q];
+  const uint64_t offset = reg::queue_reg(q, field);
+  switch (field) {
+    case reg::kQueueBase:
+    case reg::kQueueSize:
+    case reg::kQueueCompletion: {
+      if (queue.state != QueueState::kDisabled) {
+        return isa::reject(
+            ErrorCode::kBadQueueConfig,
+            fmt::format("queue {}: base, size and completion can only be written while the "
+                        "queue is disabled (BAR0 offset 0x{:04x}); reset the queue first",
+                        q, offset));
+      }
+      // Checked as a whole on kQueueEnable: the three are written one at a time.
+      if (field == reg::kQueueBase) queue.base = value;
+      if (field == reg::kQueueSize) queue.size = value;
+      if (field == reg::kQueueCompletion) queue.completion = value;
+      return true;
+    }
+    case reg::kQueueTail: {
+      if (value < queue.tail) {
+        return isa::reject(ErrorCode::kBadQueueConfig,
+                           fmt::format("queue {}: doorbell {} is below the current tail {}; the "
+                                       "tail is free-running and only grows",
+                                       q, value, queue.tail));
+      }
+      if (value - queue.completed > queue.size) {
+        return isa::reject(
+            ErrorCode::kBadQueueConfig,
+            fmt::format("queue {}: doorbell {} would leave {} packets outstanding ({} completed) "
+                        "but the ring holds only {}; wait for completions before writing more",
+                        q, value, value - queue.completed, queue.completed, queue.size));
+      }
+      queue.tail = value;
+      return true;
+    }
+    case reg::kQueueControl: {
+      if (value & ~uint64_t{isa::kQueueEnable | isa::kQueueReset}) {
+        return isa::reject(ErrorCode::kReservedNotZero,
+                           fmt::format("queue {}: control value 0x{:x} sets unknown bits; only "
+                                       "kQueueEnable (1) and kQueueReset (2) exist",
+                                       q, value));
+      }
+      if (value & isa::kQueueReset) reset_queue(q);
+      if (value & isa::kQueueEnable) {
+        if (queue.state == QueueState::kRunning) return true;
+        if (queue.state == QueueState::kError) {
+          return isa::reject(ErrorCode::kBadQueueConfig,
+                             fmt::format("queue {}: cannot enable a queue in the error state; "
+                                         "reset it first (kQueueReset)",
+                                         q));
+        }
+        if (std::string problem = queue_config_problem(queue); !problem.empty()) {
+          return isa::reject(ErrorCode::kBadQueueConfig,
+                             fmt::format("queue {}: cannot enable: {}", q, problem));
+        }
+        queue.state = QueueState::kRunning;
+        logger()->debug("queue {} enabled: ring 0x{:x} x {} slots, completions at 0x{:x}", q,
+                        queue.base, queue.size, queue.completion);
+      }
+      return true;
+    }
+    case reg::kQueueHead:
+    case reg::kQueueState:
+    case reg::kQueueCompleted:
+      return bad_register(offset, "register is read-only");
+    default:
+      return bad_register(offset, "no register at this offset");
+  }
+}
+
+std::string CommandProcessor::queue_config_problem(const Queue& queue) const {
+  if (queue.size < kMinRingSlots || queue.size > kMaxRingSlots || !std::has_single_bit(queue.size)) {
+    return fmt::format("size {} is not a power of two between {} and {} slots", queue.size,
+                       kMinRingSlots, kMaxRingSlots);
+  }
+  if (queue.base % kRingAlign != 0) {
+    return fmt::format("ring base 0x{:x} is not {}-byte aligned", queue.base, kRingAlign);
+  }
+  if (queue.completion % kCompletionAlign != 0) {
+    return fmt::format("completion ring 0x{:x} is not {}-byte aligned", queue.completion,
+                       kCompletionAlign);
+  }
+  const uint64_t ring_bytes = queue.size * isa::kPacketSlotBytes;
+  const uint64_t completion_bytes = queue.size * isa::kCompletionRecordBytes;
+  if (queue.base > UINT64_MAX - ring_bytes || queue.completion > UINT64_MAX - completion_bytes) {
+    return "ring extends past the end of the address space";
+  }
+  if (!range_backed(platform_, queue.base, ring_bytes)) {
+    return fmt::format("ring [0x{:x}, 0x{:x}) is not inside device memory", queue.base,
+                       queue.base + ring_bytes);
+  }
+  if (!range_backed(platform_, queue.completion, completion_bytes)) {
+    return fmt::format("completion ring [0x{:x}, 0x{:x}) is not inside device memory",
+                       queue.completion, queue.completion + completion_bytes);
+  }
+  // Completion records would overwrite packets not yet fetched.
+  if (queue.base < queue.completion + completion_bytes &&
+      queue.completion < queue.base + ring_bytes) {
+    return "the packet ring and the completion ring overlap";
+  }
+  return {};
+}
+
+void CommandProcessor::reset_queue(uint32_t q) {
+  Queue& queue = queues_[q];
+  // A DMA still running for this queue keeps its engine busy, but its completion no longer
+  // belongs to anyone (see on_dma_done).
+  for (auto& owner : engine_owner_) {
+    if (owner == q) owner.reset();
+  }
+  queue.head = queue.tail = queue.completed = 0;
+  queue.state = QueueState::kDisabled;
+  queue.busy = false;
+  queue.waiting.reset();
+  queue.current = {};
+  queue.current_start_ps = 0;
+  int_status_ &= ~(uint64_t{1} << q);
+}
+
+// --- execution ------------------------------------------------------------------------------
+
+bool CommandProcessor::step() {
+  const uint32_t n = config_.num_queues;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t q = (next_queue_ + i) % n;
+    if (try_dispatch(q)) {
+      next_queue_ = (q + 1) % n;  // the next step starts after the queue just served
+      return true;
+    }
+  }
+  return false;
+}
+
+bool CommandProcessor::try_dispatch(uint32_t q) {
+  Queue& queue = queues_[q];
+  if (queue.state != QueueState::kRunning) return false;
+  if (queue.busy) return queue.waiting ? poll_wait(q) : false;  // else a DMA is in flight
+  if (queue.head >= queue.tail) return false;
+
+  const uint64_t slot_addr = queue.base + (queue.head % queue.size) * isa::kPacketSlotBytes;
+  uint8_t slot[isa::kPacketSlotBytes];
+  if (!platform_.read_device(slot_addr, slot, sizeof(slot))) {
+    // Only possible if device memory changed under an enabled queue; still an error record.
+    queue.current = {};
+    queue.current_start_ps = platform_.now_ps();
+    queue.busy = true;
+    ++queue.head;
+    complete(q, ErrorCode::kDeviceAddressFault, slot_addr, isa::kPacketSlotBytes);
+    return true;
+  }
+
+  isa::Result<isa::Packet> decoded = isa::decode_packet(slot, sizeof(slot));
+  if (!decoded.ok()) {
+    // Echo what the header claims so the driver can match the record to its submission.
+    isa::PacketHeader raw{};
+    std::memcpy(&raw, slot, sizeof(raw));
+    logger()->warn("queue {} packet {}: rejected ({}): {}", q, queue.head,
+                   isa::error_code_name(decoded.error().code), decoded.error().reason);
+    queue.current = raw;
+    queue.current_start_ps = platform_.now_ps();
+    queue.busy = true;
+    ++queue.head;
+    complete(q, decoded.error().code, 0, 0);
+    return true;
+  }
+
+  const isa::Packet& packet = decoded.value();
+  const isa::Opcode op = isa::opcode_of(packet);
+  if (op == isa::Opcode::kDmaCopy || op == isa::Opcode::kFill) {
+    bool engine_idle = false;
+    for (bool busy : engine_busy_) engine_idle = engine_idle || !busy;
+    // Leave the packet in the ring; it is fetched again once an engine frees up.
+    if (!engine_idle) return false;
+  }
+
+  queue.current = std::visit([](const auto& p) { return p.header; }, packet);
+  queue.current_start_ps = platform_.now_ps();
+  queue.busy = true;
+  ++queue.head;
+  execute(q, packet);
+  return true;
+}
+
+void CommandProcessor::execute(uint32_t q, const isa::Packet& packet) {
+  Queue& queue = queues_[q];
+  std::visit(
+      [&](const auto& p) {
+        using P = std::decay_t<decltype(p)>;
+        if constexpr (std::is_same_v<P, isa::NopPacket>) {
+          complete(q, ErrorCode::kNone, 0, 0);
+        } else if constexpr (std::is_same_v<P, isa::DmaCopyPacket> ||
+                             std::is_same_v<P, isa::FillPacket>) {
+          DmaJob job;
+          if constexpr (std::is_same_v<P, isa::DmaCopyPacket>) {
+            job.kind = DmaJob::Kind::kCopy;
+            job.copy = p;
+          } else {
+            job.kind = DmaJob::Kind::kFill;
+            job.fill = p;
+          }
+          unsigned engine = 0;
+          while (engine_busy_[engine]) ++engine;  // try_dispatch checked one is idle
+          assert(engine < engine_busy_.size());
+          engine_busy_[engine] = true;
+          engine_owner_[engine] = q;
+          ++stats_.dma_jobs_started;
+          platform_.dma_start(engine, job);
+        } else if constexpr (std::is_same_v<P, isa::SignalPacket>) {
+          const bool host = p.space == static_cast<uint8_t>(isa::AddressSpace::kHost);
+          const bool ok = host ? platform_.write_host(p.addr, &p.value, sizeof(p.value))
+                               : platform_.write_device(p.addr, &p.value, sizeof(p.value));
+          if (ok) {
+            complete(q, ErrorCode::kNone, 0, 0);
+          } else {
+            complete(q, host ? ErrorCode::kHostAddressFault : ErrorCode::kDeviceAddressFault,
+                     p.addr, sizeof(p.value));
+          }
+        } else if constexpr (std::is_same_v<P, isa::WaitPacket>) {
+          queue.waiting = p;
+          poll_wait(q);  // an already-satisfied wait completes at once
+        } else if constexpr (std::is_same_v<P, isa::LaunchPacket>) {
+          // Kernel execution arrives with the compute issue; until then, say so explicitly.
+          complete(q, ErrorCode::kUnsupported, p.image_addr, 0);
+        } else {
+          static_assert(!sizeof(P), "every packet type must be handled");
+        }
+      },
+      packet);
+}
+
+bool CommandProcessor::poll_wait(uint32_t q) {
+  Queue& queue = queues_[q];
+  assert(queue.waiting);
+  const isa::WaitPacket& wait = *queue.waiting;
+  uint64_t fence = 0;
+  if (!platform_.read_device(wait.addr, &fence, sizeof(fence))) {
+    const uint64_t addr = wait.addr;
+    queue.waiting.reset();
+    complete(q, ErrorCode::kDeviceAddressFault, addr, sizeof(fence));
+    return true;
+  }
+  bool released = false;
+  switch (static_cast<isa::WaitCondition>(wait.condition)) {
+    case isa::WaitCondition::kGreaterEqual:
+      released = fence >= wait.value;
+      break;
+    case isa::WaitCondition::kEqual:
+      released = fence == wait.value;
+      break;
+    default:
+      assert(false && "decode_packet accepted an unknown wait condition");
+      break;
+  }
+  if (!released) return false;
+  queue.waiting.reset();
+  complete(q, ErrorCode::kNone, 0, 0);
+  return true;
+}
+
+void CommandProcessor::on_dma_done(unsigned engine, const DmaStatus& status) {
+  if (engine >= engine_busy_.size() || !engine_busy_[engine]) {
+    // A platform bug, not a user error: report it loudly but keep the device alive.
+    logger()->error("DMA completion from engine {} which has no job running; ignored", engine);
+    return;
+  }
+  engine_busy_[engine] = false;
+  const std::optional<uint32_t> owner = engine_owner_[engine];
+  engine_owner_[engine].reset();
+  if (!owner) {
+    logger()->debug("DMA engine {} finished a job of a queue that was reset; dropped", engine);
+    return;
+  }
+  complete(*owner, status.error, status.arg0, status.arg1);
+}
+
+void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0, uint64_t arg1) {
+  Queue& queue = queues_[q];
+  assert(queue.busy && queue.state == QueueState::kRunning);
+  const bool failed = error != ErrorCode::kNone;
+  const uint64_t index = queue.completed;  // one packet in flight: it is the oldest
+
+  isa::CompletionRecord record{};
+  record.seq = queue.current.seq;
+  record.index = index;
+  record.start_ps = queue.current_start_ps;
+  record.end_ps = platform_.now_ps();
+  record.status = static_cast<uint16_t>(failed ? isa::CompletionStatus::kError
+                                               : isa::CompletionStatus::kOk);
+  record.error = static_cast<uint16_t>(error);
+  record.opcode = queue.current.opcode;
+  record.version = isa::kPacketVersion;
+  record.error_arg0 = arg0;
+  record.error_arg1 = arg1;
+
+  queue.busy = false;
+  const uint64_t record_addr =
+      queue.completion + (index % queue.size) * isa::kCompletionRecordBytes;
+  const bool written = platform_.write_device(record_addr, &record, sizeof(record));
+  if (!written) {
+    // The driver cannot learn the outcome from the ring; the error state (and the interrupt,
+    // if enabled) is how it finds out. `completed` stays put: there is no record to read.
+    logger()->error(
+        "queue {} packet {}: cannot write its completion record at 0x{:x}; queue halted", q,
+        index, record_addr);
+    queue.state = QueueState::kError;
+    ++stats_.packets_failed;
+  } else {
+    ++queue.completed;
+    if (failed) {
+      logger()->warn("queue {} packet {} ({}) failed: {} (arg0 0x{:x}, arg1 {}); queue halted "
+                     "until reset",
+                     q, index, isa::opcode_name(static_cast<isa::Opcode>(record.opcode)),
+                     isa::error_code_name(error), arg0, arg1);
+      queue.state = QueueState::kError;
+      ++stats_.packets_failed;
+    } else {
+      ++stats_.packets_completed;
+    }
+  }
+
+  const uint64_t bit = uint64_t{1} << q;
+  int_status_ |= bit;
+  const bool wants_irq = failed || !written || (queue.current.flags & isa::kPacketInterrupt);
+  if (wants_irq && (int_enable_ & bit)) {
+    ++stats_.interrupts_raised;
+    platform_.raise_interrupt(bit);
+  }
+}
+
+}  // namespace mtia::firmware

@@ -1,0 +1,29 @@
+// Error codes carried in completion records and decoder rejections.
+#pragma once
+
+#include <cstdint>
+
+namespace mtia::isa {
+
+enum class ErrorCode : uint16_t {
+  kNone = 0,
+  kBadOpcode = 1,           // opcode is Illegal or unknown
+  kBadVersion = 2,          // packet version this firmware does not speak
+  kReservedNotZero = 3,     // a must-be-zero field or flag bit is set
+  kBadDims = 4,             // ndims out of 1..kMaxDims, or a size of zero
+  kBadElementSize = 5,      // element / pattern size not 1, 2, 4 or 8
+  kMisaligned = 6,          // address or stride not a multiple of the element size
+  kExtentOverflow = 7,      // sizes * strides overflow 64 bits
+  kBadAddressSpace = 8,     // address space field not Device or Host
+  kDeviceAddressFault = 9,  // region outside device memory (arg0 = address, arg1 = bytes)
+  kHostAddressFault = 10,   // region outside registered host memory (arg0 = address, arg1 = bytes)
+  kUnsupported = 11,        // well-formed but not implemented by this firmware (e.g. launch)
+  kBadQueueConfig = 12,     // ring base / size / completion base invalid
+  kBadRegister = 13,        // access to an unmapped or read-only register
+  kCount
+};
+
+// A short stable name for logs and messages ("device address fault").
+const char* error_code_name(ErrorCode code);
+
+}  // namespace mtia::isa

@@ -1,0 +1,72 @@
+// Run-time chip parameters, loaded from a preset file (presets/*.json) and overridable key by
+// key. Units are in the field names: _bytes, _hz, _ns, _GBps (10^9 bytes per second).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mtia::sim {
+
+struct ChipConfig {
+  std::string name;           // preset name, e.g. "mtia-v2"
+  uint32_t generation = 2;    // 1 or 2
+
+  // Compute grid.
+  uint32_t pe_rows = 8;
+  uint32_t pe_cols = 8;
+  uint64_t clock_hz = 1'350'000'000;     // PE and firmware clock
+  uint64_t local_store_bytes = 384 << 10;  // per PE
+
+  // On-chip SRAM shared by the PEs.
+  uint64_t sram_bytes = 256ull << 20;
+  double sram_bandwidth_GBps = 2700;
+  double sram_latency_ns = 20;
+  uint32_t sram_burst_bytes = 64;   // runs shorter than this still cost a whole burst
+
+  // Off-chip LPDDR.
+  uint64_t dram_bytes = 128ull << 30;
+  double dram_bandwidth_GBps = 204.8;
+  double dram_latency_ns = 100;
+  uint32_t dram_burst_bytes = 64;
+
+  // Host link (PCIe), per direction.
+  double pcie_h2d_bandwidth_GBps = 31.5;
+  double pcie_d2h_bandwidth_GBps = 31.5;
+  double pcie_latency_ns = 500;
+  uint32_t pcie_burst_bytes = 64;
+
+  // DMA engines and command processor.
+  uint32_t dma_engines = 4;
+  double dma_setup_ns = 100;            // descriptor fetch and start per DMA job
+  uint32_t num_queues = 8;              // hardware queues served by the firmware
+  double cp_packet_ns = 200;            // firmware time to fetch, decode and dispatch a packet
+
+  // false: functional only; every duration is zero and simulated time never advances.
+  bool timing = true;
+};
+
+// Loads a preset by name (looked up in the preset directory) or by path to a .json file.
+// Throws std::runtime_error naming the file and the offending field.
+ChipConfig load_preset(const std::string& name_or_path);
+// The directory presets are looked up in: $MTIA_EMU_PRESET_DIR, else the one built in.
+std::string preset_directory();
+std::vector<std::string> preset_names();
+
+// Applies "key=value" (keys as in the preset file, e.g. "dram_bandwidth_GBps=100").
+// Throws std::invalid_argument naming the key or value that is wrong and the valid keys.
+void apply_override(ChipConfig& config, const std::string& assignment);
+// Rejects inconsistent values (zero bandwidths, more than 8x8 PEs, ...) with a message.
+void validate(const ChipConfig& config);
+
+// The effective configuration as JSON text, every field with its value.
+std::string to_json(const ChipConfig& config);
+// Every key apply_override accepts, with its unit and description.
+struct ConfigKey {
+  std::string key;
+  std::string unit;
+  std::string description;
+};
+const std::vector<ConfigKey>& config_keys();
+
+}  // namespace mtia::sim

@@ -1,0 +1,59 @@
+// The emulated device: a SystemC model running on its own host thread.
+//
+// Thread contract (docs/architecture.md, "simulated time"): the simulator thread owns every
+// SystemC object. Host threads reach it only through the members below, which are safe to
+// call concurrently; register accesses travel through a primitive channel
+// (async_request_update) and the thread sleeps when the device has no work.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "mtia/isa/result.h"
+#include "mtia/sim/chip_config.h"
+#include "mtia/sim/host_memory.h"
+
+namespace mtia::sim {
+
+// Called on the simulator thread when the firmware raises the host interrupt. It must not
+// block and must not call back into Device except read_memory / write_memory.
+using InterruptHandler = std::function<void(uint64_t queue_mask)>;
+
+class Device {
+ public:
+  // Builds the model for `config` and starts the simulator thread. Only one Device may exist
+  // per process at a time (SystemC has one global simulation context); a second one throws.
+  Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt);
+  ~Device();  // stops the simulator thread and releases device memory
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  // BAR0 register access. Writes are posted (they return once queued, in order); reads wait
+  // for the simulator thread to answer.
+  void write_register(uint64_t offset, uint64_t value);
+  isa::Result<uint64_t> read_register(uint64_t offset);
+
+  // Direct access to device memory (DRAM, SRAM, local stores) through the BAR memory window.
+  // False if the range is not device memory. Callers order these with doorbells.
+  bool read_memory(uint64_t addr, void* dst, uint64_t bytes);
+  bool write_memory(uint64_t addr, const void* src, uint64_t bytes);
+
+  // Simulated time of the most recent event the simulator processed, picoseconds.
+  uint64_t now_ps() const;
+
+  const ChipConfig& config() const;
+
+  // Writes trace.json (Chrome trace events), stats.json and config.json into `dir`
+  // (created if missing). Waits for the simulator thread to snapshot its state.
+  void write_artifacts(const std::string& dir);
+  // The statistics of every module as JSON text (units and descriptions included).
+  std::string stats_json();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mtia::sim

@@ -1,0 +1,254 @@
+#include <catch2/catch.hpp>
+#include <cstring>
+
+#include "mtia/isa/decode.h"
+
+using namespace mtia::isa;
+
+namespace {
+
+PacketHeader header(Opcode op) { return {static_cast<uint8_t>(op), kPacketVersion, 0, 0, 42}; }
+
+DmaCopyPacket transposed_copy() {
+  DmaCopyPacket p{};
+  p.header = header(Opcode::kDmaCopy);
+  p.ndims = 2;
+  p.elem_size = 4;
+  p.sizes[0] = 3;
+  p.sizes[1] = 5;
+  p.src = {0x1000, static_cast<uint8_t>(AddressSpace::kHost), {}, {4, 12}};
+  p.dst = {0x2000, static_cast<uint8_t>(AddressSpace::kDevice), {}, {20, 4}};
+  return p;
+}
+
+struct Slot {
+  uint8_t bytes[kPacketSlotBytes];
+};
+
+Slot encode(const Packet& p) {
+  Slot s;
+  encode_packet(p, s.bytes);
+  return s;
+}
+
+ErrorCode rejection_of(const Slot& s) {
+  auto r = decode_packet(s.bytes, sizeof s.bytes);
+  REQUIRE_FALSE(r.ok());
+  CHECK_FALSE(r.error().reason.empty());
+  return r.error().code;
+}
+
+template <typename P>
+ErrorCode rejection_of(const P& p) {
+  return rejection_of(encode(Packet{p}));
+}
+
+}  // namespace
+
+TEST_CASE("every packet kind survives encode and decode unchanged", "[isa]") {
+  FillPacket fill{};
+  fill.header = header(Opcode::kFill);
+  fill.ndims = 1;
+  fill.pattern_size = 2;
+  fill.pattern = 0xBEEF;
+  fill.sizes[0] = 10;
+  fill.dst = {0x40, 0, {}, {2}};
+  SignalPacket signal{header(Opcode::kSignal), 0x80, 1, {}, 7};
+  WaitPacket wait{header(Opcode::kWait), 0x88, 9, static_cast<uint8_t>(WaitCondition::kEqual), {}};
+  LaunchPacket launch{};
+  launch.header = header(Opcode::kLaunch);
+  launch.grid_rows = 8;
+  launch.grid_cols = 2;
+  launch.args_addr = 0x100;
+  NopPacket nop{header(Opcode::kNop)};
+  nop.header.flags = kPacketInterrupt;
+
+  for (const Packet& original :
+       {Packet{nop}, Packet{transposed_copy()}, Packet{fill}, Packet{signal}, Packet{wait},
+        Packet{launch}}) {
+    Slot s = encode(original);
+    auto decoded = decode_packet(s.bytes, sizeof s.bytes);
+    REQUIRE(decoded.ok());
+    CHECK(decoded.value().index() == original.index());
+    Slot again = encode(decoded.value());
+    CHECK(std::memcmp(s.bytes, again.bytes, kPacketSlotBytes) == 0);
+  }
+}
+
+TEST_CASE("decoder rejects malformed headers", "[isa]") {
+  Slot zero{};
+  CHECK(rejection_of(zero) == ErrorCode::kBadOpcode);
+
+  Slot unknown = encode(Packet{NopPacket{header(Opcode::kNop)}});
+  unknown.bytes[0] = 0x7f;
+  CHECK(rejection_of(unknown) == ErrorCode::kBadOpcode);
+
+  NopPacket v{header(Opcode::kNop)};
+  v.header.version = 2;
+  CHECK(rejection_of(v) == ErrorCode::kBadVersion);
+
+  NopPacket f{header(Opcode::kNop)};
+  f.header.flags = 0x8000;
+  CHECK(rejection_of(f) == ErrorCode::kReservedNotZero);
+
+  NopPacket r{header(Opcode::kNop)};
+  r.header.reserved = 1;
+  CHECK(rejection_of(r) == ErrorCode::kReservedNotZero);
+
+  Slot trailing = encode(Packet{NopPacket{header(Opcode::kNop)}});
+  trailing.bytes[200] = 1;
+  CHECK(rejection_of(trailing) == ErrorCode::kReservedNotZero);
+
+  Slot s = encode(Packet{NopPacket{header(Opcode::kNop)}});
+  CHECK_FALSE(decode_packet(s.bytes, 128).ok());
+}
+
+TEST_CASE("decoder rejects malformed DMA copies with the reason", "[isa]") {
+  auto p = transposed_copy();
+  p.ndims = 0;
+  CHECK(rejection_of(p) == ErrorCode::kBadDims);
+  p = transposed_copy();
+  p.ndims = kMaxDims + 1;
+  CHECK(rejection_of(p) == ErrorCode::kBadDims);
+  p = transposed_copy();
+  p.sizes[1] = 0;
+  CHECK(rejection_of(p) == ErrorCode::kBadDims);
+  p = transposed_copy();
+  p.sizes[4] = 3;  // beyond ndims
+  CHECK(rejection_of(p) == ErrorCode::kReservedNotZero);
+  p = transposed_copy();
+  p.src.strides[3] = 8;  // beyond ndims
+  CHECK(rejection_of(p) == ErrorCode::kReservedNotZero);
+  p = transposed_copy();
+  p.elem_size = 3;
+  CHECK(rejection_of(p) == ErrorCode::kBadElementSize);
+  p = transposed_copy();
+  p.src.addr = 0x1002;
+  CHECK(rejection_of(p) == ErrorCode::kMisaligned);
+  p = transposed_copy();
+  p.dst.strides[0] = 18;
+  CHECK(rejection_of(p) == ErrorCode::kMisaligned);
+  p = transposed_copy();
+  p.src.space = 2;
+  CHECK(rejection_of(p) == ErrorCode::kBadAddressSpace);
+  p = transposed_copy();
+  p.dst.reserved[3] = 1;
+  CHECK(rejection_of(p) == ErrorCode::kReservedNotZero);
+  p = transposed_copy();
+  p.reserved1 = 1;
+  CHECK(rejection_of(p) == ErrorCode::kReservedNotZero);
+  p = transposed_copy();
+  p.sizes[0] = 1ull << 40;
+  p.src.strides[0] = 1ull << 40;
+  CHECK(rejection_of(p) == ErrorCode::kExtentOverflow);
+  p = transposed_copy();
+  p.sizes[0] = 1ull << 40;
+  p.sizes[1] = 1ull << 40;
+  CHECK(rejection_of(p) == ErrorCode::kExtentOverflow);  // element count
+  p = transposed_copy();
+  p.dst.addr = ~0ull - 7;
+  CHECK(rejection_of(p) == ErrorCode::kExtentOverflow);
+}
+
+TEST_CASE("decoder rejects malformed fill, signal, wait and launch packets", "[isa]") {
+  FillPacket fill{};
+  fill.header = header(Opcode::kFill);
+  fill.ndims = 1;
+  fill.pattern_size = 1;
+  fill.pattern = 0x1ff;  // bits above the pattern size
+  fill.sizes[0] = 4;
+  fill.dst.strides[0] = 1;
+  CHECK(rejection_of(fill) == ErrorCode::kReservedNotZero);
+  fill.pattern = 0xff;
+  fill.pattern_size = 5;
+  CHECK(rejection_of(fill) == ErrorCode::kBadElementSize);
+  fill.pattern_size = 4;
+  fill.dst.strides[0] = 4;
+  fill.dst.addr = 2;
+  CHECK(rejection_of(fill) == ErrorCode::kMisaligned);
+
+  SignalPacket signal{header(Opcode::kSignal), 0x84, 0, {}, 1};
+  CHECK(rejection_of(signal) == ErrorCode::kMisaligned);
+  signal.addr = 0x80;
+  signal.space = 9;
+  CHECK(rejection_of(signal) == ErrorCode::kBadAddressSpace);
+  signal.space = 0;
+  signal.reserved[0] = 1;
+  CHECK(rejection_of(signal) == ErrorCode::kReservedNotZero);
+
+  WaitPacket wait{header(Opcode::kWait), 0x80, 1, 7, {}};
+  CHECK(rejection_of(wait) == ErrorCode::kReservedNotZero);
+  wait.condition = 0;
+  wait.addr = 0x81;
+  CHECK(rejection_of(wait) == ErrorCode::kMisaligned);
+
+  LaunchPacket launch{};
+  launch.header = header(Opcode::kLaunch);
+  launch.grid_rows = 9;
+  launch.grid_cols = 1;
+  CHECK(rejection_of(launch) == ErrorCode::kBadDims);
+  launch.grid_rows = 1;
+  launch.reserved[1] = 1;
+  CHECK(rejection_of(launch) == ErrorCode::kReservedNotZero);
+}
+
+TEST_CASE("region span covers exactly the touched bytes", "[isa]") {
+  uint64_t sizes[kMaxDims] = {3, 5};
+  NdRegion transposed{0x1000, 0, {}, {4, 12}};
+  auto span = region_span(sizes, 2, 4, transposed);
+  REQUIRE(span.ok());
+  CHECK(span.value().lo == 0x1000);
+  // last element at 2*4 + 4*12 = 56, plus 4 bytes
+  CHECK(span.value().hi == 0x1000 + 60);
+
+  NdRegion broadcast{0x10, 0, {}, {0, 0}};
+  span = region_span(sizes, 2, 8, broadcast);
+  REQUIRE(span.ok());
+  CHECK(span.value().size() == 8);
+
+  auto count = element_count(sizes, 2);
+  REQUIRE(count.ok());
+  CHECK(count.value() == 15);
+}
+
+TEST_CASE("completion records round trip and reject garbage", "[isa]") {
+  CompletionRecord rec{};
+  rec.seq = 9;
+  rec.index = 8;
+  rec.start_ps = 100;
+  rec.end_ps = 250;
+  rec.opcode = static_cast<uint8_t>(Opcode::kDmaCopy);
+  rec.version = kPacketVersion;
+  auto ok = decode_completion(&rec, sizeof rec);
+  REQUIRE(ok.ok());
+  CHECK(ok.value().seq == 9);
+  CHECK(ok.value().end_ps == 250);
+
+  auto bad = rec;
+  bad.reserved1 = 1;
+  CHECK_FALSE(decode_completion(&bad, sizeof bad).ok());
+  bad = rec;
+  bad.status = 1;  // error status without an error code
+  CHECK_FALSE(decode_completion(&bad, sizeof bad).ok());
+  bad.error = static_cast<uint16_t>(ErrorCode::kCount);
+  CHECK_FALSE(decode_completion(&bad, sizeof bad).ok());
+  bad = rec;
+  bad.end_ps = 10;
+  CHECK_FALSE(decode_completion(&bad, sizeof bad).ok());
+  bad = rec;
+  bad.version = 0;
+  CHECK_FALSE(decode_completion(&bad, sizeof bad).ok());
+  CHECK_FALSE(decode_completion(&rec, 10).ok());
+
+  auto failed = rec;
+  failed.status = static_cast<uint16_t>(CompletionStatus::kError);
+  failed.error = static_cast<uint16_t>(ErrorCode::kBadOpcode);
+  failed.opcode = 0;  // the packet that failed had no valid opcode
+  CHECK(decode_completion(&failed, sizeof failed).ok());
+}
+
+TEST_CASE("every error code has a name", "[isa]") {
+  for (uint16_t c = 0; c < static_cast<uint16_t>(ErrorCode::kCount); ++c) {
+    CHECK(std::string(error_code_name(static_cast<ErrorCode>(c))) != "unknown error code");
+  }
+}
