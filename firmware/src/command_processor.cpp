@@ -63,9 +63,9 @@ bool range_backed(Platform& platform, uint64_t addr, uint64_t bytes) {
 CommandProcessor::CommandProcessor(Platform& platform, FirmwareConfig config)
     : platform_(platform), config_(std::move(config)) {
   if (config_.num_queues < 1 || config_.num_queues > isa::kMaxQueues) {
-    throw std::invalid_argument(fmt::format(
-        "firmware: num_queues = {} is out of range; it must be between 1 and {}",
-        config_.num_queues, isa::kMaxQueues));
+    throw std::invalid_argument(
+        fmt::format("firmware: num_queues = {} is out of range; it must be between 1 and {}",
+                    config_.num_queues, isa::kMaxQueues));
   }
   const unsigned engines = platform_.dma_engine_count();
   if (engines == 0) {
@@ -253,7 +253,8 @@ isa::Result<bool> CommandProcessor::write_queue_register(uint32_t q, uint64_t fi
 }
 
 std::string CommandProcessor::queue_config_problem(const Queue& queue) const {
-  if (queue.size < kMinRingSlots || queue.size > kMaxRingSlots || !std::has_single_bit(queue.size)) {
+  if (queue.size < kMinRingSlots || queue.size > kMaxRingSlots ||
+      !std::has_single_bit(queue.size)) {
     return fmt::format("size {} is not a power of two between {} and {} slots", queue.size,
                        kMinRingSlots, kMaxRingSlots);
   }
@@ -298,7 +299,7 @@ void CommandProcessor::reset_queue(uint32_t q) {
   queue.waiting.reset();
   queue.current = {};
   queue.current_start_ps = 0;
-  int_status_ &= ~(uint64_t{1} << q);
+  int_status_ &= ~(uint64_t{1} << q);  // the records it announced belong to the old ring state
 }
 
 // --- execution ------------------------------------------------------------------------------
@@ -338,13 +339,11 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
     // Echo what the header claims so the driver can match the record to its submission.
     isa::PacketHeader raw{};
     std::memcpy(&raw, slot, sizeof(raw));
-    logger()->warn("queue {} packet {}: rejected ({}): {}", q, queue.head,
-                   isa::error_code_name(decoded.error().code), decoded.error().reason);
     queue.current = raw;
     queue.current_start_ps = platform_.now_ps();
     queue.busy = true;
     ++queue.head;
-    complete(q, decoded.error().code, 0, 0);
+    complete(q, decoded.error().code, 0, 0, decoded.error().reason);
     return true;
   }
 
@@ -404,7 +403,8 @@ void CommandProcessor::execute(uint32_t q, const isa::Packet& packet) {
           poll_wait(q);  // an already-satisfied wait completes at once
         } else if constexpr (std::is_same_v<P, isa::LaunchPacket>) {
           // Kernel execution arrives with the compute issue; until then, say so explicitly.
-          complete(q, ErrorCode::kUnsupported, p.image_addr, 0);
+          complete(q, ErrorCode::kUnsupported, p.image_addr, 0,
+                   "this firmware cannot run kernels yet");
         } else {
           static_assert(!sizeof(P), "every packet type must be handled");
         }
@@ -457,7 +457,8 @@ void CommandProcessor::on_dma_done(unsigned engine, const DmaStatus& status) {
   complete(*owner, status.error, status.arg0, status.arg1);
 }
 
-void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0, uint64_t arg1) {
+void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0, uint64_t arg1,
+                                std::string_view detail) {
   Queue& queue = queues_[q];
   assert(queue.busy && queue.state == QueueState::kRunning);
   const bool failed = error != ErrorCode::kNone;
@@ -468,8 +469,8 @@ void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0,
   record.index = index;
   record.start_ps = queue.current_start_ps;
   record.end_ps = platform_.now_ps();
-  record.status = static_cast<uint16_t>(failed ? isa::CompletionStatus::kError
-                                               : isa::CompletionStatus::kOk);
+  record.status =
+      static_cast<uint16_t>(failed ? isa::CompletionStatus::kError : isa::CompletionStatus::kOk);
   record.error = static_cast<uint16_t>(error);
   record.opcode = queue.current.opcode;
   record.version = isa::kPacketVersion;
@@ -484,17 +485,18 @@ void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0,
     // The driver cannot learn the outcome from the ring; the error state (and the interrupt,
     // if enabled) is how it finds out. `completed` stays put: there is no record to read.
     logger()->error(
-        "queue {} packet {}: cannot write its completion record at 0x{:x}; queue halted", q,
-        index, record_addr);
+        "queue {} packet {}: cannot write its completion record at 0x{:x}; queue halted", q, index,
+        record_addr);
     queue.state = QueueState::kError;
     ++stats_.packets_failed;
   } else {
     ++queue.completed;
     if (failed) {
-      logger()->warn("queue {} packet {} ({}) failed: {} (arg0 0x{:x}, arg1 {}); queue halted "
-                     "until reset",
-                     q, index, isa::opcode_name(static_cast<isa::Opcode>(record.opcode)),
-                     isa::error_code_name(error), arg0, arg1);
+      logger()->warn(
+          "queue {} packet {} ({}) failed: {}{}{} (arg0 0x{:x}, arg1 {}); queue halted until "
+          "reset",
+          q, index, isa::opcode_name(static_cast<isa::Opcode>(record.opcode)),
+          isa::error_code_name(error), detail.empty() ? "" : ": ", detail, arg0, arg1);
       queue.state = QueueState::kError;
       ++stats_.packets_failed;
     } else {

@@ -31,8 +31,8 @@ class FakePlatform : public Platform {
   // Device ranges [lo, hi) that are not backed, to model holes in the address map.
   std::vector<std::pair<uint64_t, uint64_t>> holes;
   uint64_t time_ps = 0;
-  std::vector<StartedJob> started;     // every dma_start, in order
-  std::vector<uint64_t> interrupts;    // every raise_interrupt mask, in order
+  std::vector<StartedJob> started;   // every dma_start, in order
+  std::vector<uint64_t> interrupts;  // every raise_interrupt mask, in order
 
   bool device_backed(uint64_t addr, uint64_t bytes) const {
     if (addr > kDeviceBytes || bytes > kDeviceBytes - addr) return false;

@@ -22,8 +22,12 @@ inline constexpr uint64_t kCompletionArea = 0x40000;  // queue q records at + q 
 inline constexpr uint64_t kFenceArea = 0x7f000;
 inline constexpr uint64_t kDataArea = 0x80000;
 
-inline uint64_t ring_addr(uint32_t q) { return kRingArea + q * 0x4000; }
-inline uint64_t completion_addr(uint32_t q) { return kCompletionArea + q * 0x1000; }
+inline uint64_t ring_addr(uint32_t q) {
+  return kRingArea + q * 0x4000;
+}
+inline uint64_t completion_addr(uint32_t q) {
+  return kCompletionArea + q * 0x1000;
+}
 
 inline FirmwareConfig test_config(uint32_t queues = 8) {
   FirmwareConfig c;
@@ -78,8 +82,9 @@ inline isa::NdRegion region(uint64_t addr, std::initializer_list<uint64_t> strid
   return r;
 }
 
-inline isa::FillPacket fill(uint64_t seq, std::initializer_list<uint64_t> sizes, uint8_t pattern_size,
-                            uint64_t pattern, const isa::NdRegion& dst, uint16_t flags = 0) {
+inline isa::FillPacket fill(uint64_t seq, std::initializer_list<uint64_t> sizes,
+                            uint8_t pattern_size, uint64_t pattern, const isa::NdRegion& dst,
+                            uint16_t flags = 0) {
   isa::FillPacket p{};
   p.header = header(isa::Opcode::kFill, seq, flags);
   p.ndims = static_cast<uint8_t>(sizes.size());
@@ -142,7 +147,9 @@ struct Harness {
     REQUIRE(r.ok());
   }
   uint64_t qreg(uint32_t q, uint64_t field) { return reg(isa::reg::queue_reg(q, field)); }
-  isa::QueueState state(uint32_t q) { return static_cast<isa::QueueState>(qreg(q, isa::reg::kQueueState)); }
+  isa::QueueState state(uint32_t q) {
+    return static_cast<isa::QueueState>(qreg(q, isa::reg::kQueueState));
+  }
 
   // Configures queue q with the test layout and enables it.
   void setup_queue(uint32_t q, uint64_t size = 8) {
@@ -175,8 +182,8 @@ struct Harness {
   // The decoded completion record for packet `index` of queue q.
   isa::CompletionRecord record(uint32_t q, uint64_t index) {
     const uint64_t size = qreg(q, isa::reg::kQueueSize);
-    const uint8_t* p = platform.device.data() + completion_addr(q) +
-                       (index % size) * isa::kCompletionRecordBytes;
+    const uint8_t* p =
+        platform.device.data() + completion_addr(q) + (index % size) * isa::kCompletionRecordBytes;
     auto r = isa::decode_completion(p, isa::kCompletionRecordBytes);
     INFO("completion record " << index << " of queue " << q << ": "
                               << (r.ok() ? "" : r.error().reason));

@@ -1,6 +1,8 @@
 // Register interface of the command processor: identity, interrupts, queue configuration.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+
 #include "harness.h"
 
 using namespace mtia;
@@ -58,8 +60,8 @@ TEST_CASE("read-only registers reject writes and keep their value", "[firmware][
   Harness h;
   for (uint64_t offset :
        {reg::kDeviceId, reg::kIsaVersion, reg::kFirmwareVer, reg::kNumQueues, reg::kDramBytes,
-        reg::kSramBytes, reg::kLocalStoreBytes, reg::kPeGrid, reg::kClockHz,
-        reg::kNumDmaEngines, reg::kPresetName0, reg::kPresetName1}) {
+        reg::kSramBytes, reg::kLocalStoreBytes, reg::kPeGrid, reg::kClockHz, reg::kNumDmaEngines,
+        reg::kPresetName0, reg::kPresetName1}) {
     const uint64_t before = h.reg(offset);
     char hex[16];
     std::snprintf(hex, sizeof hex, "0x%04llx", static_cast<unsigned long long>(offset));
@@ -67,8 +69,8 @@ TEST_CASE("read-only registers reject writes and keep their value", "[firmware][
     CHECK(h.reg(offset) == before);
   }
   for (uint64_t field : {reg::kQueueHead, reg::kQueueState, reg::kQueueCompleted}) {
-    require_rejected(h.cp.write_register(reg::queue_reg(3, field), 1),
-                     isa::ErrorCode::kBadRegister, "read-only");
+    require_rejected(h.cp.write_register(reg::queue_reg(3, field), 1), isa::ErrorCode::kBadRegister,
+                     "read-only");
     CHECK(h.qreg(3, field) == 0);
   }
 }
@@ -76,15 +78,15 @@ TEST_CASE("read-only registers reject writes and keep their value", "[firmware][
 TEST_CASE("unmapped and misaligned offsets are rejected", "[firmware][registers]") {
   Harness h(2, test_config(4));
   const uint64_t bad[] = {
-      0x0004,                               // misaligned
-      reg::kPresetName1 + 8,                // past the identity block
-      0x0110,                               // past the interrupt registers
-      0x0800,                               // between blocks
-      reg::queue_reg(0, 0x40),              // past a queue block's registers
+      0x0004,                   // misaligned
+      reg::kPresetName1 + 8,    // past the identity block
+      0x0110,                   // past the interrupt registers
+      0x0800,                   // between blocks
+      reg::queue_reg(0, 0x40),  // past a queue block's registers
       reg::queue_reg(0, reg::kQueueTail) + 4,
-      reg::queue_reg(4, reg::kQueueBase),   // queue 4 of 4 does not exist
+      reg::queue_reg(4, reg::kQueueBase),  // queue 4 of 4 does not exist
       reg::queue_reg(15, reg::kQueueBase),
-      isa::kBar0Bytes,                      // outside BAR0
+      isa::kBar0Bytes,  // outside BAR0
       ~uint64_t{7},
   };
   for (uint64_t offset : bad) {
@@ -195,7 +197,8 @@ TEST_CASE("queue configuration is validated on enable", "[firmware][registers][q
   }
 }
 
-TEST_CASE("queue configuration is frozen while the queue is enabled", "[firmware][registers][queue]") {
+TEST_CASE("queue configuration is frozen while the queue is enabled",
+          "[firmware][registers][queue]") {
   Harness h;
   h.setup_queue(1);
   for (uint64_t field : {reg::kQueueBase, reg::kQueueSize, reg::kQueueCompletion}) {
@@ -214,7 +217,8 @@ TEST_CASE("queue configuration is frozen while the queue is enabled", "[firmware
   CHECK(h.qreg(1, reg::kQueueBase) == ring_addr(5));
 }
 
-TEST_CASE("queue control rejects unknown bits and enabling a failed queue", "[firmware][registers][queue]") {
+TEST_CASE("queue control rejects unknown bits and enabling a failed queue",
+          "[firmware][registers][queue]") {
   Harness h;
   h.setup_queue(0);
   require_rejected(h.cp.write_register(reg::queue_reg(0, reg::kQueueControl), 0x4),
@@ -233,11 +237,12 @@ TEST_CASE("queue control rejects unknown bits and enabling a failed queue", "[fi
   CHECK(h.qreg(0, reg::kQueueTail) == 0);
 }
 
-TEST_CASE("the doorbell never allows more outstanding packets than slots", "[firmware][registers][queue]") {
+TEST_CASE("the doorbell never allows more outstanding packets than slots",
+          "[firmware][registers][queue]") {
   Harness h;
   h.setup_queue(0, 4);
   const uint64_t tail = reg::queue_reg(0, reg::kQueueTail);
-  for (uint64_t i = 0; i < 6; ++i) h.write_slot(0, i, nop(100 + i));
+  for (uint64_t i = 0; i < 4; ++i) h.write_slot(0, i, nop(100 + i));
 
   require_rejected(h.cp.write_register(tail, 5), isa::ErrorCode::kBadQueueConfig,
                    "ring holds only 4");
@@ -249,6 +254,9 @@ TEST_CASE("the doorbell never allows more outstanding packets than slots", "[fir
   REQUIRE(h.cp.step());
   REQUIRE(h.cp.step());
   CHECK(h.qreg(0, reg::kQueueCompleted) == 2);
+  // Slots 0 and 1 are free again; packets 4 and 5 go there.
+  h.write_slot(0, 4, nop(104));
+  h.write_slot(0, 5, nop(105));
   h.set_reg(tail, 6);
   require_rejected(h.cp.write_register(tail, 7), isa::ErrorCode::kBadQueueConfig,
                    "would leave 5 packets outstanding");

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mtia/firmware/platform.h"
@@ -74,7 +75,9 @@ class CommandProcessor {
   };
 
   bool try_dispatch(uint32_t q);
-  void complete(uint32_t q, isa::ErrorCode error, uint64_t arg0, uint64_t arg1);
+  // Finishes the queue's current packet. `detail` explains a failure in the log only.
+  void complete(uint32_t q, isa::ErrorCode error, uint64_t arg0, uint64_t arg1,
+                std::string_view detail = {});
   // Why the queue's base/size/completion cannot be served, or "" if they can.
   std::string queue_config_problem(const Queue& queue) const;
   // Re-checks a held Wait packet; true if the queue moved (released or faulted).

@@ -1,6 +1,6 @@
-// Each public isa/ header must compile on its own; including them one per line, first in
-// nothing, would hide a missing include, so each is checked by a separate translation unit
-// generated in tests/CMakeLists (see headers_standalone); this file holds the ABI checks.
+// The wire layout is part of the driver/firmware contract: these compile-time checks fail the
+// build if a field moves. (That each public header compiles on its own is checked by the
+// generated `headers_standalone` target in tests/CMakeLists.txt.)
 #include <cstddef>
 
 #include "mtia/isa/packets.h"
@@ -8,7 +8,6 @@
 
 namespace isa = mtia::isa;
 
-// The wire layout is part of the contract: offsets are spelled out so a reordering fails here.
 static_assert(offsetof(isa::DmaCopyPacket, ndims) == 16);
 static_assert(offsetof(isa::DmaCopyPacket, sizes) == 24);
 static_assert(offsetof(isa::DmaCopyPacket, src) == 72);
