@@ -17,7 +17,9 @@ namespace {
 // Recently freed addresses remembered for "already freed" messages; older ones are forgotten.
 constexpr size_t kFreedMemory = 1 << 16;
 
-constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+constexpr uint64_t align_up(uint64_t v, uint64_t a) {
+  return (v + a - 1) & ~(a - 1);
+}
 
 }  // namespace
 

@@ -43,8 +43,7 @@ std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOp
       std::string known;
       for (const auto& [n, f] : r.factories) known += (known.empty() ? "" : ", ") + n;
       throw std::invalid_argument(fmt::format(
-          "unknown device backend '{}'; known backends: {}{}", name,
-          known.empty() ? "none" : known,
+          "unknown device backend '{}'; known backends: {}{}", name, known.empty() ? "none" : known,
           known.empty() ? " (link the executable with mtia_backend_inprocess)" : ""));
     }
     factory = it->second;

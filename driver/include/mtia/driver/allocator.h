@@ -57,9 +57,9 @@ class Allocator {
   };
   mutable std::mutex mu_;
   uint64_t base_, size_, alignment_;
-  std::map<uint64_t, uint64_t> free_;    // start -> bytes
-  std::map<uint64_t, Block> live_;       // user address -> block
-  std::map<uint64_t, uint64_t> freed_;   // recently freed user addresses -> bytes (for messages)
+  std::map<uint64_t, uint64_t> free_;   // start -> bytes
+  std::map<uint64_t, Block> live_;      // user address -> block
+  std::map<uint64_t, uint64_t> freed_;  // recently freed user addresses -> bytes (for messages)
   AllocatorStats stats_;
 };
 

@@ -37,11 +37,11 @@ struct Completion {
   uint64_t start_ps = 0;  // simulated time the device started it
   uint64_t end_ps = 0;    // simulated time the device finished it
   bool ok = true;
-  bool aborted = false;   // never ran: an earlier packet on its queue failed
+  bool aborted = false;  // never ran: an earlier packet on its queue failed
   isa::ErrorCode error = isa::ErrorCode::kNone;
   uint64_t error_arg0 = 0;
   uint64_t error_arg1 = 0;
-  std::string message;    // for people: what failed, where, and why (empty when ok)
+  std::string message;  // for people: what failed, where, and why (empty when ok)
 };
 
 using CompletionCallback = std::function<void(const Completion&)>;
@@ -49,7 +49,10 @@ using CompletionCallback = std::function<void(const Completion&)>;
 class Device {
  public:
   // Opens a device through the named backend ("inprocess" by default). Throws
-  // std::runtime_error if the backend cannot be created or the device does not answer.
+  // std::invalid_argument for an unknown backend name or options the backend rejects (bad
+  // preset, bad override), std::runtime_error if the device cannot be built or does not answer.
+  // Destroy the Device only after every wait() has returned; packets still in flight then are
+  // completed as aborted (their callbacks run) during destruction.
   static std::unique_ptr<Device> open(const std::string& backend_name,
                                       const BackendOptions& options);
   virtual ~Device() = default;
@@ -66,16 +69,25 @@ class Device {
 
   virtual uint32_t num_queues() const = 0;
 
-  // Appends a packet to hardware queue `queue` and rings its doorbell. The header's seq and
-  // flags are set by the driver. Returns the packet's sequence number (per queue, starting
-  // at 1, strictly increasing). Blocks while the ring is full. `on_complete`, if given, runs
-  // on the backend's thread once the packet completes, fails or is aborted; it must not block.
+  // Appends a packet to hardware queue `queue` and rings its doorbell. The driver sets the
+  // header's opcode (from the packet's type), version, seq and the kPacketInterrupt flag; other
+  // header fields are sent as given. Throws std::out_of_range for a queue that does not exist.
+  // Returns the packet's sequence number (per queue, starting at 1, strictly increasing). Blocks
+  // while the ring is full. `on_complete`, if given, runs on the backend's thread once the packet
+  // completes, fails or is aborted, in seq order per queue; it must not block, so it must not
+  // call submit() or wait() (both can wait for that very thread). A failed packet halts its
+  // queue: the driver completes every later packet already on it as aborted, resets the queue,
+  // and later submissions run normally.
   virtual uint64_t submit(uint32_t queue, const isa::Packet& packet,
                           CompletionCallback on_complete = {}) = 0;
 
-  // Blocks until packet `seq` of `queue` has completed, failed or been aborted.
+  // Blocks until packet `seq` of `queue` has completed, failed or been aborted; its callback
+  // has run by then. Full details (times, errors) are kept for the last 4096 completions and
+  // the last 4096 failures of each queue; an older successful packet yields ok with zero times
+  // (use the callback to keep details of your own). Throws std::invalid_argument for a seq
+  // never submitted to `queue`.
   virtual Completion wait(uint32_t queue, uint64_t seq) = 0;
-  // True once packet `seq` of `queue` is no longer pending.
+  // True once packet `seq` of `queue` is no longer pending (and its callback has run).
   virtual bool is_done(uint32_t queue, uint64_t seq) = 0;
   // Sequence number of the most recent submission to `queue` (0 if none).
   virtual uint64_t last_submitted(uint32_t queue) = 0;

@@ -1,0 +1,478 @@
+// The driver's side of the queue protocol (isa/packets.h, isa/registers.h).
+//
+// Device memory layout the driver sets up at open():
+//   [kDramBase, + nq * kRingSlots * kPacketSlotBytes)      packet rings, one per queue
+//   [..., + nq * kRingSlots * kCompletionRecordBytes)      completion rings, one per queue
+//   rounded up to 1 MiB: the end of the driver's region; the Allocator owns the rest of DRAM.
+//
+// Threads: host threads submit and wait; completions arrive on the backend's thread through
+// the interrupt handler. Each queue has one mutex guarding its ring indices and bookkeeping.
+// The interrupt handler never reads registers (a read waits for the simulator thread, which is
+// the thread the handler runs on); it only reads memory and posts register writes.
+#include "mtia/driver/device.h"
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "mtia/isa/address_map.h"
+#include "mtia/isa/registers.h"
+
+namespace mtia::driver {
+namespace {
+
+constexpr uint64_t kRingSlots = 1024;                // packets per queue ring, a power of two
+constexpr uint64_t kDriverRegionAlign = 1ull << 20;  // the driver's region ends on a MiB
+constexpr uint64_t kHeapAlignment = 256;             // default alignment of user allocations
+constexpr size_t kKeepCompletions = 4096;            // completions kept per queue for wait()
+constexpr size_t kKeepFailures = 4096;               // failures kept per queue for wait()
+constexpr uint64_t kRecordBatch = 16;                // completion records read at once
+
+std::shared_ptr<spdlog::logger> logger() {
+  static std::shared_ptr<spdlog::logger> log = [] {
+    auto l = spdlog::get("driver");
+    return l ? l : spdlog::stdout_color_mt("driver");
+  }();
+  return log;
+}
+
+constexpr uint64_t align_up(uint64_t v, uint64_t a) {
+  return (v + a - 1) & ~(a - 1);
+}
+
+// What the driver remembers about a packet in a ring slot until its completion arrives.
+struct Pending {
+  uint64_t seq = 0;
+  isa::Opcode opcode = isa::Opcode::kIllegal;
+  CompletionCallback on_complete;
+};
+
+struct Queue {
+  uint32_t id = 0;
+  uint64_t ring_addr = 0;        // device address of the packet ring
+  uint64_t completion_addr = 0;  // device address of the completion ring
+
+  std::mutex mu;
+  std::condition_variable space_cv;  // a ring slot was freed (or the queue was reset)
+  std::condition_variable done_cv;   // done_through advanced
+  uint64_t last_seq = 0;             // most recent seq handed out
+  // Ring indices since the last queue reset, as the device counts them (it restarts at 0).
+  uint64_t tail = 0;       // packets written and doorbelled
+  uint64_t completed = 0;  // completion records consumed (or packets aborted)
+  std::vector<Pending> slots = std::vector<Pending>(kRingSlots);
+  // Packets complete in order on a queue, so "done" is a prefix of the seqs: every seq up to
+  // done_through has completed and its callback has run.
+  uint64_t done_through = 0;
+  std::map<uint64_t, Completion> recent;    // the last kKeepCompletions completions
+  std::map<uint64_t, Completion> failures;  // the last kKeepFailures failed or aborted ones
+  uint64_t resets = 0;
+};
+
+std::string describe_packet(isa::Opcode op, uint64_t seq, uint32_t queue) {
+  return fmt::format("{} (seq {}, packet {} on queue {})", isa::opcode_name(op), seq, seq - 1,
+                     queue);
+}
+
+std::string describe_error(isa::ErrorCode error, uint64_t arg0, uint64_t arg1) {
+  const char* name = isa::error_code_name(error);
+  switch (error) {
+    case isa::ErrorCode::kDeviceAddressFault:
+      return fmt::format("{}: 0x{:x} + {} bytes is outside device memory", name, arg0, arg1);
+    case isa::ErrorCode::kHostAddressFault:
+      return fmt::format("{}: 0x{:x} + {} bytes is not inside host memory registered with map_host",
+                         name, arg0, arg1);
+    case isa::ErrorCode::kUnsupported:
+      return fmt::format("{}: this firmware does not implement the packet", name);
+    default:
+      if (arg0 == 0 && arg1 == 0) return fmt::format("{}: the packet was rejected", name);
+      return fmt::format("{} (detail 0x{:x}, 0x{:x})", name, arg0, arg1);
+  }
+}
+
+class DeviceImpl final : public Device {
+ public:
+  explicit DeviceImpl(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {
+    be_ = backend_.get();
+    read_info();
+    layout_queues();
+    be_->set_interrupt_handler([this](uint64_t mask) { on_interrupt(mask); });
+    try {
+      for (auto& q : queues_) configure_queue(*q, /*reset_first=*/true);
+      be_->write_register(isa::reg::kIntEnable, all_queues_mask_);
+      // Register reads are answered in order after the posted writes above.
+      for (auto& q : queues_) {
+        const uint64_t state = read_reg(isa::reg::queue_reg(q->id, isa::reg::kQueueState));
+        if (state != static_cast<uint64_t>(isa::QueueState::kRunning)) {
+          throw std::runtime_error(fmt::format(
+              "device queue {} did not start after configuration (state {}); the ring at "
+              "0x{:x} ({} slots) was rejected by the firmware",
+              q->id, state, q->ring_addr, kRingSlots));
+        }
+      }
+    } catch (...) {
+      be_->set_interrupt_handler({});  // the destructor will not run to do this
+      throw;
+    }
+    logger()->debug("opened {} (generation {}): {} queues, {} GiB DRAM, driver region {} MiB",
+                    info_.preset_name, info_.generation, info_.num_queues, info_.dram_bytes >> 30,
+                    reserved_end_ >> 20);
+  }
+
+  ~DeviceImpl() override {
+    // Stop interrupts first: the handler must not run while the backend is torn down. Then
+    // collect what has completed meanwhile, and stop the device.
+    be_->set_interrupt_handler({});
+    for (auto& q : queues_) {
+      try {
+        drain(*q);
+      } catch (const std::exception& e) {
+        logger()->error("queue {}: collecting completions while closing failed: {}", q->id,
+                        e.what());
+      }
+    }
+    backend_.reset();
+    // Packets still in flight will never complete: abort them so their callbacks run and
+    // release whatever they hold.
+    for (auto& q : queues_) {
+      std::vector<std::pair<Completion, CompletionCallback>> done;
+      {
+        std::lock_guard lock(q->mu);
+        while (q->completed < q->tail) {
+          Pending& p = q->slots[q->completed % kRingSlots];
+          Completion c;
+          c.seq = p.seq;
+          c.ok = false;
+          c.aborted = true;
+          c.message = fmt::format("{} was aborted: the device was closed before it completed",
+                                  describe_packet(p.opcode, p.seq, q->id));
+          done.emplace_back(std::move(c), std::move(p.on_complete));
+          ++q->completed;
+        }
+      }
+      run_callbacks(done);
+    }
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+  Backend& backend() override { return *be_; }
+  Allocator& allocator() override { return *allocator_; }
+  uint64_t map_host(void* ptr, uint64_t bytes) override { return be_->map_host(ptr, bytes); }
+  void unmap_host(uint64_t bus_addr) override { be_->unmap_host(bus_addr); }
+  uint32_t num_queues() const override { return info_.num_queues; }
+
+  uint64_t submit(uint32_t queue, const isa::Packet& packet,
+                  CompletionCallback on_complete) override {
+    Queue& q = get_queue(queue);
+    isa::Packet p = packet;
+    // The packet's type decides its layout, so it also decides the opcode.
+    const auto opcode = static_cast<isa::Opcode>(p.index() + 1);
+    static_assert(std::is_same_v<std::variant_alternative_t<0, isa::Packet>, isa::NopPacket>);
+    static_assert(std::is_same_v<std::variant_alternative_t<5, isa::Packet>, isa::LaunchPacket> &&
+                  static_cast<int>(isa::Opcode::kLaunch) == 6);
+
+    std::unique_lock lock(q.mu);
+    q.space_cv.wait(lock, [&] { return q.tail - q.completed < kRingSlots; });
+    const uint64_t seq = q.last_seq + 1;
+    std::visit(
+        [&](auto& pk) {
+          pk.header.opcode = static_cast<uint8_t>(opcode);
+          pk.header.version = isa::kPacketVersion;
+          pk.header.flags |= isa::kPacketInterrupt;
+          pk.header.seq = seq;
+        },
+        p);
+    uint8_t slot[isa::kPacketSlotBytes];
+    isa::encode_packet(p, slot);
+    const uint64_t index = q.tail;
+    be_->write_memory(q.ring_addr + (index % kRingSlots) * isa::kPacketSlotBytes, slot,
+                      sizeof slot);
+    // Commit before the doorbell: the completion may arrive as soon as it rings.
+    q.slots[index % kRingSlots] = Pending{seq, opcode, std::move(on_complete)};
+    q.last_seq = seq;
+    q.tail = index + 1;
+    be_->write_register(isa::reg::queue_reg(q.id, isa::reg::kQueueTail), q.tail);
+    return seq;
+  }
+
+  Completion wait(uint32_t queue, uint64_t seq) override {
+    Queue& q = get_queue(queue);
+    std::unique_lock lock(q.mu);
+    check_seq(q, seq);
+    q.done_cv.wait(lock, [&] { return q.done_through >= seq; });
+    if (auto it = q.recent.find(seq); it != q.recent.end()) return it->second;
+    if (auto it = q.failures.find(seq); it != q.failures.end()) return it->second;
+    // Older than both windows: it is done, and failures are kept longer, so it succeeded.
+    Completion c;
+    c.seq = seq;
+    return c;
+  }
+
+  bool is_done(uint32_t queue, uint64_t seq) override {
+    Queue& q = get_queue(queue);
+    std::lock_guard lock(q.mu);
+    check_seq(q, seq);
+    return q.done_through >= seq;
+  }
+
+  uint64_t last_submitted(uint32_t queue) override {
+    Queue& q = get_queue(queue);
+    std::lock_guard lock(q.mu);
+    return q.last_seq;
+  }
+
+ private:
+  uint64_t read_reg(uint64_t offset) { return be_->read_register(offset); }
+
+  void read_info() {
+    const uint64_t id = read_reg(isa::reg::kDeviceId);
+    if ((id & 0xFFFF'FFFF'0000'0000ull) != isa::kDeviceIdMagic) {
+      throw std::runtime_error(fmt::format(
+          "the device did not identify as an MTIA device: register DEVICE_ID reads 0x{:x}, "
+          "expected 0x{:x} | generation",
+          id, isa::kDeviceIdMagic));
+    }
+    const uint64_t isa_version = read_reg(isa::reg::kIsaVersion);
+    if (isa_version != isa::kPacketVersion) {
+      throw std::runtime_error(fmt::format(
+          "the device's firmware speaks packet version {}, this driver speaks version {}; use "
+          "a driver and firmware built from the same release",
+          isa_version, isa::kPacketVersion));
+    }
+    info_.generation = static_cast<uint32_t>(id & 0xFFFF'FFFF);
+    info_.firmware_version = read_reg(isa::reg::kFirmwareVer);
+    const uint64_t nq = read_reg(isa::reg::kNumQueues);
+    if (nq < 1 || nq > isa::kMaxQueues) {
+      throw std::runtime_error(
+          fmt::format("the device reports {} queues; expected 1..{}", nq, isa::kMaxQueues));
+    }
+    info_.num_queues = static_cast<uint32_t>(nq);
+    info_.dram_bytes = read_reg(isa::reg::kDramBytes);
+    info_.sram_bytes = read_reg(isa::reg::kSramBytes);
+    info_.local_store_bytes = read_reg(isa::reg::kLocalStoreBytes);
+    const uint64_t grid = read_reg(isa::reg::kPeGrid);
+    info_.pe_rows = static_cast<uint32_t>((grid >> 8) & 0xFF);
+    info_.pe_cols = static_cast<uint32_t>(grid & 0xFF);
+    info_.clock_hz = read_reg(isa::reg::kClockHz);
+    info_.dma_engines = static_cast<uint32_t>(read_reg(isa::reg::kNumDmaEngines));
+    char name[17] = {};
+    const uint64_t n0 = read_reg(isa::reg::kPresetName0);
+    const uint64_t n1 = read_reg(isa::reg::kPresetName1);
+    std::memcpy(name, &n0, 8);
+    std::memcpy(name + 8, &n1, 8);
+    info_.preset_name = name;
+  }
+
+  void layout_queues() {
+    const uint64_t nq = info_.num_queues;
+    const uint64_t rings = nq * kRingSlots * isa::kPacketSlotBytes;
+    const uint64_t records = nq * kRingSlots * isa::kCompletionRecordBytes;
+    reserved_end_ = align_up(isa::kDramBase + rings + records, kDriverRegionAlign);
+    if (reserved_end_ - isa::kDramBase >= info_.dram_bytes) {
+      throw std::runtime_error(fmt::format(
+          "the device has {} bytes of DRAM, too little for the driver's {} queue rings ({} "
+          "bytes)",
+          info_.dram_bytes, nq, reserved_end_ - isa::kDramBase));
+    }
+    allocator_ = std::make_unique<Allocator>(
+        reserved_end_, info_.dram_bytes - (reserved_end_ - isa::kDramBase), kHeapAlignment);
+    all_queues_mask_ = nq == 64 ? ~0ull : (1ull << nq) - 1;
+
+    const std::vector<uint8_t> zeros(kRingSlots * isa::kCompletionRecordBytes, 0);
+    for (uint32_t i = 0; i < nq; ++i) {
+      auto q = std::make_unique<Queue>();
+      q->id = i;
+      q->ring_addr = isa::kDramBase + i * kRingSlots * isa::kPacketSlotBytes;
+      q->completion_addr = isa::kDramBase + rings + i * kRingSlots * isa::kCompletionRecordBytes;
+      // Stale records from an earlier user of the device must never match a new seq.
+      be_->write_memory(q->completion_addr, zeros.data(), zeros.size());
+      queues_.push_back(std::move(q));
+    }
+  }
+
+  // Posted register writes only: this also runs from the interrupt handler.
+  void configure_queue(Queue& q, bool reset_first) {
+    auto reg = [&](uint64_t field) { return isa::reg::queue_reg(q.id, field); };
+    if (reset_first) be_->write_register(reg(isa::reg::kQueueControl), isa::kQueueReset);
+    be_->write_register(reg(isa::reg::kQueueBase), q.ring_addr);
+    be_->write_register(reg(isa::reg::kQueueSize), kRingSlots);
+    be_->write_register(reg(isa::reg::kQueueCompletion), q.completion_addr);
+    be_->write_register(reg(isa::reg::kQueueControl), isa::kQueueEnable);
+  }
+
+  Queue& get_queue(uint32_t queue) {
+    if (queue >= queues_.size()) {
+      throw std::out_of_range(
+          fmt::format("queue {} does not exist: the device has {} queues (0..{})", queue,
+                      queues_.size(), queues_.size() - 1));
+    }
+    return *queues_[queue];
+  }
+
+  static void check_seq(const Queue& q, uint64_t seq) {
+    if (seq == 0 || seq > q.last_seq) {
+      throw std::invalid_argument(fmt::format(
+          "seq {} was never submitted to queue {} (sequence numbers start at 1; the last one "
+          "submitted is {})",
+          seq, q.id, q.last_seq));
+    }
+  }
+
+  // Runs on the backend's thread. Must not block for long and must not read registers.
+  void on_interrupt(uint64_t mask) {
+    // Acknowledge first: a record written after this point raises the interrupt again, so
+    // nothing is lost between our drain and the acknowledgement.
+    if (mask & all_queues_mask_) be_->write_register(isa::reg::kIntStatus, mask & all_queues_mask_);
+    for (auto& q : queues_) {
+      if (mask & (1ull << q->id)) drain(*q);
+    }
+  }
+
+  // Consumes every completion record that has arrived on `q`; on a failure aborts the rest
+  // of the queue's packets and resets the queue so later submissions run.
+  void drain(Queue& q) {
+    std::vector<std::pair<Completion, CompletionCallback>> done;
+    {
+      std::lock_guard lock(q.mu);
+      bool more = true;
+      while (more && q.completed < q.tail) {
+        const uint64_t first = q.completed % kRingSlots;
+        const uint64_t n = std::min({q.tail - q.completed, kRecordBatch, kRingSlots - first});
+        std::array<uint8_t, kRecordBatch * isa::kCompletionRecordBytes> raw;
+        be_->read_memory(q.completion_addr + first * isa::kCompletionRecordBytes, raw.data(),
+                         n * isa::kCompletionRecordBytes);
+        for (uint64_t i = 0; i < n; ++i) {
+          const uint8_t* rec = raw.data() + i * isa::kCompletionRecordBytes;
+          Pending& p = q.slots[(first + i)];
+          uint64_t rec_seq;
+          std::memcpy(&rec_seq, rec, sizeof rec_seq);
+          // A record from an earlier pass over the ring: this packet has not completed yet.
+          if (rec_seq != p.seq) {
+            more = false;
+            break;
+          }
+          Completion c = to_completion(q, p, rec);
+          ++q.completed;
+          const bool failed = !c.ok;
+          done.emplace_back(std::move(c), std::move(p.on_complete));
+          if (failed) {
+            abort_and_reset(q, p.seq, p.opcode, done);
+            more = false;
+            break;
+          }
+        }
+      }
+      if (!done.empty()) q.space_cv.notify_all();
+    }
+    if (done.empty()) return;  // spurious or coalesced interrupt: nothing new
+
+    run_callbacks(done);
+    std::lock_guard lock(q.mu);
+    for (auto& [c, cb] : done) {
+      if (!c.ok) {
+        q.failures[c.seq] = c;
+        if (q.failures.size() > kKeepFailures) q.failures.erase(q.failures.begin());
+      }
+      q.recent[c.seq] = std::move(c);
+    }
+    while (q.recent.size() > kKeepCompletions) q.recent.erase(q.recent.begin());
+    q.done_through = std::max(q.done_through, done.back().first.seq);
+    q.done_cv.notify_all();
+  }
+
+  Completion to_completion(const Queue& q, const Pending& p, const uint8_t* rec) {
+    Completion c;
+    c.seq = p.seq;
+    auto decoded = isa::decode_completion(rec, isa::kCompletionRecordBytes);
+    if (!decoded) {
+      // The firmware wrote something this driver cannot read: our bug, not the user's. Treat
+      // it as a failure so the queue is reset to a known state.
+      logger()->error("queue {}: malformed completion record for seq {}: {}", q.id, p.seq,
+                      decoded.error().reason);
+      c.ok = false;
+      c.error = decoded.error().code;
+      c.message = fmt::format("{} failed: the device wrote a malformed completion record ({})",
+                              describe_packet(p.opcode, p.seq, q.id), decoded.error().reason);
+      return c;
+    }
+    const isa::CompletionRecord& r = decoded.value();
+    c.start_ps = r.start_ps;
+    c.end_ps = r.end_ps;
+    c.ok = r.status == static_cast<uint16_t>(isa::CompletionStatus::kOk);
+    c.error = static_cast<isa::ErrorCode>(r.error);
+    c.error_arg0 = r.error_arg0;
+    c.error_arg1 = r.error_arg1;
+    if (!c.ok) {
+      c.message = fmt::format("{} failed: {}", describe_packet(p.opcode, p.seq, q.id),
+                              describe_error(c.error, c.error_arg0, c.error_arg1));
+      logger()->debug("{}", c.message);
+    }
+    return c;
+  }
+
+  // Called with q.mu held, after the failed packet's record was consumed. The queue has
+  // halted; every later packet is aborted, then the queue is reset and re-armed with posted
+  // writes, which the device applies before any later doorbell.
+  void abort_and_reset(Queue& q, uint64_t failed_seq, isa::Opcode failed_opcode,
+                       std::vector<std::pair<Completion, CompletionCallback>>& done) {
+    const std::string cause = describe_packet(failed_opcode, failed_seq, q.id);
+    while (q.completed < q.tail) {
+      Pending& p = q.slots[q.completed % kRingSlots];
+      Completion c;
+      c.seq = p.seq;
+      c.ok = false;
+      c.aborted = true;
+      c.message = fmt::format("{} was aborted: the earlier {} failed and the queue was reset",
+                              describe_packet(p.opcode, p.seq, q.id), cause);
+      done.emplace_back(std::move(c), std::move(p.on_complete));
+      ++q.completed;
+    }
+    configure_queue(q, /*reset_first=*/true);
+    q.tail = 0;
+    q.completed = 0;
+    ++q.resets;
+    logger()->debug("queue {} reset after {} failed", q.id, cause);
+  }
+
+  static void run_callbacks(std::vector<std::pair<Completion, CompletionCallback>>& done) {
+    for (auto& [c, cb] : done) {
+      if (!cb) continue;
+      try {
+        cb(c);
+      } catch (const std::exception& e) {
+        logger()->error("a completion callback for seq {} threw (callbacks must not): {}", c.seq,
+                        e.what());
+      } catch (...) {
+        logger()->error("a completion callback for seq {} threw (callbacks must not)", c.seq);
+      }
+      cb = nullptr;  // release what it captured before waiters wake
+    }
+  }
+
+  Backend* be_ = nullptr;  // backend_.get(), also valid while backend_.reset() runs
+  DeviceInfo info_;
+  uint64_t reserved_end_ = 0;
+  uint64_t all_queues_mask_ = 0;
+  std::unique_ptr<Allocator> allocator_;
+  std::vector<std::unique_ptr<Queue>> queues_;
+  // Declared last so it is destroyed first: if the constructor throws, the device (and its
+  // interrupt thread) stops before the queues the handler uses are destroyed.
+  std::unique_ptr<Backend> backend_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> Device::open(const std::string& backend_name,
+                                     const BackendOptions& options) {
+  return std::make_unique<DeviceImpl>(create_backend(backend_name, options));
+}
+
+}  // namespace mtia::driver
