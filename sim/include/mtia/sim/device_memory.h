@@ -1,0 +1,57 @@
+// Device memory: LPDDR, on-chip SRAM and the PE local stores at the addresses of
+// isa/address_map.h, each backed lazily by an anonymous private mapping so that only the
+// pages the program touches cost host memory (a 128 GiB DRAM costs nothing until written).
+//
+// Thread safety: translate() only reads immutable state, so any thread may call it; who may
+// touch the bytes behind the pointer when is the caller's business (doorbells order it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mtia/sim/chip_config.h"
+
+namespace mtia::sim {
+
+// Which memory a device address belongs to (the DMA timing model's resources follow it).
+enum class MemoryKind { kNone, kDram, kSram, kLocalStore };
+
+class DeviceMemory {
+ public:
+  // Reserves address space for every memory of `config`. Throws std::runtime_error if the
+  // host refuses the mapping (e.g. vm.overcommit_memory=2 with too little commit limit).
+  explicit DeviceMemory(const ChipConfig& config);
+  ~DeviceMemory();
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  // A host pointer for device range [addr, addr + bytes), or nullptr if the range does not lie
+  // entirely inside one memory (DRAM, SRAM, or a single PE's local store). bytes == 0 is
+  // treated as one byte. Overflow-safe for any addr and bytes.
+  uint8_t* translate(uint64_t addr, uint64_t bytes) const;
+  // The memory holding [addr, addr + bytes), kNone if translate() would fail.
+  MemoryKind kind_of(uint64_t addr, uint64_t bytes) const;
+
+  uint64_t dram_bytes() const { return dram_.bytes; }
+  uint64_t sram_bytes() const { return sram_.bytes; }
+  uint64_t local_store_bytes() const { return local_store_bytes_; }
+  uint32_t num_pes() const { return num_pes_; }
+
+ private:
+  struct Mapping {
+    uint8_t* base = nullptr;
+    uint64_t bytes = 0;
+  };
+  static Mapping map(uint64_t bytes, const std::string& what);
+  static void unmap(Mapping& m);
+  // Locates [addr, addr + bytes) in a memory: its kind and host pointer, or kNone.
+  MemoryKind locate(uint64_t addr, uint64_t bytes, uint8_t** out) const;
+
+  Mapping dram_;
+  Mapping sram_;
+  Mapping local_stores_;  // num_pes_ stores of local_store_bytes_, back to back
+  uint64_t local_store_bytes_ = 0;
+  uint32_t num_pes_ = 0;
+};
+
+}  // namespace mtia::sim

@@ -1,0 +1,160 @@
+// The memory system as the DMA engines see it: device memory, registered host memory across
+// PCIe, and the timing model that turns an N-D job into picoseconds. No SystemC here: the DMA
+// engine modules call it at simulated time `now`, and the tests call it directly.
+//
+// Timing model (every value an integer number of picoseconds, rounded up, so runs are
+// deterministic; the bandwidths are used at 1 MB/s resolution):
+//
+//   resources   PCIe H2D, PCIe D2H, DRAM, SRAM (local stores use the SRAM resource and its
+//               parameters). Each has a bandwidth BW (MB/s), a burst B (bytes), a latency L,
+//               and a reservation timeline free_at (ps).
+//   runs        per side of a job, walking the descriptor as given (dimension ndims-1
+//               innermost, size-1 dimensions ignored): run_bytes = elem_size times the sizes of
+//               the innermost dimensions that are laid out contiguously on that side;
+//               runs = total_bytes / run_bytes.
+//   effective   eff(side, B) = runs * ceil(run_bytes / B) * B     (short runs waste bursts)
+//   path        source side: its memory (eff with that memory's burst), or PCIe H2D if it is
+//               host memory (eff with pcie_burst_bytes); destination side: its memory, or PCIe
+//               D2H if host. A copy within one memory charges read + write bytes to it. A fill
+//               has a destination side only.
+//   busy_r      ceil(eff_r * 10^6 / BW_r)                          for each resource r on the path
+//   ready       now + dma_setup
+//   start       max(ready, free_at_r for every r on the path)
+//   end         start + max_r busy_r + max_r L_r
+//   free_at_r   start + busy_r          (so engines that share a memory share its bandwidth)
+//   faults      a job whose region lies outside memory ends at `ready` with the fault, moves no
+//               data and reserves nothing.
+// With timing off every duration is zero: start = end = now.
+//
+// Example (mtia-v2, 1 MiB contiguous host -> DRAM, idle resources, now = 0):
+//   ready = 100'000; busy_H2D = ceil(1048576e6 / 31500) = 33'288'127; busy_DRAM = 5'120'000;
+//   end = 100'000 + 33'288'127 + max(500'000, 100'000) = 33'888'127 ps.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "mtia/isa/decode.h"
+#include "mtia/isa/packets.h"
+#include "mtia/sim/chip_config.h"
+#include "mtia/sim/device_memory.h"
+#include "mtia/sim/host_memory.h"
+
+namespace mtia::sim {
+
+// ---- functional N-D data movement ---------------------------------------------------------
+// `dst` / `src` point at the element with index (0, ..., 0); strides are in bytes. Elements are
+// moved in an order chosen for host speed; the result equals a nested loop over the dimensions
+// whenever no two destination elements overlap and the regions do not overlap each other
+// (otherwise it is deterministic but unspecified).
+void nd_copy(uint8_t* dst, const uint64_t* dst_strides, const uint8_t* src,
+             const uint64_t* src_strides, const uint64_t* sizes, int ndims, uint32_t elem_size);
+// Writes the low elem_size bytes of `pattern` (little-endian) to every element.
+void nd_fill(uint8_t* dst, const uint64_t* dst_strides, const uint64_t* sizes, int ndims,
+             uint32_t elem_size, uint64_t pattern);
+
+// ---- timing helpers (see the formulas above) ----------------------------------------------
+struct Runs {
+  uint64_t run_bytes = 0;  // bytes in one contiguous run
+  uint64_t runs = 0;       // number of runs
+};
+Runs contiguous_runs(const uint64_t* sizes, int ndims, uint32_t elem_size, const uint64_t* strides);
+// runs * ceil(run_bytes / burst) * burst
+uint64_t effective_bytes(const Runs& runs, uint32_t burst_bytes);
+// ceil(bytes * 10^6 / bandwidth_MBps) picoseconds.
+uint64_t transfer_ps(uint64_t bytes, uint64_t bandwidth_MBps);
+// ns (from a config) to whole picoseconds, rounded to nearest.
+uint64_t ns_to_ps(double ns);
+// GB/s (from a config) to whole MB/s, rounded to nearest.
+uint64_t gbps_to_mbps(double gbps);
+
+enum class Resource : int { kPcieH2D = 0, kPcieD2H, kDram, kSram, kCount };
+inline constexpr int kNumResources = static_cast<int>(Resource::kCount);
+const char* resource_name(Resource r);  // "pcie_h2d", "pcie_d2h", "dram", "sram"
+
+struct ResourceParams {
+  uint64_t bandwidth_MBps = 0;
+  uint64_t latency_ps = 0;
+  uint32_t burst_bytes = 1;
+};
+
+struct ResourceStats {
+  uint64_t jobs = 0;             // DMA jobs that used the resource
+  uint64_t bytes = 0;            // payload bytes moved through it
+  uint64_t effective_bytes = 0;  // bytes charged, including burst waste
+  uint64_t busy_ps = 0;          // reserved time
+};
+
+// One side of a validated job.
+struct SideInfo {
+  bool host = false;                      // host memory (across PCIe) or device memory
+  MemoryKind memory = MemoryKind::kNone;  // device memory kind when !host
+  isa::ByteSpan span;                     // bytes the region touches
+  Runs runs;
+};
+
+// A job after validation and scheduling.
+struct DmaPlan {
+  bool is_fill = false;
+  isa::DmaCopyPacket copy{};
+  isa::FillPacket fill{};
+  isa::ErrorCode error = isa::ErrorCode::kNone;
+  uint64_t error_arg0 = 0;
+  uint64_t error_arg1 = 0;
+  uint64_t payload_bytes = 0;  // elements * element size
+  SideInfo src;                // unused for fills
+  SideInfo dst;
+  uint64_t ready_ps = 0;
+  uint64_t start_ps = 0;
+  uint64_t end_ps = 0;
+  std::array<uint64_t, kNumResources> effective_bytes{};  // 0 for resources off the path
+  std::array<uint64_t, kNumResources> busy_ps{};
+};
+
+struct DmaResult {
+  isa::ErrorCode error = isa::ErrorCode::kNone;
+  uint64_t arg0 = 0;
+  uint64_t arg1 = 0;
+};
+
+class MemorySystem {
+ public:
+  // Throws like DeviceMemory if the memories cannot be reserved.
+  MemorySystem(const ChipConfig& config, HostMemory& host);
+
+  DeviceMemory& device() { return device_; }
+  const DeviceMemory& device() const { return device_; }
+  HostMemory& host() { return host_; }
+
+  // Validates both regions against the memory map (kDeviceAddressFault / kHostAddressFault
+  // with arg0 = span start, arg1 = span bytes) and reserves bandwidth for the job at now_ps.
+  DmaPlan plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps);
+  DmaPlan plan_fill(const isa::FillPacket& packet, uint64_t now_ps);
+  // Moves the data of a plan without error. The regions are translated again, so host memory
+  // unregistered since planning ends in kHostAddressFault instead of a stray write.
+  DmaResult perform(const DmaPlan& plan);
+
+  const ResourceParams& params(Resource r) const { return params_[static_cast<int>(r)]; }
+  const ResourceStats& stats(Resource r) const { return stats_[static_cast<int>(r)]; }
+  uint64_t free_at_ps(Resource r) const { return free_at_[static_cast<int>(r)]; }
+  uint64_t setup_ps() const { return setup_ps_; }
+
+ private:
+  // Checks a region; fills `side` or returns the fault in `plan`.
+  bool check_side(const uint64_t* sizes, int ndims, uint32_t elem, const isa::NdRegion& region,
+                  SideInfo& side, DmaPlan& plan);
+  void charge(DmaPlan& plan, const SideInfo& side, bool is_source);
+  void schedule(DmaPlan& plan, uint64_t now_ps);
+  uint8_t* translate(const SideInfo& side) const;
+
+  DeviceMemory device_;
+  HostMemory& host_;
+  bool timing_;
+  uint64_t setup_ps_;
+  std::array<ResourceParams, kNumResources> params_{};
+  std::array<uint64_t, kNumResources> free_at_{};
+  std::array<ResourceStats, kNumResources> stats_{};
+};
+
+}  // namespace mtia::sim

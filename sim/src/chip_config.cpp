@@ -1,0 +1,432 @@
+// Chip presets: loading, overrides, validation and the effective-configuration JSON.
+//
+// A preset file holds one object per ChipConfig field:
+//   "dram_bandwidth_GBps": {"value": 204.8, "unit": "GB/s", "source": "Hot Chips 2024 ..."}
+// "value" is required; "unit", if present, must match the field's unit (so a preset written
+// in the wrong unit is caught); "source" and "description" are free text.
+#include "mtia/sim/chip_config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <type_traits>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "mtia/isa/address_map.h"
+#include "mtia/isa/registers.h"
+
+#ifndef MTIA_PRESET_DIR
+#error "MTIA_PRESET_DIR must be defined by the build (sim/CMakeLists.txt)"
+#endif
+
+namespace mtia::sim {
+namespace {
+
+using Member = std::variant<std::string ChipConfig::*, uint32_t ChipConfig::*,
+                            uint64_t ChipConfig::*, double ChipConfig::*, bool ChipConfig::*>;
+
+struct Field {
+  ConfigKey key;
+  Member member;
+};
+
+// One row per ChipConfig field, in the order of the struct. config_keys() and the preset
+// loader are both driven by this table, so a field cannot be overridable but not loadable.
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = {
+      {{"name", "", "preset name reported by the device (at most 16 characters are reported)"},
+       &ChipConfig::name},
+      {{"generation", "", "MTIA generation, 1 or 2"}, &ChipConfig::generation},
+      {{"pe_rows", "", "rows of the processing-element grid, 1..8"}, &ChipConfig::pe_rows},
+      {{"pe_cols", "", "columns of the processing-element grid, 1..8"}, &ChipConfig::pe_cols},
+      {{"clock_hz", "Hz", "PE and firmware clock"}, &ChipConfig::clock_hz},
+      {{"local_store_bytes", "bytes", "local store per PE, at most 1 MiB (its address window)"},
+       &ChipConfig::local_store_bytes},
+      {{"sram_bytes", "bytes", "on-chip SRAM shared by the PEs"}, &ChipConfig::sram_bytes},
+      {{"sram_bandwidth_GBps", "GB/s",
+        "on-chip SRAM bandwidth (10^9 bytes/s), shared by every DMA engine; local stores use it "
+        "too"},
+       &ChipConfig::sram_bandwidth_GBps},
+      {{"sram_latency_ns", "ns", "SRAM access latency added once per DMA job"},
+       &ChipConfig::sram_latency_ns},
+      {{"sram_burst_bytes", "bytes",
+        "SRAM access granule; contiguous runs shorter than this still cost a whole burst"},
+       &ChipConfig::sram_burst_bytes},
+      {{"dram_bytes", "bytes", "LPDDR capacity, at most 128 GiB (backed lazily)"},
+       &ChipConfig::dram_bytes},
+      {{"dram_bandwidth_GBps", "GB/s",
+        "LPDDR bandwidth (10^9 bytes/s), shared by every DMA engine"},
+       &ChipConfig::dram_bandwidth_GBps},
+      {{"dram_latency_ns", "ns", "LPDDR access latency added once per DMA job"},
+       &ChipConfig::dram_latency_ns},
+      {{"dram_burst_bytes", "bytes",
+        "LPDDR access granule; contiguous runs shorter than this still cost a whole burst"},
+       &ChipConfig::dram_burst_bytes},
+      {{"pcie_h2d_bandwidth_GBps", "GB/s", "PCIe host-to-device bandwidth (10^9 bytes/s)"},
+       &ChipConfig::pcie_h2d_bandwidth_GBps},
+      {{"pcie_d2h_bandwidth_GBps", "GB/s", "PCIe device-to-host bandwidth (10^9 bytes/s)"},
+       &ChipConfig::pcie_d2h_bandwidth_GBps},
+      {{"pcie_latency_ns", "ns", "PCIe latency added once per DMA job that crosses the link"},
+       &ChipConfig::pcie_latency_ns},
+      {{"pcie_burst_bytes", "bytes",
+        "PCIe payload granule; contiguous host runs shorter than this still cost a whole one"},
+       &ChipConfig::pcie_burst_bytes},
+      {{"dma_engines", "", "DMA engines, 1..64"}, &ChipConfig::dma_engines},
+      {{"dma_setup_ns", "ns", "descriptor fetch and start time per DMA job"},
+       &ChipConfig::dma_setup_ns},
+      {{"num_queues", "", "hardware command queues served by the firmware, 1..16"},
+       &ChipConfig::num_queues},
+      {{"cp_packet_ns", "ns", "firmware time to fetch, decode and dispatch one packet"},
+       &ChipConfig::cp_packet_ns},
+      {{"timing", "", "false: functional only, every duration is zero"}, &ChipConfig::timing},
+  };
+  return table;
+}
+
+std::string valid_keys_list() {
+  std::string out;
+  for (const auto& f : fields()) {
+    if (!out.empty()) out += ", ";
+    out += f.key.key;
+  }
+  return out;
+}
+
+const Field* find_field(const std::string& key) {
+  for (const auto& f : fields()) {
+    if (f.key.key == key) return &f;
+  }
+  return nullptr;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+template <typename T>
+bool parse_unsigned(const std::string& text, T& out) {
+  if (text.empty() || text[0] == '-' || text[0] == '+') return false;
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  int base = 10;
+  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+    first += 2;
+    base = 16;
+  }
+  auto [ptr, ec] = std::from_chars(first, last, out, base);
+  return ec == std::errc() && ptr == last;
+}
+
+bool parse_double(const std::string& text, double& out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end != text.c_str() + text.size() || !std::isfinite(v)) return false;
+  out = v;
+  return true;
+}
+
+bool parse_bool(const std::string& text, bool& out) {
+  if (text == "true" || text == "1" || text == "on" || text == "yes") {
+    out = true;
+    return true;
+  }
+  if (text == "false" || text == "0" || text == "off" || text == "no") {
+    out = false;
+    return true;
+  }
+  return false;
+}
+
+// Sets a field from a JSON value; throws std::runtime_error with `where` in the message.
+void set_from_json(ChipConfig& config, const Field& field, const nlohmann::json& v,
+                   const std::string& where) {
+  std::visit(
+      [&](auto member) {
+        using T = std::remove_reference_t<decltype(config.*member)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          if (!v.is_string()) throw std::runtime_error(where + ": expected a string");
+          config.*member = v.get<std::string>();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!v.is_boolean()) throw std::runtime_error(where + ": expected true or false");
+          config.*member = v.get<bool>();
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (!v.is_number()) throw std::runtime_error(where + ": expected a number");
+          config.*member = v.get<double>();
+        } else {
+          if (!v.is_number_unsigned()) {
+            throw std::runtime_error(where + ": expected an unsigned integer");
+          }
+          const uint64_t u = v.get<uint64_t>();
+          if (u > std::numeric_limits<T>::max()) {
+            throw std::runtime_error(where + ": " + std::to_string(u) + " is too large (max " +
+                                     std::to_string(std::numeric_limits<T>::max()) + ")");
+          }
+          config.*member = static_cast<T>(u);
+        }
+      },
+      field.member);
+}
+
+nlohmann::ordered_json get_as_json(const ChipConfig& config, const Field& field) {
+  return std::visit([&](auto member) { return nlohmann::ordered_json(config.*member); },
+                    field.member);
+}
+
+ChipConfig load_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open preset file " + path.string());
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error("preset file " + path.string() + " is not valid JSON: " + e.what());
+  }
+  if (!doc.is_object()) {
+    throw std::runtime_error("preset file " + path.string() +
+                             ": top level must be an object of fields");
+  }
+  ChipConfig config;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const std::string where = "preset file " + path.string() + ", field '" + it.key() + "'";
+    const Field* field = find_field(it.key());
+    if (field == nullptr) {
+      throw std::runtime_error(where + ": unknown field; valid fields: " + valid_keys_list());
+    }
+    const auto& entry = it.value();
+    if (!entry.is_object() || !entry.contains("value")) {
+      throw std::runtime_error(where +
+                               ": expected {\"value\": ..., \"unit\": ..., \"source\": ...}");
+    }
+    for (auto e = entry.begin(); e != entry.end(); ++e) {
+      if (e.key() != "value" && e.key() != "unit" && e.key() != "source" &&
+          e.key() != "description") {
+        throw std::runtime_error(where + ": unexpected member '" + e.key() +
+                                 "' (allowed: value, unit, source, description)");
+      }
+      if (e.key() != "value" && !e.value().is_string()) {
+        throw std::runtime_error(where + ": '" + e.key() + "' must be a string");
+      }
+    }
+    if (entry.contains("unit") && entry["unit"].get<std::string>() != field->key.unit) {
+      throw std::runtime_error(where + ": unit is '" + entry["unit"].get<std::string>() +
+                               "' but this field is in '" + field->key.unit + "'");
+    }
+    set_from_json(config, *field, entry["value"], where);
+  }
+  for (const auto& f : fields()) {
+    if (!doc.contains(f.key.key)) {
+      throw std::runtime_error("preset file " + path.string() + " lacks field '" + f.key.key +
+                               "' (every field must be given, with its source)");
+    }
+  }
+  try {
+    validate(config);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error("preset file " + path.string() + ": " + e.what());
+  }
+  return config;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) {
+    if (!out.empty()) out += ", ";
+    out += s;
+  }
+  return out;
+}
+
+bool is_power_of_two(uint64_t v) {
+  return v != 0 && (v & (v - 1)) == 0;
+}
+
+}  // namespace
+
+std::string preset_directory() {
+  const char* env = std::getenv("MTIA_EMU_PRESET_DIR");
+  if (env != nullptr && env[0] != '\0') return env;
+  return MTIA_PRESET_DIR;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(preset_directory(), ec)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".json") {
+      names.push_back(entry.path().stem().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+ChipConfig load_preset(const std::string& name_or_path) {
+  if (name_or_path.empty()) {
+    throw std::runtime_error("empty preset name; available presets: " + join(preset_names()));
+  }
+  const bool is_path = name_or_path.find('/') != std::string::npos ||
+                       std::filesystem::path(name_or_path).extension() == ".json";
+  if (is_path) return load_file(name_or_path);
+  const auto path = std::filesystem::path(preset_directory()) / (name_or_path + ".json");
+  if (!std::filesystem::exists(path)) {
+    throw std::runtime_error("unknown preset '" + name_or_path + "' (looked for " + path.string() +
+                             "); available presets: " + join(preset_names()) +
+                             " (set MTIA_EMU_PRESET_DIR to look elsewhere)");
+  }
+  return load_file(path);
+}
+
+void apply_override(ChipConfig& config, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos) {
+    throw std::invalid_argument("config override '" + assignment +
+                                "' is not of the form key=value; valid keys: " + valid_keys_list());
+  }
+  const std::string key = trim(assignment.substr(0, eq));
+  const std::string text = trim(assignment.substr(eq + 1));
+  const Field* field = find_field(key);
+  if (field == nullptr) {
+    throw std::invalid_argument("unknown config key '" + key +
+                                "'; valid keys: " + valid_keys_list());
+  }
+  const std::string unit = field->key.unit.empty() ? "" : " (" + field->key.unit + ")";
+  std::visit(
+      [&](auto member) {
+        using T = std::remove_reference_t<decltype(config.*member)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          if (text.empty()) throw std::invalid_argument("config key '" + key + "' needs a value");
+          config.*member = text;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          bool v = false;
+          if (!parse_bool(text, v)) {
+            throw std::invalid_argument("config key '" + key + "' expects true or false, got '" +
+                                        text + "'");
+          }
+          config.*member = v;
+        } else if constexpr (std::is_same_v<T, double>) {
+          double v = 0;
+          if (!parse_double(text, v)) {
+            throw std::invalid_argument("config key '" + key + "' expects a number" + unit +
+                                        ", got '" + text + "'");
+          }
+          config.*member = v;
+        } else {
+          T v = 0;
+          if (!parse_unsigned(text, v)) {
+            throw std::invalid_argument(
+                "config key '" + key + "' expects an unsigned integer" + unit + " no larger than " +
+                std::to_string(std::numeric_limits<T>::max()) + ", got '" + text + "'");
+          }
+          config.*member = v;
+        }
+      },
+      field->member);
+}
+
+void validate(const ChipConfig& c) {
+  auto fail = [](const std::string& msg) { throw std::invalid_argument("invalid config: " + msg); };
+  if (c.name.empty()) fail("name is empty");
+  if (c.generation != 1 && c.generation != 2) {
+    fail("generation is " + std::to_string(c.generation) + "; must be 1 or 2");
+  }
+  if (c.pe_rows < 1 || c.pe_rows > 8) {
+    fail("pe_rows is " + std::to_string(c.pe_rows) + "; must be 1..8");
+  }
+  if (c.pe_cols < 1 || c.pe_cols > 8) {
+    fail("pe_cols is " + std::to_string(c.pe_cols) + "; must be 1..8");
+  }
+  if (c.clock_hz == 0) fail("clock_hz is 0; must be positive");
+  if (c.local_store_bytes == 0 || c.local_store_bytes > isa::kLocalStoreStride) {
+    fail("local_store_bytes is " + std::to_string(c.local_store_bytes) + "; must be 1.." +
+         std::to_string(isa::kLocalStoreStride) + " (the per-PE address window)");
+  }
+  if (c.sram_bytes == 0 || c.sram_bytes > isa::kLocalStoreBase - isa::kSramBase) {
+    fail("sram_bytes is " + std::to_string(c.sram_bytes) + "; must be 1.." +
+         std::to_string(isa::kLocalStoreBase - isa::kSramBase));
+  }
+  if (c.dram_bytes == 0 || c.dram_bytes > isa::kDramMaxBytes) {
+    fail("dram_bytes is " + std::to_string(c.dram_bytes) + "; must be 1.." +
+         std::to_string(isa::kDramMaxBytes) + " (128 GiB)");
+  }
+  // Bandwidths are used at 1 MB/s resolution (see memory_system.h), so 0.001 GB/s is the floor.
+  const std::pair<const char*, double> bandwidths[] = {
+      {"sram_bandwidth_GBps", c.sram_bandwidth_GBps},
+      {"dram_bandwidth_GBps", c.dram_bandwidth_GBps},
+      {"pcie_h2d_bandwidth_GBps", c.pcie_h2d_bandwidth_GBps},
+      {"pcie_d2h_bandwidth_GBps", c.pcie_d2h_bandwidth_GBps},
+  };
+  for (const auto& [key, v] : bandwidths) {
+    if (!std::isfinite(v) || v < 0.001 || v > 1e6) {
+      std::ostringstream msg;
+      msg << key << " is " << v << "; must be a positive bandwidth of 0.001..1e6 GB/s";
+      fail(msg.str());
+    }
+  }
+  const std::pair<const char*, double> durations[] = {
+      {"sram_latency_ns", c.sram_latency_ns}, {"dram_latency_ns", c.dram_latency_ns},
+      {"pcie_latency_ns", c.pcie_latency_ns}, {"dma_setup_ns", c.dma_setup_ns},
+      {"cp_packet_ns", c.cp_packet_ns},
+  };
+  for (const auto& [key, v] : durations) {
+    if (!std::isfinite(v) || v < 0 || v > 1e9) {
+      std::ostringstream msg;
+      msg << key << " is " << v << "; must be 0..1e9 ns";
+      fail(msg.str());
+    }
+  }
+  const std::pair<const char*, uint32_t> bursts[] = {
+      {"sram_burst_bytes", c.sram_burst_bytes},
+      {"dram_burst_bytes", c.dram_burst_bytes},
+      {"pcie_burst_bytes", c.pcie_burst_bytes},
+  };
+  for (const auto& [key, v] : bursts) {
+    if (!is_power_of_two(v) || v > 65536) {
+      fail(std::string(key) + " is " + std::to_string(v) +
+           "; must be a power of two from 1 to 65536");
+    }
+  }
+  if (c.dma_engines < 1 || c.dma_engines > 64) {
+    fail("dma_engines is " + std::to_string(c.dma_engines) + "; must be 1..64");
+  }
+  if (c.num_queues < 1 || c.num_queues > isa::kMaxQueues) {
+    fail("num_queues is " + std::to_string(c.num_queues) + "; must be 1.." +
+         std::to_string(isa::kMaxQueues));
+  }
+}
+
+std::string to_json(const ChipConfig& config) {
+  nlohmann::ordered_json doc = nlohmann::ordered_json::object();
+  for (const auto& f : fields()) {
+    nlohmann::ordered_json entry;
+    entry["value"] = get_as_json(config, f);
+    entry["unit"] = f.key.unit;
+    entry["description"] = f.key.description;
+    doc[f.key.key] = entry;
+  }
+  return doc.dump(2) + "\n";
+}
+
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> keys = [] {
+    std::vector<ConfigKey> out;
+    for (const auto& f : fields()) out.push_back(f.key);
+    return out;
+  }();
+  return keys;
+}
+
+}  // namespace mtia::sim

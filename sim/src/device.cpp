@@ -1,0 +1,243 @@
+#include "mtia/sim/device.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "log.h"
+#include "model.h"
+
+namespace mtia::sim {
+namespace {
+
+// SystemC keeps one global simulation context, so only one Device may run at a time.
+std::atomic<bool> g_device_alive{false};
+
+// SystemC's own reports: infos and warnings go to our log; errors keep SystemC's default
+// behaviour (throwing sc_report out of sc_start, where the simulator thread catches it).
+void report_handler(const sc_core::sc_report& report, const sc_core::sc_actions& actions) {
+  if (report.get_severity() == sc_core::SC_INFO) {
+    detail::logger("sim.systemc")->debug("{}: {}", report.get_msg_type(), report.get_msg());
+    return;
+  }
+  if (report.get_severity() == sc_core::SC_WARNING) {
+    detail::logger("sim.systemc")->warn("{}: {}", report.get_msg_type(), report.get_msg());
+    return;
+  }
+  sc_core::sc_report_handler::default_handler(report, actions);
+}
+
+void configure_systemc_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // The banner is printed when the first simulation starts unless this is set. Done once,
+    // before the first simulator thread exists.
+    setenv("SYSTEMC_DISABLE_COPYRIGHT_MESSAGE", "1", 0);
+    sc_core::sc_report_handler::set_handler(report_handler);
+  });
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) {
+    throw std::runtime_error("cannot write " + path.string() + ": " + std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+struct Device::Impl {
+  detail::SimShared shared;
+  std::thread thread;
+  detail::DeviceModel* model = nullptr;  // simulator thread only
+
+  void sim_main(std::promise<void>& started);
+  // Sends a request and waits for its answer.
+  isa::Result<uint64_t> call(detail::HostRequest request);
+  // Runs `fn` on the simulator thread and waits for it.
+  void run_on_sim(const std::function<void()>& fn, const char* what);
+};
+
+void Device::Impl::sim_main(std::promise<void>& started) {
+  // A fresh context per device: the previous device's context is gone (or was the one SystemC
+  // created at load time, which is left alone), so devices can be opened one after another.
+  auto* context = new sc_core::sc_simcontext();
+  sc_core::sc_curr_simcontext = context;
+  sc_core::sc_default_global_context = context;
+
+  std::unique_ptr<detail::DeviceModel> device_model;
+  bool announced = false;
+  std::string why = "the device was closed";
+  try {
+    device_model = std::make_unique<detail::DeviceModel>("mtia", shared);
+    model = device_model.get();
+    shared.inbox.open(&device_model->channel());
+    announced = true;
+    started.set_value();
+    sc_core::sc_start();  // returns after sc_stop() from the bridge
+  } catch (const std::exception& e) {
+    if (!announced) {
+      started.set_exception(std::current_exception());
+    } else {
+      why = std::string("the simulator failed: ") + e.what();
+      detail::logger("sim")->error("{}", why);
+    }
+  }
+  // No host thread can reach the channel after this; then the model can go.
+  shared.inbox.close(why);
+  model = nullptr;
+  device_model.reset();
+  delete context;
+  sc_core::sc_curr_simcontext = nullptr;
+  sc_core::sc_default_global_context = nullptr;
+}
+
+isa::Result<uint64_t> Device::Impl::call(detail::HostRequest request) {
+  if (std::this_thread::get_id() == thread.get_id()) {
+    // From the interrupt handler: waiting for the simulator thread on itself would hang.
+    return isa::reject(isa::ErrorCode::kBadRegister,
+                       "called on the simulator thread (from the interrupt handler?); the handler "
+                       "may only use read_memory / write_memory, do register accesses from "
+                       "another thread");
+  }
+  std::promise<isa::Result<uint64_t>> reply;
+  auto answer = reply.get_future();
+  request.reply = &reply;
+  if (!shared.inbox.push(std::move(request))) {
+    return isa::reject(isa::ErrorCode::kBadRegister,
+                       "device is not running: " + shared.inbox.closed_reason());
+  }
+  return answer.get();
+}
+
+void Device::Impl::run_on_sim(const std::function<void()>& fn, const char* what) {
+  detail::HostRequest r;
+  r.kind = detail::HostRequest::Kind::kCall;
+  r.call = fn;
+  auto done = call(std::move(r));
+  if (!done) throw std::runtime_error(std::string(what) + ": " + done.error().reason);
+}
+
+Device::Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt) {
+  validate(config);
+  bool expected = false;
+  if (!g_device_alive.compare_exchange_strong(expected, true)) {
+    throw std::runtime_error(
+        "another mtia::sim::Device is open in this process; SystemC has one simulation "
+        "context per process, so destroy the first device before creating a second");
+  }
+  try {
+    configure_systemc_once();
+    impl_ = std::make_unique<Impl>();
+    auto& s = impl_->shared;
+    s.config = config;
+    s.memory = std::make_unique<MemorySystem>(config, host_memory);
+    s.on_interrupt = std::move(on_interrupt);
+    s.tracer = std::make_unique<detail::Tracer>("mtia-emu device 0 (" + config.name + ")",
+                                                config.num_queues, config.dma_engines);
+    std::promise<void> started;
+    auto ready = started.get_future();
+    Impl* impl = impl_.get();
+    impl_->thread = std::thread([impl, &started] { impl->sim_main(started); });
+    try {
+      ready.get();
+    } catch (...) {
+      impl_->thread.join();
+      throw;
+    }
+    detail::logger("sim")->info("device started: preset {}, {} DMA engines, timing {}", config.name,
+                                config.dma_engines, config.timing ? "on" : "off");
+  } catch (...) {
+    impl_.reset();
+    g_device_alive = false;
+    throw;
+  }
+}
+
+Device::~Device() {
+  detail::HostRequest stop;
+  stop.kind = detail::HostRequest::Kind::kStop;
+  impl_->call(std::move(stop));  // answered by the bridge, or at once if already stopped
+  impl_->thread.join();
+  impl_.reset();
+  g_device_alive = false;
+}
+
+void Device::write_register(uint64_t offset, uint64_t value) {
+  detail::HostRequest r;
+  r.kind = detail::HostRequest::Kind::kWriteRegister;
+  r.offset = offset;
+  r.value = value;
+  if (!impl_->shared.inbox.push(std::move(r))) {
+    detail::logger("sim.bridge")
+        ->warn("BAR0 write at 0x{:x} dropped: device is not running ({})", offset,
+               impl_->shared.inbox.closed_reason());
+  }
+}
+
+isa::Result<uint64_t> Device::read_register(uint64_t offset) {
+  detail::HostRequest r;
+  r.kind = detail::HostRequest::Kind::kReadRegister;
+  r.offset = offset;
+  return impl_->call(std::move(r));
+}
+
+bool Device::read_memory(uint64_t addr, void* dst, uint64_t bytes) {
+  const uint8_t* p = impl_->shared.memory->device().translate(addr, bytes);
+  if (p == nullptr) return false;
+  std::memcpy(dst, p, bytes);
+  return true;
+}
+
+bool Device::write_memory(uint64_t addr, const void* src, uint64_t bytes) {
+  uint8_t* p = impl_->shared.memory->device().translate(addr, bytes);
+  if (p == nullptr) return false;
+  std::memcpy(p, src, bytes);
+  return true;
+}
+
+uint64_t Device::now_ps() const {
+  return impl_->shared.now_ps.load(std::memory_order_relaxed);
+}
+
+const ChipConfig& Device::config() const {
+  return impl_->shared.config;
+}
+
+void Device::write_artifacts(const std::string& dir) {
+  std::string trace;
+  std::string stats;
+  Impl* impl = impl_.get();
+  impl_->run_on_sim(
+      [impl, &trace, &stats] {
+        trace = impl->shared.tracer->json();
+        stats = impl->model->stats_json();
+      },
+      "cannot snapshot the device for write_artifacts");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("cannot create directory " + dir + ": " + ec.message());
+  const std::filesystem::path base(dir);
+  write_file(base / "trace.json", trace);
+  write_file(base / "stats.json", stats);
+  write_file(base / "config.json", to_json(impl_->shared.config));
+}
+
+std::string Device::stats_json() {
+  std::string stats;
+  Impl* impl = impl_.get();
+  impl_->run_on_sim([impl, &stats] { stats = impl->model->stats_json(); },
+                    "cannot snapshot the device statistics");
+  return stats;
+}
+
+}  // namespace mtia::sim

@@ -1,0 +1,99 @@
+#include "mtia/sim/device_memory.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "mtia/isa/address_map.h"
+
+namespace mtia::sim {
+namespace {
+
+// True if [addr, addr + bytes) lies inside [base, base + size), written so that no sum can
+// overflow: addr >= base, then both offset and length are compared against size.
+bool contains(uint64_t base, uint64_t size, uint64_t addr, uint64_t bytes) {
+  if (addr < base) return false;
+  const uint64_t offset = addr - base;
+  return offset < size && bytes <= size - offset;
+}
+
+}  // namespace
+
+DeviceMemory::Mapping DeviceMemory::map(uint64_t bytes, const std::string& what) {
+  // MAP_NORESERVE: the kernel commits pages on first touch, so a 128 GiB DRAM costs only the
+  // pages the program writes. Fresh anonymous pages read as zero, like reset memory.
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    throw std::runtime_error("cannot reserve " + std::to_string(bytes) + " bytes of host " +
+                             "address space for device " + what + ": " + std::strerror(err) +
+                             " (check ulimit -v and vm.overcommit_memory, or lower the size "
+                             "with a config override)");
+  }
+  return {static_cast<uint8_t*>(p), bytes};
+}
+
+void DeviceMemory::unmap(Mapping& m) {
+  if (m.base != nullptr) munmap(m.base, m.bytes);
+  m = {};
+}
+
+DeviceMemory::DeviceMemory(const ChipConfig& config)
+    : local_store_bytes_(config.local_store_bytes), num_pes_(config.pe_rows * config.pe_cols) {
+  try {
+    dram_ = map(config.dram_bytes, "DRAM");
+    sram_ = map(config.sram_bytes, "SRAM");
+    local_stores_ = map(local_store_bytes_ * num_pes_, "local stores");
+  } catch (...) {
+    unmap(dram_);
+    unmap(sram_);
+    unmap(local_stores_);
+    throw;
+  }
+}
+
+DeviceMemory::~DeviceMemory() {
+  unmap(dram_);
+  unmap(sram_);
+  unmap(local_stores_);
+}
+
+MemoryKind DeviceMemory::locate(uint64_t addr, uint64_t bytes, uint8_t** out) const {
+  if (bytes == 0) bytes = 1;
+  if (contains(isa::kDramBase, dram_.bytes, addr, bytes)) {
+    *out = dram_.base + (addr - isa::kDramBase);
+    return MemoryKind::kDram;
+  }
+  if (contains(isa::kSramBase, sram_.bytes, addr, bytes)) {
+    *out = sram_.base + (addr - isa::kSramBase);
+    return MemoryKind::kSram;
+  }
+  if (addr >= isa::kLocalStoreBase) {
+    const uint64_t pe = (addr - isa::kLocalStoreBase) / isa::kLocalStoreStride;
+    if (pe < num_pes_) {
+      const uint64_t window = isa::kLocalStoreBase + pe * isa::kLocalStoreStride;
+      if (contains(window, local_store_bytes_, addr, bytes)) {
+        *out = local_stores_.base + pe * local_store_bytes_ + (addr - window);
+        return MemoryKind::kLocalStore;
+      }
+    }
+  }
+  *out = nullptr;
+  return MemoryKind::kNone;
+}
+
+uint8_t* DeviceMemory::translate(uint64_t addr, uint64_t bytes) const {
+  uint8_t* p = nullptr;
+  locate(addr, bytes, &p);
+  return p;
+}
+
+MemoryKind DeviceMemory::kind_of(uint64_t addr, uint64_t bytes) const {
+  uint8_t* p = nullptr;
+  return locate(addr, bytes, &p);
+}
+
+}  // namespace mtia::sim

@@ -1,0 +1,243 @@
+// The SystemC modules of one device. Private to sim/: SystemC never appears in public headers.
+//
+//   host threads --(HostInbox + HostChannel: async_request_update)--> Bridge (SC_THREAD)
+//   Bridge --TLM-2.0 b_transport--> RegisterFile (BAR0, TLM target) --> firmware registers
+//   CommandProcessorModule (SC_THREAD running firmware::CommandProcessor, implements Platform)
+//   DmaEngine x N (SC_THREADs executing N-D jobs through the MemorySystem's timing model)
+//
+// Every SystemC object lives on the simulator thread. The only cross-thread state is the
+// HostInbox (mutex), the atomic clock view and device memory contents (ordered by doorbells).
+#pragma once
+
+// The Debian libsystemc is built as C++17 and its API-version check symbol names the standard;
+// sim/CMakeLists.txt defines SC_CPLUSPLUS=201703L so this C++20 code links against it.
+#include <tlm_utils/simple_initiator_socket.h>
+#include <tlm_utils/simple_target_socket.h>
+#include <systemc>
+#include <tlm>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mtia/firmware/command_processor.h"
+#include "mtia/firmware/platform.h"
+#include "mtia/isa/result.h"
+#include "mtia/sim/chip_config.h"
+#include "mtia/sim/device.h"
+#include "mtia/sim/memory_system.h"
+#include "trace.h"
+
+namespace mtia::sim::detail {
+
+using Json = nlohmann::ordered_json;
+
+// Adds {"value", "unit", "description"} under `key`.
+void add_stat(Json& module, const char* key, Json value, const char* unit, const char* description);
+
+// A host thread's request to the simulator.
+struct HostRequest {
+  enum class Kind { kWriteRegister, kReadRegister, kCall, kStop };
+  Kind kind = Kind::kCall;
+  uint64_t offset = 0;
+  uint64_t value = 0;
+  std::function<void()> call;  // kCall: runs on the simulator thread
+  // Answered when the request has been handled (reads: the value; others: 0), or with a
+  // rejection if the simulator stopped first. Owned by the waiting host thread; null for
+  // posted writes.
+  std::promise<isa::Result<uint64_t>>* reply = nullptr;
+};
+
+class HostChannel;
+
+// The mutex-protected queue between host threads and the simulator.
+class HostInbox {
+ public:
+  // Queues `r` and wakes the simulator. False if the simulator is not running (then `r` was
+  // not queued and nobody will answer it).
+  bool push(HostRequest r);
+  // Simulator thread: the oldest request, if any.
+  bool pop(HostRequest& r);
+  // Simulator thread: starts / stops accepting. close() answers every queued request with a
+  // rejection carrying `why`.
+  void open(HostChannel* channel);
+  void close(const std::string& why);
+  std::string closed_reason() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::deque<HostRequest> queue_;
+  HostChannel* channel_ = nullptr;
+  std::string closed_reason_ = "the simulator has not started";
+};
+
+// Everything the modules share with the Device (owned by Device::Impl).
+struct SimShared {
+  ChipConfig config;
+  std::unique_ptr<MemorySystem> memory;
+  InterruptHandler on_interrupt;
+  std::atomic<uint64_t> now_ps{0};
+  HostInbox inbox;
+  std::unique_ptr<Tracer> tracer;
+
+  // Publishes the simulator's current time to host threads (simulator thread only).
+  void sync_time();
+};
+
+// The primitive channel host threads wake the kernel through (async_request_update). It is
+// attached as "suspending", so an idle kernel sleeps in it instead of ending the simulation.
+class HostChannel : public sc_core::sc_prim_channel {
+ public:
+  HostChannel();
+  ~HostChannel() override;
+  void wake() { async_request_update(); }  // any thread
+  sc_core::sc_event arrived;
+
+ private:
+  void update() override;
+};
+
+class DmaEngine;
+
+// Runs the firmware and is its Platform.
+class CommandProcessorModule : public sc_core::sc_module, public firmware::Platform {
+ public:
+  CommandProcessorModule(sc_core::sc_module_name name, SimShared& shared,
+                         std::vector<DmaEngine*> engines);
+
+  // Something the firmware may react to happened (register write, DMA completion).
+  void notify_work();
+  // A DMA engine finished its job (simulator thread, at the job's end time).
+  void dma_done(unsigned engine, const firmware::DmaStatus& status);
+  // Traces the completion records written since the last look.
+  void observe_completions();
+
+  firmware::CommandProcessor& firmware() { return fw_; }
+  Json stats_json() const;
+
+  // firmware::Platform
+  bool read_device(uint64_t addr, void* dst, size_t bytes) override;
+  bool write_device(uint64_t addr, const void* src, size_t bytes) override;
+  bool write_host(uint64_t addr, const void* src, size_t bytes) override;
+  unsigned dma_engine_count() const override;
+  void dma_start(unsigned engine, const firmware::DmaJob& job) override;
+  uint64_t now_ps() const override;
+  void raise_interrupt(uint64_t queue_mask) override;
+
+ private:
+  void run();
+
+  SimShared& shared_;
+  std::vector<DmaEngine*> engines_;  // before fw_: its constructor asks for the engine count
+  firmware::CommandProcessor fw_;
+  sc_core::sc_event work_;
+  sc_core::sc_time packet_time_;
+  std::vector<uint64_t> seen_completed_;  // per queue: completion count already traced
+  uint64_t busy_steps_ = 0;
+  uint64_t busy_ps_ = 0;
+  uint64_t interrupts_ = 0;
+  uint64_t handler_errors_ = 0;
+  uint64_t records_traced_ = 0;
+};
+
+// One DMA engine: takes a job from the firmware, validates and times it through the
+// MemorySystem, waits once until its end, moves the data and reports back.
+class DmaEngine : public sc_core::sc_module {
+ public:
+  DmaEngine(sc_core::sc_module_name name, unsigned index, SimShared& shared);
+  void connect(CommandProcessorModule* cp) { cp_ = cp; }
+  // Called from the firmware's dma_start; the job starts in a later delta cycle, so the
+  // completion never re-enters the firmware from inside dma_start.
+  void submit(const firmware::DmaJob& job);
+  bool busy() const { return job_.has_value(); }
+  Json stats_json() const;
+
+ private:
+  void run();
+
+  unsigned index_;
+  SimShared& shared_;
+  CommandProcessorModule* cp_ = nullptr;
+  std::optional<firmware::DmaJob> job_;
+  sc_core::sc_event start_;
+  uint64_t jobs_ = 0;
+  uint64_t bytes_ = 0;
+  uint64_t effective_bytes_ = 0;
+  uint64_t busy_ps_ = 0;
+  uint64_t faults_ = 0;
+};
+
+// BAR0 as a TLM-2.0 target: forwards 8-byte accesses to the firmware's registers and answers
+// TLM_ADDRESS_ERROR_RESPONSE when the firmware rejects one.
+class RegisterFile : public sc_core::sc_module {
+ public:
+  tlm_utils::simple_target_socket<RegisterFile> socket;
+
+  RegisterFile(sc_core::sc_module_name name, CommandProcessorModule& cp);
+  // Why the most recent access was rejected (valid right after an error response).
+  const isa::Rejection& last_rejection() const { return last_rejection_; }
+  Json stats_json() const;
+
+ private:
+  void b_transport(tlm::tlm_generic_payload& payload, sc_core::sc_time& delay);
+
+  CommandProcessorModule& cp_;
+  isa::Rejection last_rejection_;
+  uint64_t reads_ = 0;
+  uint64_t writes_ = 0;
+  uint64_t rejected_ = 0;
+};
+
+// The host side of the device: takes host requests off the inbox and performs them, register
+// accesses as TLM transactions into the RegisterFile.
+class Bridge : public sc_core::sc_module {
+ public:
+  tlm_utils::simple_initiator_socket<Bridge> socket;
+
+  Bridge(sc_core::sc_module_name name, SimShared& shared, HostChannel& channel, RegisterFile& regs);
+  Json stats_json() const;
+
+ private:
+  void run();
+  void handle(HostRequest& request);
+
+  SimShared& shared_;
+  HostChannel& channel_;
+  RegisterFile& regs_;
+  uint64_t reads_ = 0;
+  uint64_t writes_ = 0;
+  uint64_t rejected_ = 0;
+  uint64_t calls_ = 0;
+};
+
+// The whole device.
+class DeviceModel : public sc_core::sc_module {
+ public:
+  DeviceModel(sc_core::sc_module_name name, SimShared& shared);
+  ~DeviceModel() override;
+
+  HostChannel& channel() { return channel_; }
+  // Statistics of every module (simulator thread).
+  std::string stats_json() const;
+
+ private:
+  static std::vector<DmaEngine*> raw(const std::vector<std::unique_ptr<DmaEngine>>& v);
+
+  SimShared& shared_;
+  HostChannel channel_;
+  std::vector<std::unique_ptr<DmaEngine>> engines_;
+  CommandProcessorModule cp_;
+  RegisterFile regs_;
+  Bridge bridge_;
+};
+
+}  // namespace mtia::sim::detail

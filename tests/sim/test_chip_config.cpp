@@ -1,0 +1,318 @@
+// Presets carry the published numbers with their sources; overrides and validation reject bad
+// input with messages that name the problem.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "mtia/sim/chip_config.h"
+
+using mtia::sim::apply_override;
+using mtia::sim::ChipConfig;
+using mtia::sim::config_keys;
+using mtia::sim::load_preset;
+using mtia::sim::to_json;
+using mtia::sim::validate;
+
+namespace {
+
+std::filesystem::path temp_dir(const std::string& leaf) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("mtia_sim_test_" + std::to_string(::getpid()) + "_" + leaf);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+// Expects `fn` to throw E whose message contains every one of `parts`.
+template <typename E, typename Fn>
+void require_throws_with(Fn&& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    FAIL("expected an exception");
+  } catch (const E& e) {
+    const std::string what = e.what();
+    for (const auto& part : parts) {
+      INFO("message: " << what);
+      CHECK(what.find(part) != std::string::npos);
+    }
+  }
+}
+
+nlohmann::json preset_doc(const std::string& name) {
+  std::ifstream in(std::filesystem::path(MTIA_PRESET_DIR) / (name + ".json"));
+  REQUIRE(in);
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("mtia-v1 preset carries the published v1 numbers", "[config]") {
+  const ChipConfig c = load_preset("mtia-v1");
+  CHECK(c.name == "mtia-v1");
+  CHECK(c.generation == 1);
+  CHECK(c.pe_rows == 8);
+  CHECK(c.pe_cols == 8);
+  CHECK(c.clock_hz == 800'000'000);
+  CHECK(c.local_store_bytes == 128 * 1024);
+  CHECK(c.sram_bytes == 128ull << 20);
+  CHECK(c.sram_bandwidth_GBps == 800.0);
+  CHECK(c.dram_bytes == 64ull << 30);
+  CHECK(c.dram_bandwidth_GBps == 176.0);
+  // PCIe Gen4 x8: 16 GT/s x 8 lanes x 128/130 encoding / 8 bits.
+  const double gen4_x8 = 16.0 * 8 * 128.0 / 130.0 / 8.0;
+  CHECK(c.pcie_h2d_bandwidth_GBps == Approx(gen4_x8).epsilon(0.001));
+  CHECK(c.pcie_d2h_bandwidth_GBps == Approx(gen4_x8).epsilon(0.001));
+  CHECK(c.timing);
+}
+
+TEST_CASE("mtia-v2 preset carries the published v2 numbers", "[config]") {
+  const ChipConfig c = load_preset("mtia-v2");
+  CHECK(c.name == "mtia-v2");
+  CHECK(c.generation == 2);
+  CHECK(c.pe_rows * c.pe_cols == 64);
+  CHECK(c.clock_hz == 1'350'000'000);
+  CHECK(c.local_store_bytes == 384 * 1024);
+  CHECK(c.sram_bytes == 256ull << 20);
+  CHECK(c.sram_bandwidth_GBps == 2700.0);
+  CHECK(c.dram_bytes == 128ull << 30);
+  CHECK(c.dram_bandwidth_GBps == 204.8);
+  const double gen5_x8 = 32.0 * 8 * 128.0 / 130.0 / 8.0;
+  CHECK(c.pcie_h2d_bandwidth_GBps == Approx(gen5_x8).epsilon(0.001));
+  CHECK(c.pcie_d2h_bandwidth_GBps == Approx(gen5_x8).epsilon(0.001));
+  CHECK(c.num_queues >= 8);
+}
+
+TEST_CASE("every preset field has a value, the field's unit and a source", "[config]") {
+  // Fields published in shared/reference/mtia-hardware.md cite it; the rest say they are
+  // assumptions.
+  const std::set<std::string> assumed = {"sram_latency_ns",  "sram_burst_bytes", "dram_latency_ns",
+                                         "dram_burst_bytes", "pcie_latency_ns",  "pcie_burst_bytes",
+                                         "dma_engines",      "dma_setup_ns",     "num_queues",
+                                         "cp_packet_ns"};
+  for (const std::string name : {"mtia-v1", "mtia-v2"}) {
+    const auto doc = preset_doc(name);
+    for (const auto& key : config_keys()) {
+      INFO(name << " field " << key.key);
+      REQUIRE(doc.contains(key.key));
+      const auto& field = doc[key.key];
+      CHECK(field.contains("value"));
+      CHECK(field["unit"].get<std::string>() == key.unit);
+      const std::string source = field["source"].get<std::string>();
+      CHECK(!source.empty());
+      if (assumed.count(key.key)) {
+        CHECK(source.rfind("assumption:", 0) == 0);
+      } else if (key.key != "name" && key.key != "timing") {
+        CHECK(source.find("assumption") == std::string::npos);
+        const bool cites = source.find("blog") != std::string::npos ||
+                           source.find("Hot Chips") != std::string::npos ||
+                           source.find("ISCA") != std::string::npos;
+        CHECK(cites);
+      }
+    }
+  }
+  CHECK(preset_doc("mtia-v1")["dram_bytes"]["source"].get<std::string>().find(
+            "production card likely 64 GB") != std::string::npos);
+  CHECK(preset_doc("mtia-v2")["sram_bandwidth_GBps"]["source"].get<std::string>().find(
+            "unconfirmed") != std::string::npos);
+}
+
+TEST_CASE("presets are found by name, by path and through MTIA_EMU_PRESET_DIR", "[config]") {
+  const auto names = mtia::sim::preset_names();
+  CHECK(std::find(names.begin(), names.end(), "mtia-v1") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "mtia-v2") != names.end());
+  CHECK(mtia::sim::preset_directory() == MTIA_PRESET_DIR);
+
+  const auto path = std::filesystem::path(MTIA_PRESET_DIR) / "mtia-v2.json";
+  CHECK(load_preset(path.string()).name == "mtia-v2");
+
+  const auto dir = temp_dir("presetdir");
+  std::filesystem::copy_file(path, dir / "custom.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  setenv("MTIA_EMU_PRESET_DIR", dir.c_str(), 1);
+  CHECK(mtia::sim::preset_directory() == dir.string());
+  CHECK(mtia::sim::preset_names() == std::vector<std::string>{"custom"});
+  CHECK(load_preset("custom").dram_bytes == 128ull << 30);
+  unsetenv("MTIA_EMU_PRESET_DIR");
+  std::filesystem::remove_all(dir);
+
+  require_throws_with<std::runtime_error>([] { load_preset("mtia-v9"); },
+                                          {"unknown preset 'mtia-v9'", "mtia-v1", "mtia-v2"});
+  require_throws_with<std::runtime_error>([] { load_preset("/nonexistent/x.json"); },
+                                          {"cannot open", "/nonexistent/x.json"});
+}
+
+TEST_CASE("preset files with mistakes are rejected with the file and field named", "[config]") {
+  const auto dir = temp_dir("badpresets");
+  auto doc = preset_doc("mtia-v2");
+  auto write_variant = [&](const std::string& leaf, const nlohmann::json& d) {
+    const auto p = dir / leaf;
+    write_text(p, d.dump());
+    return p.string();
+  };
+  {
+    const auto p = dir / "syntax.json";
+    write_text(p, "{ not json");
+    require_throws_with<std::runtime_error>([&] { load_preset(p.string()); },
+                                            {"syntax.json", "not valid JSON"});
+  }
+  {
+    auto d = doc;
+    d["warp_drive"] = {{"value", 1}};
+    const auto p = write_variant("unknown.json", d);
+    require_throws_with<std::runtime_error>([&] { load_preset(p); },
+                                            {"unknown.json", "'warp_drive'", "dram_bytes"});
+  }
+  {
+    auto d = doc;
+    d["dram_bandwidth_GBps"]["unit"] = "MB/s";
+    const auto p = write_variant("unit.json", d);
+    require_throws_with<std::runtime_error>([&] { load_preset(p); },
+                                            {"dram_bandwidth_GBps", "MB/s", "GB/s"});
+  }
+  {
+    auto d = doc;
+    d.erase("dma_engines");
+    const auto p = write_variant("missing.json", d);
+    require_throws_with<std::runtime_error>([&] { load_preset(p); }, {"lacks field 'dma_engines'"});
+  }
+  {
+    auto d = doc;
+    d["pe_rows"]["value"] = "eight";
+    const auto p = write_variant("type.json", d);
+    require_throws_with<std::runtime_error>([&] { load_preset(p); },
+                                            {"'pe_rows'", "unsigned integer"});
+  }
+  {
+    auto d = doc;
+    d["pe_rows"]["value"] = 9;
+    const auto p = write_variant("invalid.json", d);
+    require_throws_with<std::runtime_error>([&] { load_preset(p); }, {"invalid.json", "pe_rows"});
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("overrides set fields of every type", "[config]") {
+  ChipConfig c = load_preset("mtia-v2");
+  apply_override(c, "dram_bandwidth_GBps=100.5");
+  apply_override(c, "dma_engines = 2");
+  apply_override(c, "dram_bytes=0x40000000");
+  apply_override(c, "timing=false");
+  apply_override(c, "name=my-chip");
+  CHECK(c.dram_bandwidth_GBps == 100.5);
+  CHECK(c.dma_engines == 2);
+  CHECK(c.dram_bytes == 1ull << 30);
+  CHECK_FALSE(c.timing);
+  CHECK(c.name == "my-chip");
+  validate(c);
+}
+
+TEST_CASE("bad overrides are rejected with the key, the value and the valid keys", "[config]") {
+  ChipConfig c = load_preset("mtia-v2");
+  require_throws_with<std::invalid_argument>([&] { apply_override(c, "dram_bytes"); },
+                                             {"key=value", "dram_bytes", "pcie_latency_ns"});
+  require_throws_with<std::invalid_argument>(
+      [&] { apply_override(c, "dram_size=5"); },
+      {"unknown config key 'dram_size'", "valid keys", "dram_bytes", "cp_packet_ns"});
+  require_throws_with<std::invalid_argument>([&] { apply_override(c, "dram_bytes=lots"); },
+                                             {"'dram_bytes'", "unsigned integer", "'lots'"});
+  require_throws_with<std::invalid_argument>([&] { apply_override(c, "dma_engines=-1"); },
+                                             {"'dma_engines'", "'-1'"});
+  require_throws_with<std::invalid_argument>([&] { apply_override(c, "pe_rows=4294967296"); },
+                                             {"'pe_rows'", "4294967295"});
+  require_throws_with<std::invalid_argument>([&] { apply_override(c, "dram_bandwidth_GBps=fast"); },
+                                             {"'dram_bandwidth_GBps'", "number", "GB/s", "'fast'"});
+  require_throws_with<std::invalid_argument>([&] { apply_override(c, "timing=maybe"); },
+                                             {"'timing'", "true or false", "'maybe'"});
+  require_throws_with<std::invalid_argument>([&] { apply_override(c, "name="); }, {"'name'"});
+  // Nothing changed by the failed attempts.
+  CHECK(c.dram_bytes == 128ull << 30);
+}
+
+TEST_CASE("validate rejects inconsistent configurations, naming the field", "[config]") {
+  const ChipConfig good = load_preset("mtia-v2");
+  struct Case {
+    const char* assignment;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"generation=3", "generation"},
+      {"pe_rows=0", "pe_rows"},
+      {"pe_cols=9", "pe_cols"},
+      {"clock_hz=0", "clock_hz"},
+      {"local_store_bytes=0", "local_store_bytes"},
+      {"local_store_bytes=2097152", "local_store_bytes"},
+      {"sram_bytes=0", "sram_bytes"},
+      {"dram_bytes=0", "dram_bytes"},
+      {"dram_bytes=137438953473", "dram_bytes"},  // 128 GiB + 1
+      {"dram_bandwidth_GBps=0", "dram_bandwidth_GBps"},
+      {"sram_bandwidth_GBps=-5", "sram_bandwidth_GBps"},
+      {"pcie_h2d_bandwidth_GBps=0", "pcie_h2d_bandwidth_GBps"},
+      {"pcie_d2h_bandwidth_GBps=inf", "pcie_d2h_bandwidth_GBps"},
+      {"dram_latency_ns=-1", "dram_latency_ns"},
+      {"cp_packet_ns=-3", "cp_packet_ns"},
+      {"dma_setup_ns=nan", "dma_setup_ns"},
+      {"dram_burst_bytes=48", "dram_burst_bytes"},
+      {"pcie_burst_bytes=0", "pcie_burst_bytes"},
+      {"sram_burst_bytes=131072", "sram_burst_bytes"},
+      {"dma_engines=0", "dma_engines"},
+      {"num_queues=0", "num_queues"},
+      {"num_queues=17", "num_queues"},
+  };
+  for (const auto& tc : cases) {
+    INFO(tc.assignment);
+    ChipConfig c = good;
+    try {
+      apply_override(c, tc.assignment);
+    } catch (const std::invalid_argument&) {
+      // inf / nan do not even parse as numbers: also a rejection naming the key.
+      require_throws_with<std::invalid_argument>([&] { apply_override(c, tc.assignment); },
+                                                 {tc.expect});
+      continue;
+    }
+    require_throws_with<std::invalid_argument>([&] { validate(c); }, {tc.expect});
+  }
+}
+
+TEST_CASE("to_json writes every field and reloads as the same configuration", "[config]") {
+  ChipConfig c = load_preset("mtia-v1");
+  apply_override(c, "dma_engines=3");
+  apply_override(c, "pcie_latency_ns=750.5");
+  apply_override(c, "timing=off");
+  const auto text = to_json(c);
+  const auto doc = nlohmann::json::parse(text);
+  for (const auto& key : config_keys()) {
+    INFO(key.key);
+    REQUIRE(doc.contains(key.key));
+    CHECK(doc[key.key]["unit"] == key.unit);
+    CHECK(!doc[key.key]["description"].get<std::string>().empty());
+  }
+  CHECK(doc["dma_engines"]["value"] == 3);
+
+  const auto dir = temp_dir("roundtrip");
+  write_text(dir / "config.json", text);
+  const ChipConfig back = load_preset((dir / "config.json").string());
+  CHECK(to_json(back) == text);
+  CHECK(back.pcie_latency_ns == 750.5);
+  CHECK_FALSE(back.timing);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("config_keys describes every field once", "[config]") {
+  std::set<std::string> seen;
+  for (const auto& key : config_keys()) {
+    CHECK(seen.insert(key.key).second);
+    CHECK(!key.description.empty());
+  }
+  CHECK(seen.size() == preset_doc("mtia-v2").size());
+}
