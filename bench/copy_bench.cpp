@@ -1,0 +1,107 @@
+// Copy benchmarks for the emulator (figures recorded in docs/performance.md):
+//  1. host wall-clock throughput of 64 MiB fp32 2-D copies, contiguous and transposed,
+//     host->device and device->host, as a ratio to host memcpy of the same bytes measured in
+//     the same run (targets: contiguous >= 0.5, transposed >= 0.25);
+//  2. the simulated time of the same copies against the preset's PCIe bandwidth;
+//  3. the host round trip of a small async copy plus synchronize (target < 20 us).
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mtia/device.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Best of `reps` runs, seconds: the least disturbed measurement of the same work.
+double best_seconds(int reps, const std::function<void()>& fn) {
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string preset = argc > 1 ? argv[1] : "mtia-v2";
+  const int64_t n = 4096;  // 4096 x 4096 fp32 = 64 MiB
+  const uint64_t bytes = n * n * sizeof(float);
+  const int reps = 5;
+
+  mtia::DeviceOptions options;
+  options.preset = preset;
+  mtia::Device device = mtia::Device::open(options);
+  const auto config = nlohmann::json::parse(device.config_json());
+  const double h2d_GBps = config["pcie_h2d_bandwidth_GBps"].get<double>();
+  const double d2h_GBps = config["pcie_d2h_bandwidth_GBps"].get<double>();
+
+  auto* host = static_cast<float*>(device.host_alloc(bytes));
+  auto* host2 = static_cast<float*>(device.host_alloc(bytes));
+  for (int64_t i = 0; i < n * n; ++i) host[i] = static_cast<float>(i);
+  std::memset(host2, 0, bytes);
+  mtia::DevicePtr dev = device.malloc(bytes);
+
+  const double memcpy_s = best_seconds(reps, [&] { std::memcpy(host2, host, bytes); });
+  std::printf("preset %s, %llu MiB fp32 %lldx%lld, best of %d\n", preset.c_str(),
+              static_cast<unsigned long long>(bytes >> 20), static_cast<long long>(n),
+              static_cast<long long>(n), reps);
+  std::printf("host memcpy: %.2f ms (%.2f GB/s)\n\n", memcpy_s * 1e3, bytes / memcpy_s / 1e9);
+  std::printf("%-26s %10s %8s %8s | %12s %10s %8s\n", "copy", "wall ms", "GB/s", "vs memcpy",
+              "simulated us", "sim GB/s", "of PCIe");
+
+  const mtia::Layout contiguous = mtia::Layout::contiguous({n, n}, sizeof(float));
+  const mtia::Layout transposed{{n, n}, {1, n}, 0, sizeof(float)};
+  mtia::Event e0 = device.create_event(), e1 = device.create_event();
+
+  auto run = [&](const char* name, double link_GBps, const std::function<void()>& copy) {
+    const double s = best_seconds(reps, [&] {
+      device.record(e0);
+      copy();
+      device.record(e1);
+      device.synchronize(e1);
+    });
+    const double sim_s = static_cast<double>(device.elapsed_ps(e0, e1)) * 1e-12;
+    const double sim_GBps = bytes / sim_s / 1e9;
+    std::printf("%-26s %10.2f %8.2f %8.2f | %12.1f %10.2f %7.1f%%\n", name, s * 1e3,
+                bytes / s / 1e9, memcpy_s / s, sim_s * 1e6, sim_GBps,
+                100.0 * sim_GBps / link_GBps);
+  };
+  run("h2d contiguous", h2d_GBps, [&] { device.copy(dev, contiguous, host, contiguous); });
+  run("h2d transposed", h2d_GBps, [&] { device.copy(dev, contiguous, host, transposed); });
+  run("d2h contiguous", d2h_GBps, [&] { device.copy(host2, contiguous, dev, contiguous); });
+  run("d2h transposed", d2h_GBps, [&] { device.copy(host2, transposed, dev, contiguous); });
+
+  // Round trip: a 256-byte async copy from pinned memory plus stream synchronize.
+  const int trips = 2000;
+  std::vector<double> us(trips);
+  mtia::Stream stream = device.create_stream();
+  for (int i = 0; i < trips; ++i) {
+    auto t0 = Clock::now();
+    device.copy_async(dev, host, 256, stream);
+    device.synchronize(stream);
+    us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("\nsmall async copy + synchronize round trip: median %.1f us, p90 %.1f us, "
+              "min %.1f us (%d trips)\n",
+              us[trips / 2], us[trips * 9 / 10], us[0], trips);
+
+  device.destroy_stream(stream);
+  device.destroy_event(e0);
+  device.destroy_event(e1);
+  device.free(dev);
+  device.host_free(host);
+  device.host_free(host2);
+  return 0;
+}

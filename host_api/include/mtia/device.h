@@ -1,0 +1,190 @@
+// mtia::Device: one open MTIA device, and everything the tensor layer does with it.
+//
+// Errors. Every call reports misuse and device failures by throwing mtia::Error (error.h)
+// whose kind() says what class of problem it was. A failed call leaves the device usable.
+//
+// Streams. Work is issued to streams (stream.h); each stream runs its work in order. The
+// default stream Stream{} runs on hardware queue 0; created streams take hardware queues
+// 1 .. N-2 round-robin (queue N-1 is kept for the runtime's own fence repair, see record()),
+// so with more streams than queues some streams share a queue and run one after the other.
+// Queuing work blocks while the hardware queue's ring (1024 packets in the driver) is full.
+//
+// Device faults. When the device fails a command (Completion not ok: bad address, malformed
+// descriptor, ...), the error is thrown by the synchronous call that issued it; for
+// asynchronous work it is held by the stream ("sticky") and thrown, once, by the stream's
+// next synchronize() or query() that sees the work finished, or by the next synchronous call
+// on that stream. Work already queued behind the failed command on the same hardware queue is
+// abandoned (reported with the same error). Other streams on other queues are not affected,
+// and the stream is usable again once the error has been reported.
+//
+// Host memory and asynchronous copies - who keeps what alive:
+//  * Pinned memory (host_alloc, host_register): the device reads and writes it in place. The
+//    caller must not reuse the bytes of an async copy until the stream has passed it
+//    (synchronize the stream or an event recorded after it). host_free/host_unregister of
+//    memory with copies still in flight first waits for those copies to finish.
+//  * Pageable memory (anything else), host -> device copy_async: the data is staged into an
+//    internal pinned buffer before the call returns, so the caller may overwrite or free its
+//    memory at once; the staging buffer is released when the copy completes.
+//  * Pageable memory, device -> host copy_async: synchronous (it returns once the data has
+//    arrived), like CUDA, because the device cannot write to memory the runtime does not own
+//    after the call returns.
+//  * Synchronous copies may map pageable memory for DMA for the duration of the call.
+//
+// Threads. A Device may be used from several host threads at once (typically one stream per
+// thread). Using one stream from several threads is safe but their work interleaves in
+// submission order.
+//
+// The in-process backend hosts one simulated device per process, and only one Device may be
+// open at a time in a process (SystemC has one simulation context); open another after the
+// first is destroyed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "mtia/device_properties.h"
+#include "mtia/device_ptr.h"
+#include "mtia/layout.h"
+#include "mtia/memory_stats.h"
+#include "mtia/stream.h"
+
+namespace mtia {
+
+namespace detail {
+struct DeviceAccess;  // lets other host_api headers (raw_packet.h) reach the implementation
+}
+
+class Device {
+ public:
+  // Opens a device. Throws Error(kDeviceUnavailable) if the backend does not exist or the
+  // device cannot be opened, Error(kInvalidArgument) for a bad preset or override.
+  static Device open(const DeviceOptions& options = {});
+
+  // Waits for all outstanding work (device errors not yet reported are logged, not thrown),
+  // releases pinned and registered host memory and closes the device.
+  ~Device();
+  Device(Device&&) noexcept;
+  Device& operator=(Device&&) noexcept;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const DeviceProperties& properties() const;
+
+  // --- device memory --------------------------------------------------------------------
+  // Allocates `bytes` (> 0) of device DRAM, 256-byte aligned. Throws kOutOfMemory naming the
+  // request and what is free; kInvalidArgument for 0 bytes.
+  DevicePtr malloc(uint64_t bytes);
+  // Frees an allocation. Throws kInvalidPointer for an address that is not the start of a
+  // live allocation (never allocated, interior pointer, or freed before - the message says
+  // which). Work still queued that uses the memory must have finished: synchronize first.
+  void free(DevicePtr ptr);
+  MemoryStats memory_stats() const;
+  void reset_peak_memory_stats();
+
+  // --- pinned host memory ---------------------------------------------------------------
+  // Page-aligned host memory mapped for device DMA; freed with host_free (not std::free).
+  void* host_alloc(size_t bytes);
+  void host_free(void* ptr);
+  // Maps caller-owned memory for DMA until host_unregister(ptr). Must not overlap another
+  // pinned region. The caller keeps the memory alive until host_unregister returns.
+  void host_register(void* ptr, size_t bytes);
+  void host_unregister(void* ptr);
+  // True if [ptr, ptr + bytes) lies inside one pinned or registered region.
+  bool is_pinned(const void* ptr, size_t bytes = 1) const;
+
+  // --- copies -----------------------------------------------------------------------------
+  // dst <- src element by element. Layouts: same element size, rank and sizes; offsets and
+  // strides in elements (layout.h). Each side's byte span must lie inside one live device
+  // allocation (device side), or one pinned region or no pinned region at all (host side);
+  // the first byte must be aligned to the element size. Zero-element copies do nothing.
+  // copy() returns when the data has arrived; copy_async() when it is queued on `stream`
+  // (host memory rules above). Both throw kInvalidArgument / kInvalidPointer /
+  // kInvalidHandle before anything is queued; copy() also throws kDeviceFault.
+  void copy(DevicePtr dst, const Layout& dst_layout, const void* src, const Layout& src_layout,
+            Stream stream = {});
+  void copy(void* dst, const Layout& dst_layout, DevicePtr src, const Layout& src_layout,
+            Stream stream = {});
+  void copy(DevicePtr dst, const Layout& dst_layout, DevicePtr src, const Layout& src_layout,
+            Stream stream = {});
+  void copy_async(DevicePtr dst, const Layout& dst_layout, const void* src,
+                  const Layout& src_layout, Stream stream = {});
+  void copy_async(void* dst, const Layout& dst_layout, DevicePtr src, const Layout& src_layout,
+                  Stream stream = {});
+  void copy_async(DevicePtr dst, const Layout& dst_layout, DevicePtr src, const Layout& src_layout,
+                  Stream stream = {});
+  // Contiguous byte copies.
+  void copy(DevicePtr dst, const void* src, uint64_t bytes, Stream stream = {});
+  void copy(void* dst, DevicePtr src, uint64_t bytes, Stream stream = {});
+  void copy(DevicePtr dst, DevicePtr src, uint64_t bytes, Stream stream = {});
+  void copy_async(DevicePtr dst, const void* src, uint64_t bytes, Stream stream = {});
+  void copy_async(void* dst, DevicePtr src, uint64_t bytes, Stream stream = {});
+  void copy_async(DevicePtr dst, DevicePtr src, uint64_t bytes, Stream stream = {});
+
+  // --- fill -------------------------------------------------------------------------------
+  // Writes `pattern` (its low layout.elem_size bytes; higher bytes must be zero) to every
+  // element of the strided region.
+  void fill(DevicePtr dst, const Layout& layout, uint64_t pattern, Stream stream = {});
+  void fill_async(DevicePtr dst, const Layout& layout, uint64_t pattern, Stream stream = {});
+  // Sets `bytes` bytes to `value`.
+  void memset(DevicePtr dst, uint8_t value, uint64_t bytes, Stream stream = {});
+  void memset_async(DevicePtr dst, uint8_t value, uint64_t bytes, Stream stream = {});
+
+  // --- streams ----------------------------------------------------------------------------
+  Stream default_stream() const { return Stream{}; }
+  Stream create_stream();
+  // Waits for the stream's queued work, then destroys it (an unreported device error is
+  // logged, not thrown). The default stream cannot be destroyed.
+  void destroy_stream(Stream stream);
+  // True when all work queued on the stream has finished; throws a pending device error.
+  bool query(Stream stream);
+  // Waits for all work queued on the stream; throws a pending device error.
+  void synchronize(Stream stream);
+  // Work queued on `stream` after this call waits until `event`'s latest record() has
+  // completed (on the device: no host thread waits). No-op for a never-recorded event.
+  void wait_event(Stream stream, Event event);
+  // Hardware queue the stream runs on.
+  uint32_t hardware_queue(Stream stream) const;
+
+  // --- events -----------------------------------------------------------------------------
+  Event create_event();
+  // Waits for the event's pending record() to complete, then destroys it.
+  void destroy_event(Event event);
+  // Marks the point after all work queued on `stream` so far. Re-recording moves the marker;
+  // if the previous record is still pending on another hardware queue, record() first waits
+  // for it (an event's fence values only grow). If the stream faults before reaching the
+  // marker, the event still completes (so that streams waiting on it are not stuck), and
+  // synchronize(event) reports the fault.
+  void record(Event event, Stream stream = {});
+  // True once the latest record has completed (or if never recorded).
+  bool query(Event event);
+  // Waits for the latest record; throws kDeviceFault if its stream faulted before it.
+  void synchronize(Event event);
+  // Simulated time between two completed records, end - start: picoseconds and
+  // milliseconds. Waits for both. 0 with timing off. Throws kInvalidArgument if either
+  // event was never recorded.
+  int64_t elapsed_ps(Event start, Event end);
+  double elapsed_ms(Event start, Event end);
+
+  // Waits for every stream's work; throws the first pending device error (and clears it).
+  void synchronize();
+
+  // --- diagnostics ----------------------------------------------------------------------
+  // Simulated time now, picoseconds.
+  uint64_t now_ps();
+  // Writes the device's trace (Chrome trace JSON), statistics and effective configuration
+  // into `dir` (created if missing).
+  void write_artifacts(const std::string& dir);
+  // The effective device configuration as JSON text.
+  std::string config_json();
+
+  struct Impl;  // opaque: defined in host_api/src
+
+ private:
+  friend struct detail::DeviceAccess;
+  explicit Device(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mtia

@@ -1,0 +1,34 @@
+// What a device is: read from the device's identity registers when it is opened.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mtia {
+
+// How to open a device.
+struct DeviceOptions {
+  std::string backend = "inprocess";   // driver backend; "inprocess" runs the simulator here
+  std::string preset = "mtia-v2";      // chip preset name ("mtia-v1", "mtia-v2") or file path
+  std::vector<std::string> overrides;  // "key=value" preset overrides, applied in order
+  bool timing = true;                  // false: functional only, simulated times stay 0
+};
+
+struct DeviceProperties {
+  std::string backend;             // backend the device was opened through
+  std::string name;                // preset name reported by the device, e.g. "mtia-v2"
+  uint32_t generation = 0;         // 1 or 2
+  uint64_t firmware_version = 0;   // major << 16 | minor
+  uint64_t dram_bytes = 0;         // LPDDR capacity, bytes
+  uint64_t sram_bytes = 0;         // on-chip SRAM, bytes
+  uint64_t local_store_bytes = 0;  // per-PE local store, bytes
+  uint32_t pe_rows = 0;            // PE grid
+  uint32_t pe_cols = 0;
+  uint64_t clock_hz = 0;  // PE clock, Hz
+  uint32_t dma_engines = 0;
+  uint32_t hardware_queues = 0;  // command queues the firmware serves
+  bool timing = true;            // whether the timing model is on
+};
+
+}  // namespace mtia

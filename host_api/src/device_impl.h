@@ -1,0 +1,166 @@
+// Device::Impl: the state behind mtia::Device, shared by the source files of host_api/.
+//
+// Locking: one mutex `mu` guards all bookkeeping below. It is held only for short sections
+// and never while calling into the driver (submit, wait, map_host...), so completion
+// callbacks, which run on the backend's thread and take `mu`, never wait for a host thread
+// that waits for the device.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mtia/copy_plan.h"
+#include "mtia/device.h"
+#include "mtia/driver/device.h"
+#include "mtia/error.h"
+
+namespace mtia {
+
+// Host memory the device can reach by DMA.
+struct HostRegion {
+  enum class Kind {
+    kAllocated,   // host_alloc: owned by the runtime, freed by host_free
+    kRegistered,  // host_register: owned by the caller
+    kStaging,     // a copy of pageable memory (copy_async, bounce buffers): owned by the
+                  // runtime, back to the staging cache when its packets complete
+    kTemporary,   // pageable memory mapped for the duration of one synchronous call
+  };
+  uint8_t* ptr = nullptr;
+  uint64_t bytes = 0;
+  uint64_t bus = 0;  // bus address of ptr
+  Kind kind = Kind::kAllocated;
+  uint64_t inflight = 0;  // submitted packets that touch it and have not completed
+  bool closing = false;   // host_free / host_unregister is waiting for inflight == 0
+};
+
+struct StreamState {
+  uint32_t id = 0;
+  uint32_t queue = 0;
+  uint64_t last_seq = 0;  // latest packet submitted for this stream on its queue
+  bool has_error = false;
+  std::string error;  // sticky device error, reported once
+};
+
+// An 8-byte fence word in device memory. Values written to a slot only grow, also across
+// the events that reuse it, so a stale WaitPacket can never be released too late.
+struct FenceSlot {
+  uint64_t addr = 0;
+  uint64_t value = 0;  // highest value ever recorded into it
+};
+
+struct EventState {
+  uint32_t id = 0;
+  FenceSlot slot;
+  bool recorded = false;
+  uint32_t queue = 0;       // hardware queue of the latest record
+  uint32_t stream_id = 0;   // stream of the latest record
+  uint64_t value = 0;       // fence value of the latest record
+  uint64_t done_value = 0;  // highest record value whose fence write has happened
+  uint64_t time_ps = 0;     // simulated end time of the latest completed record
+  bool failed = false;      // the latest completed record's stream faulted before it
+  std::string failure;
+};
+
+struct Device::Impl {
+  explicit Impl(const DeviceOptions& options);
+  ~Impl();
+
+  // --- helpers used across the source files -------------------------------------------------
+  std::shared_ptr<StreamState> stream_state(Stream s) const;  // throws kInvalidHandle
+  std::shared_ptr<EventState> event_state(Event e) const;     // throws kInvalidHandle
+
+  // Submits one packet on the stream's queue; `extra` runs on completion after the stream's
+  // bookkeeping (under no lock). Returns the packet's seq.
+  uint64_t submit(const std::shared_ptr<StreamState>& s, const isa::Packet& packet,
+                  std::function<void(const driver::Completion&)> extra = {});
+  // Waits until the stream's packet `seq` is done (callbacks included).
+  void wait_seq(const StreamState& s, uint64_t seq);
+  // Throws the stream's sticky error, if any, and clears it.
+  void throw_pending(StreamState& s);
+  // Waits for everything submitted to the stream so far.
+  void drain_stream(const std::shared_ptr<StreamState>& s);
+
+  // Runs `task` on the runtime's worker thread (for work a completion callback must not do).
+  void defer(std::function<void()> task);
+  void worker_loop();
+
+  // Device side of a transfer: checks that [base + span) lies in one live user allocation
+  // and is aligned to the element size.
+  void check_device_span(DevicePtr base, const ByteRange& span, size_t elem_size,
+                         const char* side) const;
+  // The pinned region holding [p + span), or nullptr for pageable memory. Throws
+  // kInvalidPointer when the span straddles a pinned region's boundary.
+  std::shared_ptr<HostRegion> find_host_span(const uint8_t* p, const ByteRange& span,
+                                             const char* side) const;  // requires mu held
+
+  enum class Dir { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+  void copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, const Layout& sl, Stream stream,
+            bool async);
+  void fill(DevicePtr dst, const Layout& layout, uint64_t pattern, Stream stream, bool async);
+
+  void release_region(const std::shared_ptr<HostRegion>& r);  // unmap (+ free if owned)
+  // A mapped staging buffer of at least `bytes` (from the cache when one fits).
+  std::shared_ptr<HostRegion> take_staging(uint64_t bytes);
+  // Back to the cache, or released if the cache is full. Safe from completion callbacks.
+  void return_staging(const std::shared_ptr<HostRegion>& r);
+  FenceSlot take_fence_slot();
+  void record(Event e, Stream s);
+  void repair_fence(std::shared_ptr<EventState> ev, uint64_t value, std::string failure);
+
+  // --- state ----------------------------------------------------------------------------------
+  std::shared_ptr<spdlog::logger> log;
+  DeviceOptions options;
+  DeviceProperties props;
+  std::unique_ptr<driver::Device> dev;
+  uint32_t repair_queue = 0;      // queue for fence repairs (never carries user work)
+  uint32_t first_user_queue = 0;  // created streams use [first_user_queue, last_user_queue]
+  uint32_t last_user_queue = 0;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;  // a region's inflight count dropped or an event completed
+
+  // Device memory accounting for malloc()/free() (the allocator also holds runtime blocks).
+  uint64_t allocated = 0, peak = 0, live_allocations = 0, total_allocations = 0;
+  std::set<uint64_t> runtime_blocks;  // allocator blocks the runtime owns (fence slabs)
+  uint64_t runtime_bytes = 0;
+  std::map<uint64_t, uint64_t> recently_freed;  // address -> bytes, for messages only
+  std::deque<uint64_t> freed_order;
+
+  std::map<uintptr_t, std::shared_ptr<HostRegion>> pinned;  // host_alloc + host_register
+  std::set<uintptr_t> freed_host;                           // for "freed before" messages
+  uint64_t pinned_bytes = 0;
+
+  // Idle staging buffers, kept mapped so that async copies from pageable memory skip the
+  // allocate/map/unmap/free cycle: capacity (a power of two) -> buffers.
+  std::multimap<uint64_t, std::shared_ptr<HostRegion>> staging_cache;
+  uint64_t staging_cache_bytes = 0;
+
+  std::map<uint32_t, std::shared_ptr<StreamState>> streams;  // includes the default stream
+  uint32_t next_stream_id = 1;
+  uint32_t next_stream_queue = 0;  // round-robin cursor over the user queues
+
+  std::map<uint32_t, std::shared_ptr<EventState>> events;
+  uint32_t next_event_id = 1;
+  std::vector<FenceSlot> free_slots;
+
+  std::deque<std::function<void()>> tasks;
+  std::condition_variable tasks_cv;
+  bool stopping = false;
+  uint64_t tasks_running = 0;
+  std::thread worker;
+};
+
+std::shared_ptr<spdlog::logger> host_api_logger();
+
+}  // namespace mtia

@@ -1,0 +1,389 @@
+// Streams, events and synchronisation.
+//
+// A stream is a hardware queue plus the seq of the last packet submitted for it. Events are
+// fences: record() queues a SignalPacket that writes the event's next value into its 8-byte
+// fence slot in device memory; wait_event() queues a WaitPacket (fence >= value) on the
+// waiting stream's queue, so the device, not a host thread, holds the dependency.
+#include <spdlog/fmt/fmt.h>
+
+#include <cstring>
+
+#include "device_impl.h"
+#include "mtia/raw_packet.h"
+
+namespace mtia {
+namespace {
+
+constexpr uint64_t kFenceSlab = 4096;  // bytes of fence slots allocated at a time
+
+}  // namespace
+
+// --- handles ------------------------------------------------------------------------------
+
+std::shared_ptr<StreamState> Device::Impl::stream_state(Stream s) const {
+  std::lock_guard lock(mu);
+  auto it = streams.find(s.id);
+  if (it != streams.end()) return it->second;
+  if (s.id < next_stream_id) {
+    throw Error(
+        ErrorKind::kInvalidHandle,
+        fmt::format("stream {} was destroyed; create a new one with create_stream()", s.id));
+  }
+  throw Error(ErrorKind::kInvalidHandle,
+              fmt::format("stream {} was never created on this device", s.id));
+}
+
+std::shared_ptr<EventState> Device::Impl::event_state(Event e) const {
+  std::lock_guard lock(mu);
+  auto it = events.find(e.id);
+  if (it != events.end()) return it->second;
+  if (e.id != 0 && e.id < next_event_id) {
+    throw Error(ErrorKind::kInvalidHandle,
+                fmt::format("event {} was destroyed; create a new one with create_event()", e.id));
+  }
+  throw Error(ErrorKind::kInvalidHandle,
+              fmt::format("event {} was never created on this device (use create_event())", e.id));
+}
+
+// --- submission and waiting ---------------------------------------------------------------
+
+uint64_t Device::Impl::submit(const std::shared_ptr<StreamState>& s, const isa::Packet& packet,
+                              std::function<void(const driver::Completion&)> extra) {
+  auto on_complete = [this, s, extra = std::move(extra)](const driver::Completion& c) {
+    if (!c.ok) {
+      std::lock_guard lock(mu);
+      // The first failure on a stream is the cause; what was aborted after it adds nothing.
+      if (!s->has_error) {
+        s->has_error = true;
+        s->error = c.message;
+      }
+    }
+    if (extra) extra(c);
+  };
+  uint64_t seq = 0;
+  try {
+    seq = dev->submit(s->queue, packet, std::move(on_complete));
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kDeviceUnavailable,
+                fmt::format("cannot submit to hardware queue {}: {}", s->queue, e.what()));
+  }
+  std::lock_guard lock(mu);
+  s->last_seq = std::max(s->last_seq, seq);
+  return seq;
+}
+
+void Device::Impl::wait_seq(const StreamState& s, uint64_t seq) {
+  if (seq == 0) return;
+  try {
+    dev->wait(s.queue, seq);  // returns after the packet's callback has run
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kDeviceUnavailable,
+                fmt::format("waiting for hardware queue {} failed: {}", s.queue, e.what()));
+  }
+}
+
+void Device::Impl::throw_pending(StreamState& s) {
+  std::string message;
+  {
+    std::lock_guard lock(mu);
+    if (!s.has_error) return;
+    s.has_error = false;
+    message = std::move(s.error);
+    s.error.clear();
+  }
+  throw Error(ErrorKind::kDeviceFault, fmt::format("stream {}: {}", s.id, message));
+}
+
+void Device::Impl::drain_stream(const std::shared_ptr<StreamState>& s) {
+  uint64_t last;
+  {
+    std::lock_guard lock(mu);
+    last = s->last_seq;
+  }
+  wait_seq(*s, last);
+}
+
+// --- streams ------------------------------------------------------------------------------
+
+Stream Device::create_stream() {
+  Impl& d = *impl_;
+  std::lock_guard lock(d.mu);
+  auto s = std::make_shared<StreamState>();
+  s->id = d.next_stream_id++;
+  const uint32_t span = d.last_user_queue - d.first_user_queue + 1;
+  s->queue = d.first_user_queue + d.next_stream_queue++ % span;
+  d.streams.emplace(s->id, s);
+  return Stream{s->id};
+}
+
+void Device::destroy_stream(Stream stream) {
+  Impl& d = *impl_;
+  if (stream.is_default()) {
+    throw Error(ErrorKind::kInvalidHandle, "the default stream (stream 0) cannot be destroyed");
+  }
+  auto s = d.stream_state(stream);
+  {
+    std::lock_guard lock(d.mu);
+    if (d.streams.erase(stream.id) == 0) {
+      throw Error(ErrorKind::kInvalidHandle,
+                  fmt::format("stream {} was destroyed (by another thread)", stream.id));
+    }
+  }
+  d.drain_stream(s);
+  std::lock_guard lock(d.mu);
+  if (s->has_error) {
+    d.log->warn("stream {} was destroyed with an unreported device error: {}", s->id, s->error);
+  }
+}
+
+bool Device::query(Stream stream) {
+  Impl& d = *impl_;
+  auto s = d.stream_state(stream);
+  uint64_t last;
+  {
+    std::lock_guard lock(d.mu);
+    last = s->last_seq;
+  }
+  if (last != 0 && !d.dev->is_done(s->queue, last)) return false;
+  d.throw_pending(*s);
+  return true;
+}
+
+void Device::synchronize(Stream stream) {
+  Impl& d = *impl_;
+  auto s = d.stream_state(stream);
+  d.drain_stream(s);
+  d.throw_pending(*s);
+}
+
+uint32_t Device::hardware_queue(Stream stream) const {
+  return impl_->stream_state(stream)->queue;
+}
+
+void Device::synchronize() {
+  Impl& d = *impl_;
+  std::vector<std::shared_ptr<StreamState>> all;
+  {
+    std::lock_guard lock(d.mu);
+    for (auto& [id, s] : d.streams) all.push_back(s);
+  }
+  for (auto& s : all) d.drain_stream(s);
+  // Report every stream's pending error at once, so none is lost.
+  std::string message;
+  {
+    std::lock_guard lock(d.mu);
+    for (auto& s : all) {
+      if (!s->has_error) continue;
+      message += fmt::format("{}stream {}: {}", message.empty() ? "" : "; ", s->id, s->error);
+      s->has_error = false;
+      s->error.clear();
+    }
+  }
+  if (!message.empty()) throw Error(ErrorKind::kDeviceFault, message);
+}
+
+void Device::wait_event(Stream stream, Event event) {
+  Impl& d = *impl_;
+  auto s = d.stream_state(stream);
+  auto ev = d.event_state(event);
+  isa::WaitPacket w{};
+  {
+    std::lock_guard lock(d.mu);
+    // Never recorded: nothing to wait for. Same queue: in-order execution already waits.
+    if (!ev->recorded || ev->queue == s->queue) return;
+    w.addr = ev->slot.addr;
+    w.value = ev->value;
+    w.condition = static_cast<uint8_t>(isa::WaitCondition::kGreaterEqual);
+  }
+  d.submit(s, w);
+}
+
+// --- events -------------------------------------------------------------------------------
+
+FenceSlot Device::Impl::take_fence_slot() {
+  {
+    std::lock_guard lock(mu);
+    if (!free_slots.empty()) {
+      FenceSlot slot = free_slots.back();
+      free_slots.pop_back();
+      return slot;
+    }
+  }
+  uint64_t base = 0;
+  try {
+    base = dev->allocator().allocate(kFenceSlab);
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kOutOfMemory,
+                fmt::format("create_event: no device memory for event fences: {}", e.what()));
+  }
+  // Fences start at zero; nothing refers to the new slab yet, so a direct write is ordered.
+  static const std::vector<uint8_t> zeros(kFenceSlab, 0);
+  try {
+    dev->backend().write_memory(base, zeros.data(), zeros.size());
+  } catch (const std::exception& e) {
+    dev->allocator().free(base);
+    throw Error(ErrorKind::kDeviceUnavailable,
+                fmt::format("create_event: cannot initialise event fences: {}", e.what()));
+  }
+  std::lock_guard lock(mu);
+  runtime_blocks.insert(base);
+  runtime_bytes += kFenceSlab;
+  for (uint64_t off = kFenceSlab; off > 8; off -= 8) free_slots.push_back({base + off - 8, 0});
+  return FenceSlot{base, 0};
+}
+
+Event Device::create_event() {
+  Impl& d = *impl_;
+  auto ev = std::make_shared<EventState>();
+  ev->slot = d.take_fence_slot();
+  ev->value = ev->done_value = ev->slot.value;
+  std::lock_guard lock(d.mu);
+  ev->id = d.next_event_id++;
+  d.events.emplace(ev->id, ev);
+  return Event{ev->id};
+}
+
+void Device::destroy_event(Event event) {
+  Impl& d = *impl_;
+  auto ev = d.event_state(event);
+  std::unique_lock lock(d.mu);
+  if (d.events.erase(event.id) == 0) {
+    throw Error(ErrorKind::kInvalidHandle,
+                fmt::format("event {} was destroyed (by another thread)", event.id));
+  }
+  // The slot is reused only once its last fence write has landed (values keep growing).
+  d.cv.wait(lock, [&] { return ev->done_value >= ev->value; });
+  ev->slot.value = ev->value;
+  d.free_slots.push_back(ev->slot);
+}
+
+void Device::Impl::repair_fence(std::shared_ptr<EventState> ev, uint64_t value,
+                                std::string failure) {
+  // The record's SignalPacket never ran: write the fence from the repair queue so streams
+  // waiting on the event move on, then mark the record done (and failed).
+  isa::SignalPacket sig{};
+  sig.addr = ev->slot.addr;
+  sig.space = static_cast<uint8_t>(isa::AddressSpace::kDevice);
+  sig.value = value;
+  auto finish = [this, ev, value, failure](const driver::Completion& c) {
+    if (!c.ok) log->error("event {}: repairing its fence failed: {}", ev->id, c.message);
+    std::lock_guard lock(mu);
+    ev->done_value = std::max(ev->done_value, value);
+    if (value == ev->value) {
+      ev->time_ps = 0;
+      ev->failed = true;
+      ev->failure = failure;
+    }
+    cv.notify_all();
+  };
+  try {
+    dev->submit(repair_queue, sig, std::move(finish));
+  } catch (const std::exception& e) {
+    log->error("event {}: cannot submit a fence repair: {}", ev->id, e.what());
+    std::lock_guard lock(mu);
+    ev->done_value = std::max(ev->done_value, value);
+    cv.notify_all();
+  }
+}
+
+void Device::Impl::record(Event event, Stream stream) {
+  auto s = stream_state(stream);
+  auto ev = event_state(event);
+  std::unique_lock lock(mu);
+  // Fence values must only grow. A new record on another queue could overtake the pending
+  // one and be overwritten by it, so wait for the pending one first (rare in practice).
+  if (ev->recorded && ev->queue != s->queue) {
+    cv.wait(lock, [&] { return ev->done_value >= ev->value; });
+  }
+  const uint64_t value = ++ev->value;
+  ev->recorded = true;
+  ev->queue = s->queue;
+  ev->stream_id = s->id;
+  lock.unlock();
+
+  isa::SignalPacket sig{};
+  sig.addr = ev->slot.addr;
+  sig.space = static_cast<uint8_t>(isa::AddressSpace::kDevice);
+  sig.value = value;
+  submit(s, sig, [this, ev, value](const driver::Completion& c) {
+    if (!c.ok) {
+      defer([this, ev, value, msg = c.message] { repair_fence(ev, value, msg); });
+      return;
+    }
+    std::lock_guard lock(mu);
+    ev->done_value = std::max(ev->done_value, value);
+    if (value == ev->value) {
+      ev->time_ps = c.end_ps;
+      ev->failed = false;
+      ev->failure.clear();
+    }
+    cv.notify_all();
+  });
+}
+
+void Device::record(Event event, Stream stream) {
+  impl_->record(event, stream);
+}
+
+bool Device::query(Event event) {
+  Impl& d = *impl_;
+  auto ev = d.event_state(event);
+  std::lock_guard lock(d.mu);
+  return ev->done_value >= ev->value;
+}
+
+void Device::synchronize(Event event) {
+  Impl& d = *impl_;
+  auto ev = d.event_state(event);
+  std::unique_lock lock(d.mu);
+  d.cv.wait(lock, [&] { return ev->done_value >= ev->value; });
+  if (ev->failed) {
+    throw Error(ErrorKind::kDeviceFault,
+                fmt::format("event {} recorded on stream {} did not complete normally: {}", ev->id,
+                            ev->stream_id, ev->failure));
+  }
+}
+
+int64_t Device::elapsed_ps(Event start, Event end) {
+  Impl& d = *impl_;
+  auto a = d.event_state(start);
+  auto b = d.event_state(end);
+  {
+    std::lock_guard lock(d.mu);
+    for (const auto& ev : {a, b}) {
+      if (!ev->recorded) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("elapsed time: event {} was never recorded; record() both events "
+                                "first",
+                                ev->id));
+      }
+    }
+  }
+  synchronize(start);
+  synchronize(end);
+  std::lock_guard lock(d.mu);
+  return static_cast<int64_t>(b->time_ps - a->time_ps);
+}
+
+double Device::elapsed_ms(Event start, Event end) {
+  return static_cast<double>(elapsed_ps(start, end)) * 1e-9;
+}
+
+}  // namespace mtia
+
+// --- raw packets (raw_packet.h) -----------------------------------------------------------
+
+namespace mtia {
+
+namespace detail {
+struct DeviceAccess {
+  static Device::Impl& impl(Device& d) { return *d.impl_; }
+};
+}  // namespace detail
+
+void submit_raw_packet(Device& device, Stream stream, const isa::Packet& packet) {
+  Device::Impl& d = detail::DeviceAccess::impl(device);
+  d.submit(d.stream_state(stream), packet);
+}
+
+}  // namespace mtia

@@ -1,0 +1,297 @@
+/* Intrinsics for MTIA kernel authors: C wrappers around the PE unit instructions.
+ *
+ * A kernel is a C function `int mtia_kernel_main(const void* args, uint64_t args_bytes)`
+ * linked with kernels/src/crt0.S and kernels/link.ld; it returns its exit status (0 = ok).
+ * The control core is RV64IM without an FPU: floating-point math belongs to the units, and
+ * float constants reach them as bit patterns (mtia_imm_f32). Local-store buffers are globals
+ * placed with MTIA_LOCAL; the stack is at the top of the local store.
+ *
+ * Every unit instruction returns a tag; an operation's outputs may be read, and its inputs
+ * overwritten, only after mtia_wait(tag) (or mtia_wait_all) returns. Descriptors are read at
+ * issue, so they may live on the stack. See docs/pe-isa.md.
+ */
+#ifndef MTIA_KERNEL_H_
+#define MTIA_KERNEL_H_
+
+#include <stdint.h>
+
+#include "mtia/isa/pe/pe_ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MTIA_STR_(x) #x
+#define MTIA_STR(x) MTIA_STR_(x)
+
+/* Places a global in this PE's local store (zero at launch). */
+#define MTIA_LOCAL __attribute__((section(".lstore"), aligned(64)))
+
+typedef uint64_t mtia_tag_t;
+
+/* ---- PE information (pe.info): answered by the core, costs one ALU cycle ----------------- */
+#define MTIA_DEFINE_INFO_(name, field)                                                         \
+  static inline uint64_t name(void) {                                                          \
+    uint64_t v;                                                                                \
+    __asm__(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(MTIA_PE_F3_INFO) ", " MTIA_STR( \
+        field) ", %0, x0, x0"                                                                  \
+            : "=r"(v));                                                                        \
+    return v;                                                                                  \
+  }
+MTIA_DEFINE_INFO_(mtia_pe_id, MTIA_PE_INFO_PE_ID)
+MTIA_DEFINE_INFO_(mtia_grid_rows, MTIA_PE_INFO_GRID_ROWS)
+MTIA_DEFINE_INFO_(mtia_grid_cols, MTIA_PE_INFO_GRID_COLS)
+MTIA_DEFINE_INFO_(mtia_pe_row, MTIA_PE_INFO_PE_ROW)
+MTIA_DEFINE_INFO_(mtia_pe_col, MTIA_PE_INFO_PE_COL)
+MTIA_DEFINE_INFO_(mtia_num_pes, MTIA_PE_INFO_NUM_PES)
+MTIA_DEFINE_INFO_(mtia_args_ptr, MTIA_PE_INFO_ARGS_PTR)
+MTIA_DEFINE_INFO_(mtia_args_bytes, MTIA_PE_INFO_ARGS_BYTES)
+MTIA_DEFINE_INFO_(mtia_ls_base, MTIA_PE_INFO_LS_BASE)
+MTIA_DEFINE_INFO_(mtia_ls_bytes, MTIA_PE_INFO_LS_BYTES)
+#undef MTIA_DEFINE_INFO_
+
+/* The counters change on every read, so these are volatile. */
+static inline uint64_t mtia_cycles(void) {
+  uint64_t v;
+  __asm__ volatile(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(
+      MTIA_PE_F3_INFO) ", " MTIA_STR(MTIA_PE_INFO_CYCLES) ", %0, x0, x0"
+                   : "=r"(v));
+  return v;
+}
+static inline uint64_t mtia_instret(void) {
+  uint64_t v;
+  __asm__ volatile(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(
+      MTIA_PE_F3_INFO) ", " MTIA_STR(MTIA_PE_INFO_INSTRET) ", %0, x0, x0"
+                   : "=r"(v));
+  return v;
+}
+
+/* ---- Synchronisation ----------------------------------------------------------------------
+ * The "memory" clobbers keep the compiler from moving local-store accesses across them. */
+
+/* Waits until every PE of the launch has reached its barrier. */
+static inline void mtia_barrier(void) {
+  __asm__ volatile(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(
+      MTIA_PE_F3_BARRIER) ", " MTIA_STR(MTIA_PE_F7_V1) ", x0, x0, x0" ::
+                       : "memory");
+}
+
+/* Waits until the operation with this tag has completed; tag 0 is always complete. */
+static inline void mtia_wait(mtia_tag_t tag) {
+  __asm__ volatile(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(
+      MTIA_PE_F3_WAIT) ", " MTIA_STR(MTIA_PE_F7_V1) ", x0, %0, x0" ::"r"(tag)
+                   : "memory");
+}
+
+/* Waits until every operation this PE issued has completed. */
+static inline void mtia_wait_all(void) {
+  __asm__ volatile(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(
+      MTIA_PE_F3_WAIT_ALL) ", " MTIA_STR(MTIA_PE_F7_V1) ", x0, x0, x0" ::
+                       : "memory");
+}
+
+/* 1 if the operation with this tag has completed, else 0. Does not wait. */
+static inline int mtia_poll(mtia_tag_t tag) {
+  uint64_t done;
+  __asm__ volatile(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(
+      MTIA_PE_F3_POLL) ", " MTIA_STR(MTIA_PE_F7_V1) ", %0, %1, x0"
+                   : "=r"(done)
+                   : "r"(tag)
+                   : "memory");
+  return (int)done;
+}
+
+/* ---- Issuing unit operations ------------------------------------------------------------- */
+#define MTIA_ISSUE_(opc, f3, desc)                                                           \
+  mtia_tag_t tag;                                                                            \
+  __asm__ volatile(".insn r " MTIA_STR(opc) ", " MTIA_STR(f3) ", " MTIA_STR(MTIA_PE_F7_V1) \
+                   ", %0, %1, x0"                                                            \
+                   : "=r"(tag)                                                               \
+                   : "r"(desc)                                                               \
+                   : "memory");                                                              \
+  return tag
+
+static inline mtia_tag_t mtia_dma_start(const mtia_pe_dma_desc* d) {
+  MTIA_ISSUE_(MTIA_PE_OPC_DMA, MTIA_PE_F3_DMA, d);
+}
+static inline mtia_tag_t mtia_dpe_matmul(const mtia_pe_matmul_desc* d) {
+  MTIA_ISSUE_(MTIA_PE_OPC_COMPUTE, MTIA_PE_F3_MATMUL, d);
+}
+static inline mtia_tag_t mtia_se_op(const mtia_pe_se_desc* d) {
+  MTIA_ISSUE_(MTIA_PE_OPC_COMPUTE, MTIA_PE_F3_SE, d);
+}
+static inline mtia_tag_t mtia_re_reduce(const mtia_pe_re_desc* d) {
+  MTIA_ISSUE_(MTIA_PE_OPC_COMPUTE, MTIA_PE_F3_RE, d);
+}
+static inline mtia_tag_t mtia_mlu_op(const mtia_pe_mlu_desc* d) {
+  MTIA_ISSUE_(MTIA_PE_OPC_COMPUTE, MTIA_PE_F3_MLU, d);
+}
+#undef MTIA_ISSUE_
+
+/* Ends the kernel on this PE with an exit status (0 = success). */
+static inline __attribute__((noreturn)) void mtia_exit(int64_t status) {
+  register int64_t a0 __asm__("a0") = status;
+  __asm__ volatile("ecall" ::"r"(a0) : "memory");
+  __builtin_unreachable();
+}
+
+/* ---- Helpers that build a descriptor and issue it ---------------------------------------- */
+
+/* Struct initialisation may compile to memset/memcpy calls: kernels/src/rt.c provides them. */
+static inline mtia_pe_desc_header mtia_desc_header(uint8_t kind, uint16_t flags) {
+  mtia_pe_desc_header h;
+  h.version = MTIA_PE_DESC_VERSION;
+  h.kind = kind;
+  h.flags = flags;
+  h.reserved = 0;
+  return h;
+}
+
+/* Contiguous copy of `bytes` bytes between two spaces, in the widest elements that the
+ * addresses and the length allow (8-byte aligned copies are fastest). */
+static inline mtia_tag_t mtia_dma_1d(uint64_t dst, uint8_t dst_space, uint64_t src,
+                                     uint8_t src_space, uint64_t bytes) {
+  mtia_pe_dma_desc d = {0};
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_DMA, 0);
+  d.ndims = 1;
+  uint64_t all = bytes | src | dst;
+  d.elem_size = (all % 8 == 0) ? 8 : (all % 4 == 0) ? 4 : (all % 2 == 0) ? 2 : 1;
+  d.src_space = src_space;
+  d.dst_space = dst_space;
+  d.src = src;
+  d.dst = dst;
+  d.sizes[0] = bytes / d.elem_size;
+  d.src_strides[0] = d.elem_size;
+  d.dst_strides[0] = d.elem_size;
+  return mtia_dma_start(&d);
+}
+
+/* DRAM/SRAM (device address) -> local store, and back. */
+static inline mtia_tag_t mtia_dma_in(void* local_dst, uint64_t device_src, uint64_t bytes) {
+  return mtia_dma_1d((uint64_t)(uintptr_t)local_dst, MTIA_PE_SPACE_LOCAL, device_src,
+                     MTIA_PE_SPACE_DEVICE, bytes);
+}
+static inline mtia_tag_t mtia_dma_out(uint64_t device_dst, const void* local_src,
+                                      uint64_t bytes) {
+  return mtia_dma_1d(device_dst, MTIA_PE_SPACE_DEVICE, (uint64_t)(uintptr_t)local_src,
+                     MTIA_PE_SPACE_LOCAL, bytes);
+}
+
+/* Immediate operands: the value's bit pattern in the low bytes (see MTIA_PE_OPND_IMMEDIATE). */
+static inline uint64_t mtia_imm_f32(float v) {
+  union {
+    float f;
+    uint32_t u;
+  } x;
+  x.f = v;
+  return x.u;
+}
+static inline uint64_t mtia_imm_i32(int32_t v) { return (uint32_t)v; }
+static inline uint64_t mtia_imm_i64(int64_t v) { return (uint64_t)v; }
+
+/* out = op(a, b) over n elements of one dtype (comparisons: pass out_dtype MTIA_PE_DT_BOOL). */
+static inline mtia_tag_t mtia_se_binary(uint8_t op, uint8_t in_dtype, uint8_t out_dtype,
+                                        void* out, const void* a, const void* b, uint32_t n) {
+  mtia_pe_se_desc d = {0};
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
+  d.op = op;
+  d.in_dtype = in_dtype;
+  d.out_dtype = out_dtype;
+  d.count = n;
+  d.src[0] = (uint64_t)(uintptr_t)a;
+  d.src[1] = (uint64_t)(uintptr_t)b;
+  d.dst = (uint64_t)(uintptr_t)out;
+  return mtia_se_op(&d);
+}
+
+/* out = op(a, imm) over n elements: imm is a bit pattern from mtia_imm_*. */
+static inline mtia_tag_t mtia_se_binary_imm(uint8_t op, uint8_t dtype, void* out, const void* a,
+                                            uint64_t imm, uint32_t n) {
+  mtia_pe_se_desc d = {0};
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
+  d.op = op;
+  d.in_dtype = dtype;
+  d.out_dtype = dtype;
+  d.count = n;
+  d.mode[1] = MTIA_PE_OPND_IMMEDIATE;
+  d.src[0] = (uint64_t)(uintptr_t)a;
+  d.imm[1] = imm;
+  d.dst = (uint64_t)(uintptr_t)out;
+  return mtia_se_op(&d);
+}
+
+/* out = op(a) over n elements (unary ops and casts). */
+static inline mtia_tag_t mtia_se_unary(uint8_t op, uint8_t in_dtype, uint8_t out_dtype,
+                                       void* out, const void* a, uint32_t n) {
+  mtia_pe_se_desc d = {0};
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
+  d.op = op;
+  d.in_dtype = in_dtype;
+  d.out_dtype = out_dtype;
+  d.count = n;
+  d.src[0] = (uint64_t)(uintptr_t)a;
+  d.dst = (uint64_t)(uintptr_t)out;
+  return mtia_se_op(&d);
+}
+
+/* C[m x n] (+)= A[m x k] * B[k x n], row-major tiles with leading dimensions. */
+static inline mtia_tag_t mtia_matmul(uint8_t in_dtype, uint8_t out_dtype, uint16_t flags,
+                                     void* c, uint32_t ldc, const void* a, uint32_t lda,
+                                     const void* b, uint32_t ldb, uint32_t m, uint32_t n,
+                                     uint32_t k) {
+  mtia_pe_matmul_desc d = {0};
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_MATMUL, flags);
+  d.in_dtype = in_dtype;
+  d.out_dtype = out_dtype;
+  d.m = m;
+  d.n = n;
+  d.k = k;
+  d.lda = lda;
+  d.ldb = ldb;
+  d.ldc = ldc;
+  d.a = (uint64_t)(uintptr_t)a;
+  d.b = (uint64_t)(uintptr_t)b;
+  d.c = (uint64_t)(uintptr_t)c;
+  return mtia_dpe_matmul(&d);
+}
+
+/* Reduces a rows x cols tile along `axis` (1: one result per row, 0: one per column). */
+static inline mtia_tag_t mtia_reduce(uint8_t op, uint8_t in_dtype, uint8_t out_dtype,
+                                     uint8_t axis, uint16_t flags, void* dst, const void* src,
+                                     uint32_t rows, uint32_t cols, uint32_t ld_src) {
+  mtia_pe_re_desc d = {0};
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_RE, flags);
+  d.op = op;
+  d.in_dtype = in_dtype;
+  d.out_dtype = out_dtype;
+  d.axis = axis;
+  d.rows = rows;
+  d.cols = cols;
+  d.ld_src = ld_src;
+  d.src = (uint64_t)(uintptr_t)src;
+  d.dst = (uint64_t)(uintptr_t)dst;
+  return mtia_re_reduce(&d);
+}
+
+/* dst = transpose(src) for a rows x cols tile of elem_size-byte elements. */
+static inline mtia_tag_t mtia_transpose(uint8_t elem_size, void* dst, uint32_t ld_dst,
+                                        const void* src, uint32_t ld_src, uint32_t rows,
+                                        uint32_t cols) {
+  mtia_pe_mlu_desc d = {0};
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_MLU, 0);
+  d.op = MTIA_PE_MLU_TRANSPOSE;
+  d.elem_size = elem_size;
+  d.rows = rows;
+  d.cols = cols;
+  d.ld_src = ld_src;
+  d.ld_dst = ld_dst;
+  d.src = (uint64_t)(uintptr_t)src;
+  d.dst = (uint64_t)(uintptr_t)dst;
+  return mtia_mlu_op(&d);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MTIA_KERNEL_H_ */

@@ -1,0 +1,107 @@
+#include "mtia/sim/pe/program.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "decode.h"
+#include "mtia/isa/pe/pe_ops.h"
+
+namespace mtia::sim::pe {
+namespace {
+
+isa::Rejection bad(std::string reason) {
+  return isa::reject(isa::ErrorCode::kUnsupported, "kernel image: " + std::move(reason));
+}
+
+bool inside(uint64_t addr, uint64_t bytes, uint64_t base, uint64_t size) {
+  return addr >= base && addr - base <= size && bytes <= size - (addr - base);
+}
+
+}  // namespace
+
+isa::Result<std::shared_ptr<const Program>> Program::create(const ElfImage& image) {
+  std::shared_ptr<Program> p(new Program());
+  p->entry_ = image.entry;
+
+  struct Span {
+    uint64_t lo, hi;
+  };
+  std::vector<Span> spans;
+  for (size_t i = 0; i < image.segments.size(); ++i) {
+    const Segment& s = image.segments[i];
+    const std::string where = fmt::format("segment {} [{:#x}, {:#x})", i, s.vaddr,
+                                          s.vaddr + s.mem_bytes);
+    if (s.bytes.size() > s.mem_bytes) return bad(where + " holds more file bytes than memory");
+    if (s.writable && s.executable) {
+      return bad(where + " is writable and executable; link code and data into separate "
+                         "segments (kernels/link.ld does)");
+    }
+    for (const Span& other : spans) {
+      if (s.vaddr < other.hi && other.lo < s.vaddr + s.mem_bytes) {
+        return bad(where + " overlaps another segment");
+      }
+    }
+    spans.push_back({s.vaddr, s.vaddr + s.mem_bytes});
+
+    std::vector<uint8_t> bytes(s.bytes);
+    bytes.resize(s.mem_bytes, 0);
+    if (inside(s.vaddr, s.mem_bytes, MTIA_PE_IMAGE_BASE, MTIA_PE_IMAGE_MAX_BYTES)) {
+      if (s.executable && (s.vaddr % 4 != 0 || s.mem_bytes % 4 != 0)) {
+        return bad(where + " is code but not 4-byte aligned in address and size");
+      }
+      p->image_.push_back({s.vaddr, std::move(bytes), s.writable, s.executable});
+    } else if (inside(s.vaddr, s.mem_bytes, MTIA_PE_LS_BASE, MTIA_PE_LS_MAX_BYTES)) {
+      if (s.executable) {
+        return bad(where + " is code in the local store; code must be in the image window");
+      }
+      const uint64_t offset = s.vaddr - MTIA_PE_LS_BASE;
+      p->local_end_ = std::max(p->local_end_, offset + s.mem_bytes);
+      p->local_.push_back({offset, std::move(bytes)});
+    } else {
+      return bad(fmt::format(
+          "{} lies outside the image window [{:#x}, {:#x}) and the local-store window "
+          "[{:#x}, {:#x}); link with kernels/link.ld",
+          where, MTIA_PE_IMAGE_BASE, MTIA_PE_IMAGE_BASE + MTIA_PE_IMAGE_MAX_BYTES,
+          MTIA_PE_LS_BASE, MTIA_PE_LS_BASE + MTIA_PE_LS_MAX_BYTES));
+    }
+  }
+
+  uint64_t code_lo = ~0ull;
+  uint64_t code_hi = 0;
+  for (const ImageSegment& s : p->image_) {
+    if (!s.executable) continue;
+    code_lo = std::min(code_lo, s.base);
+    code_hi = std::max(code_hi, s.base + s.bytes.size());
+  }
+  if (code_lo >= code_hi) return bad("has no executable segment");
+  bool entry_in_code = false;
+  for (const ImageSegment& s : p->image_) {
+    if (s.executable && p->entry_ >= s.base && p->entry_ < s.base + s.bytes.size()) {
+      entry_in_code = true;
+    }
+  }
+  if (!entry_in_code || p->entry_ % 4 != 0) {
+    return bad(fmt::format("entry point {:#x} is not an aligned address in an executable segment",
+                           p->entry_));
+  }
+
+  // Decode every word once; the image window is at most 1 MiB, so the table is too.
+  p->code_base_ = code_lo;
+  const uint64_t words = (code_hi - code_lo) / 4;
+  p->code_.assign(words, DecodedInsn{});  // op 0 = kFetchFault for the gaps
+  p->raw_.assign(words, 0);
+  for (const ImageSegment& s : p->image_) {
+    if (!s.executable) continue;
+    for (uint64_t off = 0; off + 4 <= s.bytes.size(); off += 4) {
+      uint32_t w;
+      std::memcpy(&w, s.bytes.data() + off, 4);
+      const uint64_t index = (s.base + off - code_lo) / 4;
+      p->raw_[index] = w;
+      p->code_[index] = detail::decode(w);
+    }
+  }
+  return std::shared_ptr<const Program>(std::move(p));
+}
+
+}  // namespace mtia::sim::pe
