@@ -43,8 +43,8 @@ int main(int argc, char** argv) {
   options.preset = preset;
   mtia::Device device = mtia::Device::open(options);
   const auto config = nlohmann::json::parse(device.config_json());
-  const double h2d_GBps = config["pcie_h2d_bandwidth_GBps"].get<double>();
-  const double d2h_GBps = config["pcie_d2h_bandwidth_GBps"].get<double>();
+  const double h2d_GBps = config["pcie_h2d_bandwidth_GBps"]["value"].get<double>();
+  const double d2h_GBps = config["pcie_d2h_bandwidth_GBps"]["value"].get<double>();
 
   auto* host = static_cast<float*>(device.host_alloc(bytes));
   auto* host2 = static_cast<float*>(device.host_alloc(bytes));

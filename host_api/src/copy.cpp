@@ -120,7 +120,10 @@ void Device::Impl::return_staging(const std::shared_ptr<HostRegion>& r) {
 
 void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, const Layout& sl,
                         Stream stream, bool async) {
-  const CopyPlan plan = plan_copy(dl, sl);
+  // The host side's bursts cross PCIe, the slowest link: walk it contiguously.
+  const CopyPlan plan = plan_copy(
+      dl, sl,
+      dir == Dir::kHostToDevice ? LoopOrder::kSourceContiguous : LoopOrder::kDestinationContiguous);
   auto s = stream_state(stream);
   if (plan.elements == 0) return;
   const size_t elem = plan.elem_size;

@@ -103,7 +103,7 @@ struct Dim {
   uint64_t src_stride;
 };
 
-CopyPlan plan(const Layout& dst, const Layout& src, bool fill) {
+CopyPlan plan(const Layout& dst, const Layout& src, bool fill, LoopOrder order) {
   CopyPlan p;
   const char* what = fill ? "fill" : "copy";
   if (!valid_elem_size(dst.elem_size)) {
@@ -160,10 +160,14 @@ CopyPlan plan(const Layout& dst, const Layout& src, bool fill) {
   }
   if (dims.empty()) dims.push_back(Dim{1, e, e});  // a single element
 
-  // Outermost first by destination stride; equal results whatever the order of the loops.
-  std::stable_sort(dims.begin(), dims.end(), [](const Dim& a, const Dim& b) {
-    if (a.dst_stride != b.dst_stride) return a.dst_stride > b.dst_stride;
-    return a.src_stride > b.src_stride;
+  // Outermost first by the leading side's stride, so that its innermost loop runs along its
+  // smallest stride; the copy is the same whichever order the loops run in.
+  const bool by_src = order == LoopOrder::kSourceContiguous;
+  std::stable_sort(dims.begin(), dims.end(), [by_src](const Dim& a, const Dim& b) {
+    const uint64_t a1 = by_src ? a.src_stride : a.dst_stride;
+    const uint64_t b1 = by_src ? b.src_stride : b.dst_stride;
+    if (a1 != b1) return a1 > b1;
+    return (by_src ? a.dst_stride : a.src_stride) > (by_src ? b.dst_stride : b.src_stride);
   });
 
   // Merge neighbours contiguous on both sides, from the inside out.
@@ -247,12 +251,12 @@ std::string Layout::to_string() const {
          " elem " + std::to_string(elem_size);
 }
 
-CopyPlan plan_copy(const Layout& dst, const Layout& src) {
-  return plan(dst, src, false);
+CopyPlan plan_copy(const Layout& dst, const Layout& src, LoopOrder order) {
+  return plan(dst, src, false, order);
 }
 
 CopyPlan plan_fill(const Layout& dst) {
-  return plan(dst, dst, true);
+  return plan(dst, dst, true, LoopOrder::kDestinationContiguous);
 }
 
 }  // namespace mtia

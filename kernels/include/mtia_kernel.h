@@ -29,14 +29,20 @@ extern "C" {
 
 typedef uint64_t mtia_tag_t;
 
+/* Zeroes a descriptor (reserved fields must be zero); valid C99 and C++ alike. */
+#define MTIA_ZERO_(x) __builtin_memset(&(x), 0, sizeof(x))
+
+/* The assembler text of an instruction up to its register operands:
+ * ".insn r opcode, funct3, funct7, " (clang 14 and later accept .insn r). */
+#define MTIA_INSN_(opc, f3, f7) ".insn r " MTIA_STR(opc) ", " MTIA_STR(f3) ", " MTIA_STR(f7) ", "
+#define MTIA_CTRL_(f3, f7) MTIA_INSN_(MTIA_PE_OPC_CTRL, f3, f7)
+
 /* ---- PE information (pe.info): answered by the core, costs one ALU cycle ----------------- */
-#define MTIA_DEFINE_INFO_(name, field)                                                         \
-  static inline uint64_t name(void) {                                                          \
-    uint64_t v;                                                                                \
-    __asm__(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(MTIA_PE_F3_INFO) ", " MTIA_STR( \
-        field) ", %0, x0, x0"                                                                  \
-            : "=r"(v));                                                                        \
-    return v;                                                                                  \
+#define MTIA_DEFINE_INFO_(name, field)                                  \
+  static inline uint64_t name(void) {                                   \
+    uint64_t v;                                                         \
+    __asm__(MTIA_CTRL_(MTIA_PE_F3_INFO, field) "%0, x0, x0" : "=r"(v)); \
+    return v;                                                           \
   }
 MTIA_DEFINE_INFO_(mtia_pe_id, MTIA_PE_INFO_PE_ID)
 MTIA_DEFINE_INFO_(mtia_grid_rows, MTIA_PE_INFO_GRID_ROWS)
@@ -53,16 +59,12 @@ MTIA_DEFINE_INFO_(mtia_ls_bytes, MTIA_PE_INFO_LS_BYTES)
 /* The counters change on every read, so these are volatile. */
 static inline uint64_t mtia_cycles(void) {
   uint64_t v;
-  __asm__ volatile(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(
-      MTIA_PE_F3_INFO) ", " MTIA_STR(MTIA_PE_INFO_CYCLES) ", %0, x0, x0"
-                   : "=r"(v));
+  __asm__ volatile(MTIA_CTRL_(MTIA_PE_F3_INFO, MTIA_PE_INFO_CYCLES) "%0, x0, x0" : "=r"(v));
   return v;
 }
 static inline uint64_t mtia_instret(void) {
   uint64_t v;
-  __asm__ volatile(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(
-      MTIA_PE_F3_INFO) ", " MTIA_STR(MTIA_PE_INFO_INSTRET) ", %0, x0, x0"
-                   : "=r"(v));
+  __asm__ volatile(MTIA_CTRL_(MTIA_PE_F3_INFO, MTIA_PE_INFO_INSTRET) "%0, x0, x0" : "=r"(v));
   return v;
 }
 
@@ -71,44 +73,36 @@ static inline uint64_t mtia_instret(void) {
 
 /* Waits until every PE of the launch has reached its barrier. */
 static inline void mtia_barrier(void) {
-  __asm__ volatile(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(
-      MTIA_PE_F3_BARRIER) ", " MTIA_STR(MTIA_PE_F7_V1) ", x0, x0, x0" ::
-                       : "memory");
+  __asm__ volatile(MTIA_CTRL_(MTIA_PE_F3_BARRIER, MTIA_PE_F7_V1) "x0, x0, x0" ::: "memory");
 }
 
 /* Waits until the operation with this tag has completed; tag 0 is always complete. */
 static inline void mtia_wait(mtia_tag_t tag) {
-  __asm__ volatile(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(
-      MTIA_PE_F3_WAIT) ", " MTIA_STR(MTIA_PE_F7_V1) ", x0, %0, x0" ::"r"(tag)
-                   : "memory");
+  __asm__ volatile(MTIA_CTRL_(MTIA_PE_F3_WAIT, MTIA_PE_F7_V1) "x0, %0, x0" ::"r"(tag) : "memory");
 }
 
 /* Waits until every operation this PE issued has completed. */
 static inline void mtia_wait_all(void) {
-  __asm__ volatile(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(
-      MTIA_PE_F3_WAIT_ALL) ", " MTIA_STR(MTIA_PE_F7_V1) ", x0, x0, x0" ::
-                       : "memory");
+  __asm__ volatile(MTIA_CTRL_(MTIA_PE_F3_WAIT_ALL, MTIA_PE_F7_V1) "x0, x0, x0" ::: "memory");
 }
 
 /* 1 if the operation with this tag has completed, else 0. Does not wait. */
 static inline int mtia_poll(mtia_tag_t tag) {
   uint64_t done;
-  __asm__ volatile(".insn r " MTIA_STR(MTIA_PE_OPC_CTRL) ", " MTIA_STR(
-      MTIA_PE_F3_POLL) ", " MTIA_STR(MTIA_PE_F7_V1) ", %0, %1, x0"
+  __asm__ volatile(MTIA_CTRL_(MTIA_PE_F3_POLL, MTIA_PE_F7_V1) "%0, %1, x0"
                    : "=r"(done)
                    : "r"(tag)
                    : "memory");
   return (int)done;
 }
 
-/* ---- Issuing unit operations ------------------------------------------------------------- */
-#define MTIA_ISSUE_(opc, f3, desc)                                                           \
-  mtia_tag_t tag;                                                                            \
-  __asm__ volatile(".insn r " MTIA_STR(opc) ", " MTIA_STR(f3) ", " MTIA_STR(MTIA_PE_F7_V1) \
-                   ", %0, %1, x0"                                                            \
-                   : "=r"(tag)                                                               \
-                   : "r"(desc)                                                               \
-                   : "memory");                                                              \
+/* ---- Issuing unit operations: rs1 = descriptor address, rd = tag ------------------------- */
+#define MTIA_ISSUE_(opc, f3, desc)                                 \
+  mtia_tag_t tag;                                                  \
+  __asm__ volatile(MTIA_INSN_(opc, f3, MTIA_PE_F7_V1) "%0, %1, x0" \
+                   : "=r"(tag)                                     \
+                   : "r"(desc)                                     \
+                   : "memory");                                    \
   return tag
 
 static inline mtia_tag_t mtia_dma_start(const mtia_pe_dma_desc* d) {
@@ -151,7 +145,8 @@ static inline mtia_pe_desc_header mtia_desc_header(uint8_t kind, uint16_t flags)
  * addresses and the length allow (8-byte aligned copies are fastest). */
 static inline mtia_tag_t mtia_dma_1d(uint64_t dst, uint8_t dst_space, uint64_t src,
                                      uint8_t src_space, uint64_t bytes) {
-  mtia_pe_dma_desc d = {0};
+  mtia_pe_dma_desc d;
+  MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_DMA, 0);
   d.ndims = 1;
   uint64_t all = bytes | src | dst;
@@ -171,8 +166,7 @@ static inline mtia_tag_t mtia_dma_in(void* local_dst, uint64_t device_src, uint6
   return mtia_dma_1d((uint64_t)(uintptr_t)local_dst, MTIA_PE_SPACE_LOCAL, device_src,
                      MTIA_PE_SPACE_DEVICE, bytes);
 }
-static inline mtia_tag_t mtia_dma_out(uint64_t device_dst, const void* local_src,
-                                      uint64_t bytes) {
+static inline mtia_tag_t mtia_dma_out(uint64_t device_dst, const void* local_src, uint64_t bytes) {
   return mtia_dma_1d(device_dst, MTIA_PE_SPACE_DEVICE, (uint64_t)(uintptr_t)local_src,
                      MTIA_PE_SPACE_LOCAL, bytes);
 }
@@ -186,13 +180,18 @@ static inline uint64_t mtia_imm_f32(float v) {
   x.f = v;
   return x.u;
 }
-static inline uint64_t mtia_imm_i32(int32_t v) { return (uint32_t)v; }
-static inline uint64_t mtia_imm_i64(int64_t v) { return (uint64_t)v; }
+static inline uint64_t mtia_imm_i32(int32_t v) {
+  return (uint32_t)v;
+}
+static inline uint64_t mtia_imm_i64(int64_t v) {
+  return (uint64_t)v;
+}
 
 /* out = op(a, b) over n elements of one dtype (comparisons: pass out_dtype MTIA_PE_DT_BOOL). */
-static inline mtia_tag_t mtia_se_binary(uint8_t op, uint8_t in_dtype, uint8_t out_dtype,
-                                        void* out, const void* a, const void* b, uint32_t n) {
-  mtia_pe_se_desc d = {0};
+static inline mtia_tag_t mtia_se_binary(uint8_t op, uint8_t in_dtype, uint8_t out_dtype, void* out,
+                                        const void* a, const void* b, uint32_t n) {
+  mtia_pe_se_desc d;
+  MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
   d.op = op;
   d.in_dtype = in_dtype;
@@ -207,7 +206,8 @@ static inline mtia_tag_t mtia_se_binary(uint8_t op, uint8_t in_dtype, uint8_t ou
 /* out = op(a, imm) over n elements: imm is a bit pattern from mtia_imm_*. */
 static inline mtia_tag_t mtia_se_binary_imm(uint8_t op, uint8_t dtype, void* out, const void* a,
                                             uint64_t imm, uint32_t n) {
-  mtia_pe_se_desc d = {0};
+  mtia_pe_se_desc d;
+  MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
   d.op = op;
   d.in_dtype = dtype;
@@ -221,9 +221,10 @@ static inline mtia_tag_t mtia_se_binary_imm(uint8_t op, uint8_t dtype, void* out
 }
 
 /* out = op(a) over n elements (unary ops and casts). */
-static inline mtia_tag_t mtia_se_unary(uint8_t op, uint8_t in_dtype, uint8_t out_dtype,
-                                       void* out, const void* a, uint32_t n) {
-  mtia_pe_se_desc d = {0};
+static inline mtia_tag_t mtia_se_unary(uint8_t op, uint8_t in_dtype, uint8_t out_dtype, void* out,
+                                       const void* a, uint32_t n) {
+  mtia_pe_se_desc d;
+  MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
   d.op = op;
   d.in_dtype = in_dtype;
@@ -235,11 +236,11 @@ static inline mtia_tag_t mtia_se_unary(uint8_t op, uint8_t in_dtype, uint8_t out
 }
 
 /* C[m x n] (+)= A[m x k] * B[k x n], row-major tiles with leading dimensions. */
-static inline mtia_tag_t mtia_matmul(uint8_t in_dtype, uint8_t out_dtype, uint16_t flags,
-                                     void* c, uint32_t ldc, const void* a, uint32_t lda,
-                                     const void* b, uint32_t ldb, uint32_t m, uint32_t n,
-                                     uint32_t k) {
-  mtia_pe_matmul_desc d = {0};
+static inline mtia_tag_t mtia_matmul(uint8_t in_dtype, uint8_t out_dtype, uint16_t flags, void* c,
+                                     uint32_t ldc, const void* a, uint32_t lda, const void* b,
+                                     uint32_t ldb, uint32_t m, uint32_t n, uint32_t k) {
+  mtia_pe_matmul_desc d;
+  MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_MATMUL, flags);
   d.in_dtype = in_dtype;
   d.out_dtype = out_dtype;
@@ -256,10 +257,11 @@ static inline mtia_tag_t mtia_matmul(uint8_t in_dtype, uint8_t out_dtype, uint16
 }
 
 /* Reduces a rows x cols tile along `axis` (1: one result per row, 0: one per column). */
-static inline mtia_tag_t mtia_reduce(uint8_t op, uint8_t in_dtype, uint8_t out_dtype,
-                                     uint8_t axis, uint16_t flags, void* dst, const void* src,
-                                     uint32_t rows, uint32_t cols, uint32_t ld_src) {
-  mtia_pe_re_desc d = {0};
+static inline mtia_tag_t mtia_reduce(uint8_t op, uint8_t in_dtype, uint8_t out_dtype, uint8_t axis,
+                                     uint16_t flags, void* dst, const void* src, uint32_t rows,
+                                     uint32_t cols, uint32_t ld_src) {
+  mtia_pe_re_desc d;
+  MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_RE, flags);
   d.op = op;
   d.in_dtype = in_dtype;
@@ -277,7 +279,8 @@ static inline mtia_tag_t mtia_reduce(uint8_t op, uint8_t in_dtype, uint8_t out_d
 static inline mtia_tag_t mtia_transpose(uint8_t elem_size, void* dst, uint32_t ld_dst,
                                         const void* src, uint32_t ld_src, uint32_t rows,
                                         uint32_t cols) {
-  mtia_pe_mlu_desc d = {0};
+  mtia_pe_mlu_desc d;
+  MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_MLU, 0);
   d.op = MTIA_PE_MLU_TRANSPOSE;
   d.elem_size = elem_size;

@@ -25,8 +25,8 @@ int mtia_kernel_main(const struct smoke_args* args, uint64_t args_bytes) {
   for (uint64_t start = pe * SMOKE_CHUNK; start < args->n; start += pes * SMOKE_CHUNK) {
     uint32_t count = args->n - start < SMOKE_CHUNK ? (uint32_t)(args->n - start) : SMOKE_CHUNK;
     mtia_wait(mtia_dma_in(buf_in, args->in + start * 4, count * 4ull));
-    mtia_wait(mtia_se_binary_imm(MTIA_PE_SE_ADD, MTIA_PE_DT_INT32, buf_out, buf_in,
-                                 mtia_imm_i32(1), count));
+    mtia_wait(mtia_se_binary_imm(MTIA_PE_SE_ADD, MTIA_PE_DT_INT32, buf_out, buf_in, mtia_imm_i32(1),
+                                 count));
     mtia_wait(mtia_dma_out(args->out + start * 4, buf_out, count * 4ull));
   }
   mtia_barrier();

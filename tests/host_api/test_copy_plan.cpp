@@ -79,6 +79,22 @@ TEST_CASE("a transposed source keeps two dimensions", "[copy_plan]") {
   CHECK(pc.src_strides[1] == 12);  // 3 elements x 4 bytes
 }
 
+TEST_CASE("the loop order follows the chosen side", "[copy_plan]") {
+  // The same transpose walked along the source: its rows become the inner loop.
+  const Layout dst = Layout::contiguous({3, 5}, 4);
+  const Layout src = strided({3, 5}, {1, 3}, 4);
+  const CopyPlan p = plan_copy(dst, src, mtia::LoopOrder::kSourceContiguous);
+  REQUIRE(p.pieces.size() == 1);
+  const auto& pc = p.pieces[0];
+  REQUIRE(pc.ndims == 2);
+  CHECK(pc.sizes[0] == 5);
+  CHECK(pc.sizes[1] == 3);
+  CHECK(pc.src_strides[0] == 12);
+  CHECK(pc.src_strides[1] == 4);
+  CHECK(pc.dst_strides[0] == 4);
+  CHECK(pc.dst_strides[1] == 20);
+}
+
 TEST_CASE("dimensions merge only where both sides are contiguous", "[copy_plan]") {
   // src rows are padded to 5 elements: the rows cannot merge; dst is fully contiguous.
   const Layout dst = Layout::contiguous({2, 4, 3}, 8);
@@ -152,7 +168,9 @@ TEST_CASE("random layouts: plans reproduce the nested-loop copy", "[copy_plan]")
     const Layout dst = mtia::test::random_layout(rng, sizes, elem);
     const Layout src = mtia::test::random_layout(rng, sizes, elem);
     INFO("case " << i << ": dst " << dst.to_string() << ", src " << src.to_string());
-    const CopyPlan p = plan_copy(dst, src);
+    const auto order =
+        i % 2 ? mtia::LoopOrder::kSourceContiguous : mtia::LoopOrder::kDestinationContiguous;
+    const CopyPlan p = plan_copy(dst, src, order);
     uint64_t moved = 0;
     for (const auto& pc : p.pieces) {
       REQUIRE(pc.ndims >= 1);

@@ -44,35 +44,87 @@ inline uint32_t j_type(uint32_t rd, int32_t off) {
 }
 
 // RV64I
-inline uint32_t lui(uint32_t rd, uint32_t imm20) { return u_type(0x37, rd, imm20); }
-inline uint32_t auipc(uint32_t rd, uint32_t imm20) { return u_type(0x17, rd, imm20); }
-inline uint32_t jal(uint32_t rd, int32_t off) { return j_type(rd, off); }
+inline uint32_t lui(uint32_t rd, uint32_t imm20) {
+  return u_type(0x37, rd, imm20);
+}
+inline uint32_t auipc(uint32_t rd, uint32_t imm20) {
+  return u_type(0x17, rd, imm20);
+}
+inline uint32_t jal(uint32_t rd, int32_t off) {
+  return j_type(rd, off);
+}
 inline uint32_t jalr(uint32_t rd, uint32_t rs1, int32_t imm) {
   return i_type(0x67, 0, rd, rs1, imm);
 }
-inline uint32_t beq(uint32_t a, uint32_t b, int32_t off) { return b_type(0, a, b, off); }
-inline uint32_t bne(uint32_t a, uint32_t b, int32_t off) { return b_type(1, a, b, off); }
-inline uint32_t blt(uint32_t a, uint32_t b, int32_t off) { return b_type(4, a, b, off); }
-inline uint32_t bge(uint32_t a, uint32_t b, int32_t off) { return b_type(5, a, b, off); }
-inline uint32_t bltu(uint32_t a, uint32_t b, int32_t off) { return b_type(6, a, b, off); }
-inline uint32_t bgeu(uint32_t a, uint32_t b, int32_t off) { return b_type(7, a, b, off); }
-inline uint32_t lb(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x03, 0, rd, rs1, imm); }
-inline uint32_t lh(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x03, 1, rd, rs1, imm); }
-inline uint32_t lw(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x03, 2, rd, rs1, imm); }
-inline uint32_t ld(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x03, 3, rd, rs1, imm); }
-inline uint32_t lbu(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x03, 4, rd, rs1, imm); }
-inline uint32_t lhu(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x03, 5, rd, rs1, imm); }
-inline uint32_t lwu(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x03, 6, rd, rs1, imm); }
-inline uint32_t sb(uint32_t rs2, uint32_t rs1, int32_t imm) { return s_type(0x23, 0, rs1, rs2, imm); }
-inline uint32_t sh(uint32_t rs2, uint32_t rs1, int32_t imm) { return s_type(0x23, 1, rs1, rs2, imm); }
-inline uint32_t sw(uint32_t rs2, uint32_t rs1, int32_t imm) { return s_type(0x23, 2, rs1, rs2, imm); }
-inline uint32_t sd(uint32_t rs2, uint32_t rs1, int32_t imm) { return s_type(0x23, 3, rs1, rs2, imm); }
-inline uint32_t addi(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x13, 0, rd, rs1, imm); }
-inline uint32_t slti(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x13, 2, rd, rs1, imm); }
-inline uint32_t sltiu(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x13, 3, rd, rs1, imm); }
-inline uint32_t xori(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x13, 4, rd, rs1, imm); }
-inline uint32_t ori(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x13, 6, rd, rs1, imm); }
-inline uint32_t andi(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x13, 7, rd, rs1, imm); }
+inline uint32_t beq(uint32_t a, uint32_t b, int32_t off) {
+  return b_type(0, a, b, off);
+}
+inline uint32_t bne(uint32_t a, uint32_t b, int32_t off) {
+  return b_type(1, a, b, off);
+}
+inline uint32_t blt(uint32_t a, uint32_t b, int32_t off) {
+  return b_type(4, a, b, off);
+}
+inline uint32_t bge(uint32_t a, uint32_t b, int32_t off) {
+  return b_type(5, a, b, off);
+}
+inline uint32_t bltu(uint32_t a, uint32_t b, int32_t off) {
+  return b_type(6, a, b, off);
+}
+inline uint32_t bgeu(uint32_t a, uint32_t b, int32_t off) {
+  return b_type(7, a, b, off);
+}
+inline uint32_t lb(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x03, 0, rd, rs1, imm);
+}
+inline uint32_t lh(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x03, 1, rd, rs1, imm);
+}
+inline uint32_t lw(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x03, 2, rd, rs1, imm);
+}
+inline uint32_t ld(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x03, 3, rd, rs1, imm);
+}
+inline uint32_t lbu(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x03, 4, rd, rs1, imm);
+}
+inline uint32_t lhu(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x03, 5, rd, rs1, imm);
+}
+inline uint32_t lwu(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x03, 6, rd, rs1, imm);
+}
+inline uint32_t sb(uint32_t rs2, uint32_t rs1, int32_t imm) {
+  return s_type(0x23, 0, rs1, rs2, imm);
+}
+inline uint32_t sh(uint32_t rs2, uint32_t rs1, int32_t imm) {
+  return s_type(0x23, 1, rs1, rs2, imm);
+}
+inline uint32_t sw(uint32_t rs2, uint32_t rs1, int32_t imm) {
+  return s_type(0x23, 2, rs1, rs2, imm);
+}
+inline uint32_t sd(uint32_t rs2, uint32_t rs1, int32_t imm) {
+  return s_type(0x23, 3, rs1, rs2, imm);
+}
+inline uint32_t addi(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x13, 0, rd, rs1, imm);
+}
+inline uint32_t slti(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x13, 2, rd, rs1, imm);
+}
+inline uint32_t sltiu(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x13, 3, rd, rs1, imm);
+}
+inline uint32_t xori(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x13, 4, rd, rs1, imm);
+}
+inline uint32_t ori(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x13, 6, rd, rs1, imm);
+}
+inline uint32_t andi(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x13, 7, rd, rs1, imm);
+}
 inline uint32_t slli(uint32_t rd, uint32_t rs1, uint32_t sh) {
   return i_type(0x13, 1, rd, rs1, static_cast<int32_t>(sh));
 }
@@ -82,7 +134,9 @@ inline uint32_t srli(uint32_t rd, uint32_t rs1, uint32_t sh) {
 inline uint32_t srai(uint32_t rd, uint32_t rs1, uint32_t sh) {
   return i_type(0x13, 5, rd, rs1, static_cast<int32_t>(0x400 | sh));
 }
-inline uint32_t addiw(uint32_t rd, uint32_t rs1, int32_t imm) { return i_type(0x1b, 0, rd, rs1, imm); }
+inline uint32_t addiw(uint32_t rd, uint32_t rs1, int32_t imm) {
+  return i_type(0x1b, 0, rd, rs1, imm);
+}
 inline uint32_t slliw(uint32_t rd, uint32_t rs1, uint32_t sh) {
   return i_type(0x1b, 1, rd, rs1, static_cast<int32_t>(sh));
 }
@@ -92,9 +146,9 @@ inline uint32_t srliw(uint32_t rd, uint32_t rs1, uint32_t sh) {
 inline uint32_t sraiw(uint32_t rd, uint32_t rs1, uint32_t sh) {
   return i_type(0x1b, 5, rd, rs1, static_cast<int32_t>(0x400 | sh));
 }
-#define PE_TEST_R(name, opc, f3, f7)                               \
+#define PE_TEST_R(name, opc, f3, f7)                              \
   inline uint32_t name(uint32_t rd, uint32_t rs1, uint32_t rs2) { \
-    return r_type(opc, f3, f7, rd, rs1, rs2);                      \
+    return r_type(opc, f3, f7, rd, rs1, rs2);                     \
   }
 PE_TEST_R(add, 0x33, 0, 0)
 PE_TEST_R(sub, 0x33, 0, 0x20)

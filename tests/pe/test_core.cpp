@@ -4,13 +4,13 @@
 #include "harness.h"
 
 using namespace pe_test;
+using Catch::Matchers::Contains;
 using mtia::sim::pe::FaultKind;
 using mtia::sim::pe::RiscvCore;
 using mtia::sim::pe::StopReason;
 using mtia::sim::pe::UnitOp;
 using mtia::sim::pe::UnitRequest;
 using mtia::sim::pe::UnitResponse;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -131,7 +131,7 @@ TEST_CASE("misaligned loads and stores fault", "[pe][fault]") {
     const char* name;
     uint32_t word;
   };
-  const Case cases[] = {{"lh", lh(2, 1, 1)}, {"lw", lw(2, 1, 0)}, {"ld", ld(2, 1, 2)},
+  const Case cases[] = {{"lh", lh(2, 1, 1)},   {"lw", lw(2, 1, 0)},   {"ld", ld(2, 1, 2)},
                         {"lhu", lhu(2, 1, 1)}, {"lwu", lwu(2, 1, 4)}, {"sh", sh(2, 1, 1)},
                         {"sw", sw(2, 1, 0)},   {"sd", sd(2, 1, 2)}};
   for (const Case& k : cases) {
@@ -242,9 +242,9 @@ TEST_CASE("unit instructions reach the port with their operands", "[pe][unit]") 
                     r_type(MTIA_PE_OPC_CTRL, MTIA_PE_F3_WAIT, 0, 0, 6, 0),
                     r_type(MTIA_PE_OPC_CTRL, MTIA_PE_F3_WAIT_ALL, 0, 0, 0, 0),
                     r_type(MTIA_PE_OPC_CTRL, MTIA_PE_F3_BARRIER, 0, 0, 0, 0)});
-  const UnitOp expected[] = {UnitOp::kDma,  UnitOp::kMatmul, UnitOp::kEltwise,
-                             UnitOp::kReduce, UnitOp::kLayout, UnitOp::kPoll,
-                             UnitOp::kWait, UnitOp::kWaitAll, UnitOp::kBarrier};
+  const UnitOp expected[] = {UnitOp::kDma,    UnitOp::kMatmul,  UnitOp::kEltwise,
+                             UnitOp::kReduce, UnitOp::kLayout,  UnitOp::kPoll,
+                             UnitOp::kWait,   UnitOp::kWaitAll, UnitOp::kBarrier};
   REQUIRE(m.port.requests.size() == std::size(expected));
   for (size_t i = 0; i < std::size(expected); ++i) {
     INFO(i);
@@ -367,7 +367,7 @@ TEST_CASE("local-store segments are initialised at every start", "[pe][start]") 
     std::fill(m.ls.begin(), m.ls.end(), 0xee);
     REQUIRE_FALSE(core.start(program, {}));
     CHECK(m.ls[16] == 7);
-    CHECK(m.ls[18] == 0);    // zero fill of the segment
+    CHECK(m.ls[18] == 0);     // zero fill of the segment
     CHECK(m.ls[24] == 0xee);  // the rest of the local store is left alone
     core.set_reg(1, MTIA_PE_LS_BASE + 16);
     REQUIRE(core.run(10).reason == StopReason::kExit);
@@ -383,10 +383,10 @@ TEST_CASE("writable image data is fresh at every start", "[pe][start]") {
   data.mem_bytes = 8;
   data.readable = data.writable = true;
   // x2 = counter; counter += 1; a0 = counter
-  auto program = program_of(
-      {kCode, {code_segment({lui(1, 0x11), ld(2, 1, 0), addi(2, 2, 1), sd(2, 1, 0),
-                             addi(10, 2, 0), kEcall}),
-               data}});
+  auto program = program_of({kCode,
+                             {code_segment({lui(1, 0x11), ld(2, 1, 0), addi(2, 2, 1), sd(2, 1, 0),
+                                            addi(10, 2, 0), kEcall}),
+                              data}});
   RiscvCore core(m.config, m.ls, m.port);
   RiscvCore other(m.config, m.ls, m.port);
   for (int launch = 0; launch < 2; ++launch) {

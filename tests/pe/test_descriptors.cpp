@@ -123,33 +123,42 @@ TEST_CASE("DMA descriptors", "[pe][desc]") {
   const auto base = dma_2d();
   CHECK_FALSE(validate(base, kLs));
   using D = mtia_pe_dma_desc;
-  expect_rejected<D>(base, "zeroed", [](D& d) { d = D{}; }, ErrorCode::kBadVersion);
-  expect_rejected<D>(base, "wrong kind", [](D& d) { d.hdr.kind = MTIA_PE_DESC_SE; },
-                     ErrorCode::kBadOpcode);
-  expect_rejected<D>(base, "flag", [](D& d) { d.hdr.flags = 1; }, ErrorCode::kReservedNotZero);
-  expect_rejected<D>(base, "header reserved", [](D& d) { d.hdr.reserved = 1; },
-                     ErrorCode::kReservedNotZero);
-  expect_rejected<D>(base, "reserved0", [](D& d) { d.reserved0 = 1; },
-                     ErrorCode::kReservedNotZero);
-  expect_rejected<D>(base, "ndims 0", [](D& d) { d.ndims = 0; }, ErrorCode::kBadDims);
-  expect_rejected<D>(base, "ndims 5", [](D& d) { d.ndims = 5; }, ErrorCode::kBadDims);
-  expect_rejected<D>(base, "elem 3", [](D& d) { d.elem_size = 3; }, ErrorCode::kBadElementSize);
-  expect_rejected<D>(base, "space 2", [](D& d) { d.src_space = 2; }, ErrorCode::kBadAddressSpace);
-  expect_rejected<D>(base, "size 0", [](D& d) { d.sizes[1] = 0; }, ErrorCode::kBadDims);
-  expect_rejected<D>(base, "unused dim", [](D& d) { d.sizes[2] = 1; },
-                     ErrorCode::kReservedNotZero);
-  expect_rejected<D>(base, "unused stride", [](D& d) { d.src_strides[3] = 4; },
-                     ErrorCode::kReservedNotZero);
-  expect_rejected<D>(base, "stride", [](D& d) { d.src_strides[0] = 402; },
-                     ErrorCode::kMisaligned);
-  expect_rejected<D>(base, "address", [](D& d) { d.src = 0x1002; }, ErrorCode::kMisaligned);
-  expect_rejected<D>(base, "dst stride 0", [](D& d) { d.dst_strides[0] = 0; },
-                     ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "zeroed", [](D& d) { d = D{}; }, ErrorCode::kBadVersion);
+  expect_rejected<D>(
+      base, "wrong kind", [](D& d) { d.hdr.kind = MTIA_PE_DESC_SE; }, ErrorCode::kBadOpcode);
+  expect_rejected<D>(
+      base, "flag", [](D& d) { d.hdr.flags = 1; }, ErrorCode::kReservedNotZero);
+  expect_rejected<D>(
+      base, "header reserved", [](D& d) { d.hdr.reserved = 1; }, ErrorCode::kReservedNotZero);
+  expect_rejected<D>(
+      base, "reserved0", [](D& d) { d.reserved0 = 1; }, ErrorCode::kReservedNotZero);
+  expect_rejected<D>(
+      base, "ndims 0", [](D& d) { d.ndims = 0; }, ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "ndims 5", [](D& d) { d.ndims = 5; }, ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "elem 3", [](D& d) { d.elem_size = 3; }, ErrorCode::kBadElementSize);
+  expect_rejected<D>(
+      base, "space 2", [](D& d) { d.src_space = 2; }, ErrorCode::kBadAddressSpace);
+  expect_rejected<D>(
+      base, "size 0", [](D& d) { d.sizes[1] = 0; }, ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "unused dim", [](D& d) { d.sizes[2] = 1; }, ErrorCode::kReservedNotZero);
+  expect_rejected<D>(
+      base, "unused stride", [](D& d) { d.src_strides[3] = 4; }, ErrorCode::kReservedNotZero);
+  expect_rejected<D>(
+      base, "stride", [](D& d) { d.src_strides[0] = 402; }, ErrorCode::kMisaligned);
+  expect_rejected<D>(
+      base, "address", [](D& d) { d.src = 0x1002; }, ErrorCode::kMisaligned);
+  expect_rejected<D>(
+      base, "dst stride 0", [](D& d) { d.dst_strides[0] = 0; }, ErrorCode::kBadDims);
   // 3 x 5 x 4-byte elements with row stride 20 end at +60: move the tile so it does not fit.
-  expect_rejected<D>(base, "past the local store", [](D& d) { d.dst = L + kLs - 56; },
-                     ErrorCode::kDeviceAddressFault);
-  expect_rejected<D>(base, "below the local store", [](D& d) { d.dst = L - 4; },
-                     ErrorCode::kDeviceAddressFault);
+  expect_rejected<D>(
+      base, "past the local store", [](D& d) { d.dst = L + kLs - 56; },
+      ErrorCode::kDeviceAddressFault);
+  expect_rejected<D>(
+      base, "below the local store", [](D& d) { d.dst = L - 4; }, ErrorCode::kDeviceAddressFault);
   expect_rejected<D>(
       base, "device address overflow", [](D& d) { d.src = ~0ull - 7; }, ErrorCode::kExtentOverflow);
   expect_rejected<D>(
@@ -177,32 +186,42 @@ TEST_CASE("matmul descriptors", "[pe][desc]") {
   const auto base = matmul();
   CHECK_FALSE(validate(base, kLs));
   using D = mtia_pe_matmul_desc;
-  for (auto [in, out] : {std::pair{MTIA_PE_DT_INT8, MTIA_PE_DT_INT32},
-                         std::pair{MTIA_PE_DT_FP16, MTIA_PE_DT_FP32},
-                         std::pair{MTIA_PE_DT_FP32, MTIA_PE_DT_FP32}}) {
+  for (auto [in, out] :
+       {std::pair{MTIA_PE_DT_INT8, MTIA_PE_DT_INT32}, std::pair{MTIA_PE_DT_FP16, MTIA_PE_DT_FP32},
+        std::pair{MTIA_PE_DT_FP32, MTIA_PE_DT_FP32}}) {
     D d = base;
     d.in_dtype = static_cast<uint8_t>(in);
     d.out_dtype = static_cast<uint8_t>(out);
     CHECK_FALSE(validate(d, kLs));
   }
-  expect_rejected<D>(base, "bf16 -> bf16", [](D& d) { d.out_dtype = MTIA_PE_DT_BF16; },
-                     ErrorCode::kBadElementSize);
-  expect_rejected<D>(base, "int8 -> fp32", [](D& d) { d.in_dtype = MTIA_PE_DT_INT8; },
-                     ErrorCode::kBadElementSize);
-  expect_rejected<D>(base, "flag 8", [](D& d) { d.hdr.flags |= 8; }, ErrorCode::kReservedNotZero);
-  expect_rejected<D>(base, "reserved1", [](D& d) { d.reserved1 = 1; },
-                     ErrorCode::kReservedNotZero);
-  expect_rejected<D>(base, "k 0", [](D& d) { d.k = 0; }, ErrorCode::kBadDims);
-  expect_rejected<D>(base, "lda < k", [](D& d) { d.lda = 31; }, ErrorCode::kBadDims);
-  expect_rejected<D>(base, "ldc < n", [](D& d) { d.ldc = 7; }, ErrorCode::kBadDims);
-  expect_rejected<D>(base, "transposed B needs ldb >= k",
-                     [](D& d) { d.hdr.flags |= MTIA_PE_MM_TRANS_B; }, ErrorCode::kBadDims);
-  expect_rejected<D>(base, "A misaligned", [](D& d) { d.a = L + 1; }, ErrorCode::kMisaligned);
-  expect_rejected<D>(base, "C past the end", [](D& d) { d.c = L + kLs - 4 * 8 * 16 + 4; },
-                     ErrorCode::kDeviceAddressFault);
-  expect_rejected<D>(base, "C overlaps B", [](D& d) { d.c = d.b; }, ErrorCode::kUnsupported);
-  expect_rejected<D>(base, "huge leading dimension", [](D& d) { d.lda = 0xffff'ffff; },
-                     ErrorCode::kDeviceAddressFault);
+  expect_rejected<D>(
+      base, "bf16 -> bf16", [](D& d) { d.out_dtype = MTIA_PE_DT_BF16; },
+      ErrorCode::kBadElementSize);
+  expect_rejected<D>(
+      base, "int8 -> fp32", [](D& d) { d.in_dtype = MTIA_PE_DT_INT8; }, ErrorCode::kBadElementSize);
+  expect_rejected<D>(
+      base, "flag 8", [](D& d) { d.hdr.flags |= 8; }, ErrorCode::kReservedNotZero);
+  expect_rejected<D>(
+      base, "reserved1", [](D& d) { d.reserved1 = 1; }, ErrorCode::kReservedNotZero);
+  expect_rejected<D>(
+      base, "k 0", [](D& d) { d.k = 0; }, ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "lda < k", [](D& d) { d.lda = 31; }, ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "ldc < n", [](D& d) { d.ldc = 7; }, ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "transposed B needs ldb >= k", [](D& d) { d.hdr.flags |= MTIA_PE_MM_TRANS_B; },
+      ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "A misaligned", [](D& d) { d.a = L + 1; }, ErrorCode::kMisaligned);
+  expect_rejected<D>(
+      base, "C past the end", [](D& d) { d.c = L + kLs - 4 * 8 * 16 + 4; },
+      ErrorCode::kDeviceAddressFault);
+  expect_rejected<D>(
+      base, "C overlaps B", [](D& d) { d.c = d.b; }, ErrorCode::kUnsupported);
+  expect_rejected<D>(
+      base, "huge leading dimension", [](D& d) { d.lda = 0xffff'ffff; },
+      ErrorCode::kDeviceAddressFault);
 
   auto trans_b = base;  // B stored n x k = 8 x 32, ldb >= k
   trans_b.hdr.flags |= MTIA_PE_MM_TRANS_B;
@@ -214,13 +233,16 @@ TEST_CASE("SE descriptors", "[pe][desc]") {
   const auto base = se_add();
   CHECK_FALSE(validate(base, kLs));
   using D = mtia_pe_se_desc;
-  expect_rejected<D>(base, "op 0", [](D& d) { d.op = 0; }, ErrorCode::kBadOpcode);
-  expect_rejected<D>(base, "op past the end", [](D& d) { d.op = MTIA_PE_SE_OP_COUNT; },
-                     ErrorCode::kBadOpcode);
-  expect_rejected<D>(base, "add on bool", [](D& d) { d.in_dtype = d.out_dtype = MTIA_PE_DT_BOOL; },
-                     ErrorCode::kBadElementSize);
-  expect_rejected<D>(base, "add changes dtype", [](D& d) { d.out_dtype = MTIA_PE_DT_FP32; },
-                     ErrorCode::kBadElementSize);
+  expect_rejected<D>(
+      base, "op 0", [](D& d) { d.op = 0; }, ErrorCode::kBadOpcode);
+  expect_rejected<D>(
+      base, "op past the end", [](D& d) { d.op = MTIA_PE_SE_OP_COUNT; }, ErrorCode::kBadOpcode);
+  expect_rejected<D>(
+      base, "add on bool", [](D& d) { d.in_dtype = d.out_dtype = MTIA_PE_DT_BOOL; },
+      ErrorCode::kBadElementSize);
+  expect_rejected<D>(
+      base, "add changes dtype", [](D& d) { d.out_dtype = MTIA_PE_DT_FP32; },
+      ErrorCode::kBadElementSize);
   expect_rejected<D>(
       base, "exp on int32",
       [](D& d) {
@@ -230,21 +252,22 @@ TEST_CASE("SE descriptors", "[pe][desc]") {
       },
       ErrorCode::kBadElementSize);
   expect_rejected<D>(
-      base, "bitwise on float",
-      [](D& d) { d.op = MTIA_PE_SE_BAND; }, ErrorCode::kBadElementSize);
-  expect_rejected<D>(base, "comparison into fp16", [](D& d) { d.op = MTIA_PE_SE_LT; },
-                     ErrorCode::kBadElementSize);
-  expect_rejected<D>(base, "count 0", [](D& d) { d.count = 0; }, ErrorCode::kBadDims);
-  expect_rejected<D>(base, "reserved1", [](D& d) { d.reserved1[4] = 1; },
-                     ErrorCode::kReservedNotZero);
-  expect_rejected<D>(base, "unused operand c", [](D& d) { d.src[2] = L; },
-                     ErrorCode::kReservedNotZero);
-  expect_rejected<D>(base, "mode 3", [](D& d) { d.mode[1] = 3; }, ErrorCode::kBadOpcode);
-  expect_rejected<D>(base, "vector with an immediate", [](D& d) { d.imm[0] = 1; },
-                     ErrorCode::kReservedNotZero);
+      base, "bitwise on float", [](D& d) { d.op = MTIA_PE_SE_BAND; }, ErrorCode::kBadElementSize);
   expect_rejected<D>(
-      base, "immediate with an address",
-      [](D& d) { d.mode[1] = MTIA_PE_OPND_IMMEDIATE; }, ErrorCode::kReservedNotZero);
+      base, "comparison into fp16", [](D& d) { d.op = MTIA_PE_SE_LT; }, ErrorCode::kBadElementSize);
+  expect_rejected<D>(
+      base, "count 0", [](D& d) { d.count = 0; }, ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "reserved1", [](D& d) { d.reserved1[4] = 1; }, ErrorCode::kReservedNotZero);
+  expect_rejected<D>(
+      base, "unused operand c", [](D& d) { d.src[2] = L; }, ErrorCode::kReservedNotZero);
+  expect_rejected<D>(
+      base, "mode 3", [](D& d) { d.mode[1] = 3; }, ErrorCode::kBadOpcode);
+  expect_rejected<D>(
+      base, "vector with an immediate", [](D& d) { d.imm[0] = 1; }, ErrorCode::kReservedNotZero);
+  expect_rejected<D>(
+      base, "immediate with an address", [](D& d) { d.mode[1] = MTIA_PE_OPND_IMMEDIATE; },
+      ErrorCode::kReservedNotZero);
   expect_rejected<D>(
       base, "fp16 immediate with high bits",
       [](D& d) {
@@ -253,12 +276,13 @@ TEST_CASE("SE descriptors", "[pe][desc]") {
         d.imm[1] = 0x1'3c00;
       },
       ErrorCode::kReservedNotZero);
-  expect_rejected<D>(base, "operand misaligned", [](D& d) { d.src[0] = L + 1; },
-                     ErrorCode::kMisaligned);
-  expect_rejected<D>(base, "output past the end", [](D& d) { d.dst = L + kLs - 198; },
-                     ErrorCode::kDeviceAddressFault);
-  expect_rejected<D>(base, "partial overlap", [](D& d) { d.dst = d.src[0] + 2; },
-                     ErrorCode::kUnsupported);
+  expect_rejected<D>(
+      base, "operand misaligned", [](D& d) { d.src[0] = L + 1; }, ErrorCode::kMisaligned);
+  expect_rejected<D>(
+      base, "output past the end", [](D& d) { d.dst = L + kLs - 198; },
+      ErrorCode::kDeviceAddressFault);
+  expect_rejected<D>(
+      base, "partial overlap", [](D& d) { d.dst = d.src[0] + 2; }, ErrorCode::kUnsupported);
   expect_rejected<D>(
       base, "broadcast operand inside the output",
       [](D& d) {
@@ -324,43 +348,54 @@ TEST_CASE("RE descriptors", "[pe][desc]") {
     d.hdr.flags = MTIA_PE_RE_ACCUMULATE;
   }));
   CHECK(ok([](D& d) { d.axis = 0; }));
-  expect_rejected<D>(base, "op 7", [](D& d) { d.op = 7; }, ErrorCode::kBadOpcode);
-  expect_rejected<D>(base, "int sum into fp32", [](D& d) { d.in_dtype = MTIA_PE_DT_INT32; },
-                     ErrorCode::kBadElementSize);
-  expect_rejected<D>(base, "max changes dtype",
-                     [](D& d) {
-                       d.op = MTIA_PE_RE_MAX;
-                       d.in_dtype = MTIA_PE_DT_FP16;
-                     },
-                     ErrorCode::kBadElementSize);
-  expect_rejected<D>(base, "sumsq of ints",
-                     [](D& d) {
-                       d.op = MTIA_PE_RE_SUMSQ;
-                       d.in_dtype = MTIA_PE_DT_INT32;
-                       d.out_dtype = MTIA_PE_DT_INT64;
-                     },
-                     ErrorCode::kBadElementSize);
-  expect_rejected<D>(base, "argmax into fp32", [](D& d) { d.op = MTIA_PE_RE_ARGMAX; },
-                     ErrorCode::kBadElementSize);
-  expect_rejected<D>(base, "argmin accumulating",
-                     [](D& d) {
-                       d.op = MTIA_PE_RE_ARGMIN;
-                       d.out_dtype = MTIA_PE_DT_INT32;
-                       d.hdr.flags = MTIA_PE_RE_ACCUMULATE;
-                     },
-                     ErrorCode::kUnsupported);
-  expect_rejected<D>(base, "axis 2", [](D& d) { d.axis = 2; }, ErrorCode::kBadDims);
-  expect_rejected<D>(base, "ld < cols", [](D& d) { d.ld_src = 9; }, ErrorCode::kBadDims);
-  expect_rejected<D>(base, "rows 0", [](D& d) { d.rows = 0; }, ErrorCode::kBadDims);
-  expect_rejected<D>(base, "flag 2", [](D& d) { d.hdr.flags = 2; }, ErrorCode::kReservedNotZero);
-  expect_rejected<D>(base, "overlap", [](D& d) { d.dst = d.src + 4; }, ErrorCode::kUnsupported);
+  expect_rejected<D>(
+      base, "op 7", [](D& d) { d.op = 7; }, ErrorCode::kBadOpcode);
+  expect_rejected<D>(
+      base, "int sum into fp32", [](D& d) { d.in_dtype = MTIA_PE_DT_INT32; },
+      ErrorCode::kBadElementSize);
+  expect_rejected<D>(
+      base, "max changes dtype",
+      [](D& d) {
+        d.op = MTIA_PE_RE_MAX;
+        d.in_dtype = MTIA_PE_DT_FP16;
+      },
+      ErrorCode::kBadElementSize);
+  expect_rejected<D>(
+      base, "sumsq of ints",
+      [](D& d) {
+        d.op = MTIA_PE_RE_SUMSQ;
+        d.in_dtype = MTIA_PE_DT_INT32;
+        d.out_dtype = MTIA_PE_DT_INT64;
+      },
+      ErrorCode::kBadElementSize);
+  expect_rejected<D>(
+      base, "argmax into fp32", [](D& d) { d.op = MTIA_PE_RE_ARGMAX; }, ErrorCode::kBadElementSize);
+  expect_rejected<D>(
+      base, "argmin accumulating",
+      [](D& d) {
+        d.op = MTIA_PE_RE_ARGMIN;
+        d.out_dtype = MTIA_PE_DT_INT32;
+        d.hdr.flags = MTIA_PE_RE_ACCUMULATE;
+      },
+      ErrorCode::kUnsupported);
+  expect_rejected<D>(
+      base, "axis 2", [](D& d) { d.axis = 2; }, ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "ld < cols", [](D& d) { d.ld_src = 9; }, ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "rows 0", [](D& d) { d.rows = 0; }, ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "flag 2", [](D& d) { d.hdr.flags = 2; }, ErrorCode::kReservedNotZero);
+  expect_rejected<D>(
+      base, "overlap", [](D& d) { d.dst = d.src + 4; }, ErrorCode::kUnsupported);
   // axis 1 writes one value per row (4 x 4 bytes), axis 0 one per column (10 x 4 bytes)
-  expect_rejected<D>(base, "axis 0 output past the end",
-                     [](D& d) {
-                       d.axis = 0;
-                       d.dst = L + kLs - 36;
-                     },
-                     ErrorCode::kDeviceAddressFault);
+  expect_rejected<D>(
+      base, "axis 0 output past the end",
+      [](D& d) {
+        d.axis = 0;
+        d.dst = L + kLs - 36;
+      },
+      ErrorCode::kDeviceAddressFault);
   CHECK(ok([](D& d) { d.dst = L + kLs - 16; }));
 }
 
@@ -368,17 +403,20 @@ TEST_CASE("MLU descriptors", "[pe][desc]") {
   const auto base = mlu_transpose();
   CHECK_FALSE(validate(base, kLs));
   using D = mtia_pe_mlu_desc;
-  expect_rejected<D>(base, "op 3", [](D& d) { d.op = 3; }, ErrorCode::kBadOpcode);
-  expect_rejected<D>(base, "elem 16", [](D& d) { d.elem_size = 16; },
-                     ErrorCode::kBadElementSize);
-  expect_rejected<D>(base, "transpose ld_dst < rows", [](D& d) { d.ld_dst = 2; },
-                     ErrorCode::kBadDims);
-  expect_rejected<D>(base, "copy ld_dst < cols", [](D& d) { d.op = MTIA_PE_MLU_COPY; },
-                     ErrorCode::kBadDims);
-  expect_rejected<D>(base, "misaligned", [](D& d) { d.dst = L + 0x101; }, ErrorCode::kMisaligned);
-  expect_rejected<D>(base, "overlap", [](D& d) { d.dst = L + 8; }, ErrorCode::kUnsupported);
-  expect_rejected<D>(base, "reserved1", [](D& d) { d.reserved1 = 1; },
-                     ErrorCode::kReservedNotZero);
+  expect_rejected<D>(
+      base, "op 3", [](D& d) { d.op = 3; }, ErrorCode::kBadOpcode);
+  expect_rejected<D>(
+      base, "elem 16", [](D& d) { d.elem_size = 16; }, ErrorCode::kBadElementSize);
+  expect_rejected<D>(
+      base, "transpose ld_dst < rows", [](D& d) { d.ld_dst = 2; }, ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "copy ld_dst < cols", [](D& d) { d.op = MTIA_PE_MLU_COPY; }, ErrorCode::kBadDims);
+  expect_rejected<D>(
+      base, "misaligned", [](D& d) { d.dst = L + 0x101; }, ErrorCode::kMisaligned);
+  expect_rejected<D>(
+      base, "overlap", [](D& d) { d.dst = L + 8; }, ErrorCode::kUnsupported);
+  expect_rejected<D>(
+      base, "reserved1", [](D& d) { d.reserved1 = 1; }, ErrorCode::kReservedNotZero);
   // The transposed tile is 7 rows of ld_dst 4: (6 * 4 + 3) * 2 = 54 bytes.
   auto last = base;
   last.dst = L + kLs - 54;

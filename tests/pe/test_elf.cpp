@@ -5,18 +5,18 @@
 #include "harness.h"
 
 using namespace pe_test;
+using Catch::Matchers::Contains;
 using mtia::sim::pe::ElfImage;
 using mtia::sim::pe::parse_elf;
 using mtia::sim::pe::Program;
 using mtia::sim::pe::Segment;
-using Catch::Matchers::Contains;
 
 namespace {
 
 // Builds ELF64 files byte by byte from the gABI layout (independent of the loader).
 struct ElfBuilder {
   struct Phdr {
-    uint32_t type = 1;  // PT_LOAD
+    uint32_t type = 1;   // PT_LOAD
     uint32_t flags = 5;  // R X
     uint64_t vaddr = kCode;
     std::vector<uint8_t> data;
@@ -126,7 +126,9 @@ TEST_CASE("a minimal ELF loads and runs", "[pe][elf]") {
 }
 
 TEST_CASE("the ELF reader rejects what the core cannot run", "[pe][elf]") {
-  SECTION("too short") { CHECK_THAT(rejection({0x7f, 'E', 'L', 'F'}), Contains("too short")); }
+  SECTION("too short") {
+    CHECK_THAT(rejection({0x7f, 'E', 'L', 'F'}), Contains("too short"));
+  }
   SECTION("no magic") {
     auto f = ElfBuilder::minimal().build();
     f[1] = 'X';

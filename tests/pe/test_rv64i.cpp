@@ -22,10 +22,10 @@ TEST_CASE("LUI and AUIPC sign-extend their 32-bit results", "[pe][rv64i]") {
 
 TEST_CASE("immediate ALU ops", "[pe][rv64i]") {
   Machine m;
-  auto& c = m.exec({addi(2, 1, -1), addi(3, 1, 2047), slti(4, 1, -1), slti(5, 6, 0),
-                    sltiu(7, 1, -1), sltiu(8, 6, 1), xori(9, 1, -1), ori(10, 1, 0x0f0),
-                    andi(11, 1, 0x7f0), andi(12, 6, -8)},
-                   {{1, 100}, {6, kAll}});
+  auto& c = m.exec(
+      {addi(2, 1, -1), addi(3, 1, 2047), slti(4, 1, -1), slti(5, 6, 0), sltiu(7, 1, -1),
+       sltiu(8, 6, 1), xori(9, 1, -1), ori(10, 1, 0x0f0), andi(11, 1, 0x7f0), andi(12, 6, -8)},
+      {{1, 100}, {6, kAll}});
   CHECK(c.reg(2) == 99);
   CHECK(c.reg(3) == 2147);
   CHECK(c.reg(4) == 0);  // 100 < -1 is false signed
@@ -40,9 +40,9 @@ TEST_CASE("immediate ALU ops", "[pe][rv64i]") {
 
 TEST_CASE("immediate shifts by 0, 1 and 63", "[pe][rv64i]") {
   Machine m;
-  auto& c = m.exec({slli(2, 1, 63), srli(3, 5, 63), srai(4, 5, 63), srai(6, 5, 1), slli(7, 1, 0),
-                    srli(8, 5, 1)},
-                   {{1, 3}, {5, kMin64}});
+  auto& c = m.exec(
+      {slli(2, 1, 63), srli(3, 5, 63), srai(4, 5, 63), srai(6, 5, 1), slli(7, 1, 0), srli(8, 5, 1)},
+      {{1, 3}, {5, kMin64}});
   CHECK(c.reg(2) == kMin64);  // 3 << 63 keeps only the low bit
   CHECK(c.reg(3) == 1);
   CHECK(c.reg(4) == kAll);
@@ -53,16 +53,16 @@ TEST_CASE("immediate shifts by 0, 1 and 63", "[pe][rv64i]") {
 
 TEST_CASE("register ALU ops", "[pe][rv64i]") {
   Machine m;
-  auto& c = m.exec({add(3, 1, 2), sub(4, 2, 1), sll(5, 1, 6), sll(7, 1, 8), slt(9, 2, 1),
-                    sltu(10, 2, 1), xor_(11, 1, 2), srl(12, 2, 6), sra(13, 2, 6), or_(14, 1, 2),
-                    and_(15, 1, 2), sra(16, 2, 8)},
-                   {{1, 0x7fff'ffff'ffff'ffffull}, {2, kAll}, {6, 63}, {8, 64 + 4}});
+  auto& c = m.exec(
+      {add(3, 1, 2), sub(4, 2, 1), sll(5, 1, 6), sll(7, 1, 8), slt(9, 2, 1), sltu(10, 2, 1),
+       xor_(11, 1, 2), srl(12, 2, 6), sra(13, 2, 6), or_(14, 1, 2), and_(15, 1, 2), sra(16, 2, 8)},
+      {{1, 0x7fff'ffff'ffff'ffffull}, {2, kAll}, {6, 63}, {8, 64 + 4}});
   CHECK(c.reg(3) == 0x7fff'ffff'ffff'fffeull);  // wraps
   CHECK(c.reg(4) == kMin64);
-  CHECK(c.reg(5) == kMin64);  // shift by 63
+  CHECK(c.reg(5) == kMin64);                    // shift by 63
   CHECK(c.reg(7) == 0xffff'ffff'ffff'fff0ull);  // shift amount uses the low 6 bits: 68 -> 4
-  CHECK(c.reg(9) == 1);   // -1 < max signed
-  CHECK(c.reg(10) == 0);  // 0xfff...f < 0x7ff...f unsigned is false
+  CHECK(c.reg(9) == 1);                         // -1 < max signed
+  CHECK(c.reg(10) == 0);                        // 0xfff...f < 0x7ff...f unsigned is false
   CHECK(c.reg(11) == kMin64);
   CHECK(c.reg(12) == 1);
   CHECK(c.reg(13) == kAll);
@@ -73,13 +73,16 @@ TEST_CASE("register ALU ops", "[pe][rv64i]") {
 
 TEST_CASE("W ops compute on 32 bits and sign-extend", "[pe][rv64i]") {
   Machine m;
-  auto& c = m.exec(
-      {addiw(2, 1, 1), addw(3, 1, 4), subw(5, 4, 1), slliw(6, 4, 31), srliw(7, 8, 4),
-       sraiw(9, 8, 4), sllw(10, 4, 11), srlw(12, 8, 11), sraw(13, 8, 11), addiw(14, 15, 0),
-       srliw(16, 8, 0)},
-      // x1 = INT32_MAX with garbage above; x8 = 0x80000000 in the low word; x11 = 33 -> 1
-      {{1, 0xdead'beef'7fff'ffffull}, {4, 1}, {8, 0x1234'5678'8000'0000ull}, {11, 33},
-       {15, 0x0000'0001'ffff'fffeull}});
+  auto& c =
+      m.exec({addiw(2, 1, 1), addw(3, 1, 4), subw(5, 4, 1), slliw(6, 4, 31), srliw(7, 8, 4),
+              sraiw(9, 8, 4), sllw(10, 4, 11), srlw(12, 8, 11), sraw(13, 8, 11), addiw(14, 15, 0),
+              srliw(16, 8, 0)},
+             // x1 = INT32_MAX with garbage above; x8 = 0x80000000 in the low word; x11 = 33 -> 1
+             {{1, 0xdead'beef'7fff'ffffull},
+              {4, 1},
+              {8, 0x1234'5678'8000'0000ull},
+              {11, 33},
+              {15, 0x0000'0001'ffff'fffeull}});
   CHECK(c.reg(2) == 0xffff'ffff'8000'0000ull);  // INT32_MAX + 1 wraps to INT32_MIN
   CHECK(c.reg(3) == 0xffff'ffff'8000'0000ull);
   CHECK(c.reg(5) == 0xffff'ffff'8000'0002ull);  // 1 - 0x7fffffff
@@ -104,9 +107,9 @@ TEST_CASE("x0 reads zero and ignores writes", "[pe][rv64i]") {
 TEST_CASE("loads and stores of every width in the local store", "[pe][rv64i][memory]") {
   Machine m;
   const uint64_t base = MTIA_PE_LS_BASE + 0x100;
-  auto& c = m.exec({sd(2, 1, 0), lb(3, 1, 7), lbu(4, 1, 7), lh(5, 1, 6), lhu(6, 1, 6),
-                    lw(7, 1, 4), lwu(8, 1, 4), ld(9, 1, 0), sb(10, 1, 16), sh(10, 1, 18),
-                    sw(10, 1, 20), ld(11, 1, 16), sd(2, 1, -8), ld(12, 1, -8)},
+  auto& c = m.exec({sd(2, 1, 0), lb(3, 1, 7), lbu(4, 1, 7), lh(5, 1, 6), lhu(6, 1, 6), lw(7, 1, 4),
+                    lwu(8, 1, 4), ld(9, 1, 0), sb(10, 1, 16), sh(10, 1, 18), sw(10, 1, 20),
+                    ld(11, 1, 16), sd(2, 1, -8), ld(12, 1, -8)},
                    {{1, base}, {2, 0x8899'aabb'ccdd'eeffull}, {10, 0x1122'3344'5566'7788ull}});
   CHECK(c.reg(3) == 0xffff'ffff'ffff'ff88ull);
   CHECK(c.reg(4) == 0x88);
@@ -141,14 +144,14 @@ TEST_CASE("loads from the image and the argument block", "[pe][rv64i][memory]") 
   data.bytes = {0x11, 0x22, 0x33, 0x44};
   data.mem_bytes = 16;  // 12 bytes of zero fill (bss)
   data.readable = data.writable = true;
-  std::vector<uint32_t> words = {lw(3, 1, 0), ld(4, 1, 8), lui(5, 0x11), sw(3, 5, 8),
+  std::vector<uint32_t> words = {lw(3, 1, 0), ld(4, 1, 8),  lui(5, 0x11),  sw(3, 5, 8),
                                  ld(6, 5, 8), ld(7, 10, 0), lbu(8, 10, 8), kEcall};
   auto& c = m.load(words, {data});
   c.set_reg(1, kCode + 0x1000);
   REQUIRE(c.run(100).reason == StopReason::kExit);
   CHECK(c.reg(3) == 0x4433'2211ull);
-  CHECK(c.reg(4) == 0);  // zero-filled tail
-  CHECK(c.reg(6) == 0x4433'2211ull);  // stored into the writable segment and read back
+  CHECK(c.reg(4) == 0);                         // zero-filled tail
+  CHECK(c.reg(6) == 0x4433'2211ull);            // stored into the writable segment and read back
   CHECK(c.reg(7) == 0x0807'0605'0403'0201ull);  // a0 points at the arguments
   CHECK(c.reg(8) == 9);
   CHECK(c.reg(11) == 9);  // a1 = argument bytes
@@ -175,12 +178,12 @@ TEST_CASE("conditional branches, signed and unsigned, taken and not", "[pe][rv64
     bool taken;
   };
   const Case cases[] = {
-      {"beq equal", beq, 5, 5, true},      {"beq differ", beq, 5, 6, false},
-      {"bne differ", bne, 5, 6, true},     {"bne equal", bne, 5, 5, false},
-      {"blt -1 < 1", blt, kAll, 1, true},  {"blt 1 < -1", blt, 1, kAll, false},
-      {"bge 1 >= -1", bge, 1, kAll, true}, {"bge equal", bge, 7, 7, true},
-      {"bge -1 >= 1", bge, kAll, 1, false}, {"bltu 1 < max", bltu, 1, kAll, true},
-      {"bltu max < 1", bltu, kAll, 1, false}, {"bgeu max >= 1", bgeu, kAll, 1, true},
+      {"beq equal", beq, 5, 5, true},          {"beq differ", beq, 5, 6, false},
+      {"bne differ", bne, 5, 6, true},         {"bne equal", bne, 5, 5, false},
+      {"blt -1 < 1", blt, kAll, 1, true},      {"blt 1 < -1", blt, 1, kAll, false},
+      {"bge 1 >= -1", bge, 1, kAll, true},     {"bge equal", bge, 7, 7, true},
+      {"bge -1 >= 1", bge, kAll, 1, false},    {"bltu 1 < max", bltu, 1, kAll, true},
+      {"bltu max < 1", bltu, kAll, 1, false},  {"bgeu max >= 1", bgeu, kAll, 1, true},
       {"bgeu 1 >= max", bgeu, 1, kAll, false},
   };
   for (const Case& k : cases) {
@@ -262,4 +265,13 @@ TEST_CASE("the timing table is configurable", "[pe][timing]") {
   m.config.timing.system = 0;
   auto& c = m.exec({addi(1, 0, 1), ld(2, 2, -8)});
   CHECK(c.cycles() == 5 + 10);
+}
+
+TEST_CASE("a taken branch may be cheaper than a fall-through", "[pe][timing]") {
+  Machine m;
+  m.config.timing.branch = 3;
+  m.config.timing.branch_taken = 1;
+  m.config.timing.system = 0;
+  auto& c = m.exec({beq(0, 0, 4), bne(0, 0, 4)});  // taken (1), then not taken (3)
+  CHECK(c.cycles() == 4);
 }

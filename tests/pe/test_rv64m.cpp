@@ -10,7 +10,9 @@ namespace {
 constexpr uint64_t kMin64 = 0x8000'0000'0000'0000ull;
 constexpr uint64_t kAll = ~0ull;
 
-uint64_t neg(uint64_t v) { return ~v + 1; }
+uint64_t neg(uint64_t v) {
+  return ~v + 1;
+}
 
 // Runs rd=3 <- op(x1 = a, x2 = b) and returns x3.
 uint64_t run_op(uint32_t (*op)(uint32_t, uint32_t, uint32_t), uint64_t a, uint64_t b) {
@@ -28,11 +30,11 @@ TEST_CASE("MUL keeps the low 64 bits", "[pe][rv64m]") {
 }
 
 TEST_CASE("MULH, MULHSU and MULHU return the high 64 bits", "[pe][rv64m]") {
-  CHECK(run_op(mulh, kAll, kAll) == 0);                       // (-1)(-1) = 1
+  CHECK(run_op(mulh, kAll, kAll) == 0);                             // (-1)(-1) = 1
   CHECK(run_op(mulh, kMin64, kMin64) == 0x4000'0000'0000'0000ull);  // 2^126
-  CHECK(run_op(mulh, neg(2), 3) == kAll);                     // -6: high word all ones
-  CHECK(run_op(mulh, 1ull << 62, 4) == 1);                    // 2^64
-  CHECK(run_op(mulhu, kAll, kAll) == kAll - 1);               // (2^64-1)^2 = 2^128 - 2^65 + 1
+  CHECK(run_op(mulh, neg(2), 3) == kAll);                           // -6: high word all ones
+  CHECK(run_op(mulh, 1ull << 62, 4) == 1);                          // 2^64
+  CHECK(run_op(mulhu, kAll, kAll) == kAll - 1);                     // (2^64-1)^2 = 2^128 - 2^65 + 1
   CHECK(run_op(mulhu, 1ull << 63, 2) == 1);
   CHECK(run_op(mulhsu, kAll, kAll) == kAll);  // -1 * (2^64-1) = -2^64 + 1
   CHECK(run_op(mulhsu, 2, 1ull << 63) == 1);  // rs2 is unsigned: 2 * 2^63 = 2^64
@@ -59,7 +61,7 @@ TEST_CASE("division by zero and signed overflow follow the RISC-V spec", "[pe][r
 }
 
 TEST_CASE("MULW and the 32-bit divides sign-extend their results", "[pe][rv64m]") {
-  const uint64_t junk = 0xabcd'0123'0000'0000ull;  // upper halves must be ignored
+  const uint64_t junk = 0xabcd'0123'0000'0000ull;        // upper halves must be ignored
   CHECK(run_op(mulw, junk | 0x7fff'ffff, 2) == neg(2));  // 0xfffffffe sign-extended
   CHECK(run_op(mulw, junk | 3, junk | 5) == 15);
   CHECK(run_op(divw, junk | 0xffff'fff9, 2) == neg(3));  // -7 / 2
@@ -71,7 +73,7 @@ TEST_CASE("MULW and the 32-bit divides sign-extend their results", "[pe][rv64m]"
 
 TEST_CASE("32-bit division by zero and overflow", "[pe][rv64m]") {
   CHECK(run_op(divw, 42, 0) == kAll);
-  CHECK(run_op(divuw, 42, 0) == kAll);  // 0xffffffff sign-extended
+  CHECK(run_op(divuw, 42, 0) == kAll);                              // 0xffffffff sign-extended
   CHECK(run_op(remw, 0x8000'0001, 0) == 0xffff'ffff'8000'0001ull);  // the dividend, sign-extended
   CHECK(run_op(remuw, 0x8000'0000, 0) == 0xffff'ffff'8000'0000ull);
   CHECK(run_op(divw, 0x8000'0000, 0xffff'ffff) == 0xffff'ffff'8000'0000ull);  // INT32_MIN / -1

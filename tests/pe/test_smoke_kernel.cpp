@@ -145,8 +145,7 @@ TEST_CASE("the clang-built smoke kernel has the documented layout", "[pe][kernel
   }
 }
 
-TEST_CASE("the smoke kernel runs on three PEs and issues the expected units",
-          "[pe][kernel][e2e]") {
+TEST_CASE("the smoke kernel runs on three PEs and issues the expected units", "[pe][kernel][e2e]") {
   auto program = smoke_program();
   SmokeUnits units;
   for (uint32_t i = 0; i < kN; ++i) {
@@ -263,8 +262,7 @@ TEST_CASE("the smoke kernel runs on three PEs and issues the expected units",
   }
 }
 
-TEST_CASE("the smoke kernel reports a short argument block with its exit status",
-          "[pe][kernel]") {
+TEST_CASE("the smoke kernel reports a short argument block with its exit status", "[pe][kernel]") {
   auto program = smoke_program();
   SmokeUnits units;
   std::vector<uint8_t> ls(128 * 1024);

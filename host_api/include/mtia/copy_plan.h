@@ -5,8 +5,9 @@
 //  1. validate (element sizes, equal shapes, non-negative sizes/strides/offsets, no 64-bit
 //     overflow, no zero strides on the written side where a dimension has size > 1);
 //  2. drop dimensions of size 1;
-//  3. order dimensions by destination stride, outermost first (a copy is the same whichever
-//     order the loops run in, and this lets permuted-but-equal layouts merge);
+//  3. order dimensions by the strides of one side (LoopOrder), outermost first: a copy is the
+//     same whichever order its loops run in, this lets permuted-but-equal layouts merge, and
+//     the chosen side gets the longest contiguous bursts (which the DMA engine rewards);
 //  4. merge neighbours that are contiguous on BOTH sides (stride[i] == stride[i+1]*size[i+1]);
 //  5. if more than kMaxCopyDims dimensions remain, keep the innermost one and the largest
 //     others in the descriptor and loop over the rest on the host: one descriptor each.
@@ -51,9 +52,18 @@ struct CopyPlan {
   std::vector<CopyPiece> pieces;
 };
 
+// Whose strides decide the loop order when the two sides disagree (e.g. a transpose): that
+// side is walked contiguously, the other one strided. The Device picks the host side for
+// host<->device copies, because PCIe is the slowest link and pays most for short bursts.
+enum class LoopOrder {
+  kDestinationContiguous,
+  kSourceContiguous,
+};
+
 // Plans dst <- src. Both layouts must have the same element size, rank and sizes. Throws
 // mtia::Error(kInvalidArgument) naming what is wrong.
-CopyPlan plan_copy(const Layout& dst, const Layout& src);
+CopyPlan plan_copy(const Layout& dst, const Layout& src,
+                   LoopOrder order = LoopOrder::kDestinationContiguous);
 
 // Plans a fill of `dst` (the source fields of the pieces and src_span are unused).
 CopyPlan plan_fill(const Layout& dst);

@@ -25,7 +25,9 @@ DecodedInsn illegal(const char** why, const char* reason) {
   return d;
 }
 
-int32_t imm_i(uint32_t w) { return static_cast<int32_t>(w) >> 20; }
+int32_t imm_i(uint32_t w) {
+  return static_cast<int32_t>(w) >> 20;
+}
 int32_t imm_s(uint32_t w) {
   return ((static_cast<int32_t>(w) >> 25) * 32) | static_cast<int32_t>((w >> 7) & 0x1f);
 }
@@ -34,7 +36,9 @@ int32_t imm_b(uint32_t w) {
                      ((w >> 8) & 0xf) << 1;
   return static_cast<int32_t>(v << 19) >> 19;  // sign bit is bit 12
 }
-int32_t imm_u(uint32_t w) { return static_cast<int32_t>(w & 0xfffff000u); }
+int32_t imm_u(uint32_t w) {
+  return static_cast<int32_t>(w & 0xfffff000u);
+}
 int32_t imm_j(uint32_t w) {
   const uint32_t v = ((w >> 31) & 1) << 20 | ((w >> 12) & 0xff) << 12 | ((w >> 20) & 1) << 11 |
                      ((w >> 21) & 0x3ff) << 1;
@@ -76,11 +80,20 @@ DecodedInsn decode_unit(uint32_t opcode, uint32_t f3, uint32_t f7, uint32_t rd, 
     if (f3 == MTIA_PE_F3_DMA) op = UnitOp::kDma;
   } else {
     switch (f3) {
-      case MTIA_PE_F3_MATMUL: op = UnitOp::kMatmul; break;
-      case MTIA_PE_F3_SE: op = UnitOp::kEltwise; break;
-      case MTIA_PE_F3_RE: op = UnitOp::kReduce; break;
-      case MTIA_PE_F3_MLU: op = UnitOp::kLayout; break;
-      default: break;
+      case MTIA_PE_F3_MATMUL:
+        op = UnitOp::kMatmul;
+        break;
+      case MTIA_PE_F3_SE:
+        op = UnitOp::kEltwise;
+        break;
+      case MTIA_PE_F3_RE:
+        op = UnitOp::kReduce;
+        break;
+      case MTIA_PE_F3_MLU:
+        op = UnitOp::kLayout;
+        break;
+      default:
+        break;
     }
   }
   if (op == UnitOp::kIllegal) return illegal(why, "unit instruction funct3 is not defined");
@@ -99,15 +112,17 @@ DecodedInsn decode(uint32_t w, const char** why) {
 
   if ((w & 3) != 3) return illegal(why, "compressed (16-bit) instructions are not supported");
   switch (opcode) {
-    case 0x37: return make(kLui, rd, 0, 0, imm_u(w));
-    case 0x17: return make(kAuipc, rd, 0, 0, imm_u(w));
-    case 0x6f: return make(kJal, rd, 0, 0, imm_j(w));
+    case 0x37:
+      return make(kLui, rd, 0, 0, imm_u(w));
+    case 0x17:
+      return make(kAuipc, rd, 0, 0, imm_u(w));
+    case 0x6f:
+      return make(kJal, rd, 0, 0, imm_j(w));
     case 0x67:
       if (f3 != 0) return illegal(why, "JALR funct3 must be 0");
       return make(kJalr, rd, rs1, 0, imm_i(w));
     case 0x63: {
-      static constexpr Op kBranch[8] = {kBeq, kBne, kIllegal, kIllegal,
-                                        kBlt, kBge, kBltu,    kBgeu};
+      static constexpr Op kBranch[8] = {kBeq, kBne, kIllegal, kIllegal, kBlt, kBge, kBltu, kBgeu};
       if (kBranch[f3] == kIllegal) return illegal(why, "branch funct3 2 and 3 are reserved");
       return make(kBranch[f3], 0, rs1, rs2, imm_b(w));
     }
@@ -125,25 +140,32 @@ DecodedInsn decode(uint32_t w, const char** why) {
       const uint32_t shamt = (w >> 20) & 0x3f;
       const uint32_t f6 = w >> 26;
       switch (f3) {
-        case 0: return make(kAddi, rd, rs1, 0, imm_i(w));
+        case 0:
+          return make(kAddi, rd, rs1, 0, imm_i(w));
         case 1:
           if (f6 != 0) return illegal(why, "SLLI with imm[11:6] != 0");
           return make(kSlli, rd, rs1, 0, static_cast<int32_t>(shamt));
-        case 2: return make(kSlti, rd, rs1, 0, imm_i(w));
-        case 3: return make(kSltiu, rd, rs1, 0, imm_i(w));
-        case 4: return make(kXori, rd, rs1, 0, imm_i(w));
+        case 2:
+          return make(kSlti, rd, rs1, 0, imm_i(w));
+        case 3:
+          return make(kSltiu, rd, rs1, 0, imm_i(w));
+        case 4:
+          return make(kXori, rd, rs1, 0, imm_i(w));
         case 5:
           if (f6 == 0) return make(kSrli, rd, rs1, 0, static_cast<int32_t>(shamt));
           if (f6 == 0x10) return make(kSrai, rd, rs1, 0, static_cast<int32_t>(shamt));
           return illegal(why, "SRLI/SRAI with undefined imm[11:6]");
-        case 6: return make(kOri, rd, rs1, 0, imm_i(w));
-        default: return make(kAndi, rd, rs1, 0, imm_i(w));
+        case 6:
+          return make(kOri, rd, rs1, 0, imm_i(w));
+        default:
+          return make(kAndi, rd, rs1, 0, imm_i(w));
       }
     }
     case 0x1b: {
       const int32_t shamt = static_cast<int32_t>(rs2);  // 5 bits; bit 25 is part of funct7
       switch (f3) {
-        case 0: return make(kAddiw, rd, rs1, 0, imm_i(w));
+        case 0:
+          return make(kAddiw, rd, rs1, 0, imm_i(w));
         case 1:
           if (f7 != 0) return illegal(why, "SLLIW with imm[11:5] != 0");
           return make(kSlliw, rd, rs1, 0, shamt);
@@ -151,7 +173,8 @@ DecodedInsn decode(uint32_t w, const char** why) {
           if (f7 == 0) return make(kSrliw, rd, rs1, 0, shamt);
           if (f7 == 0x20) return make(kSraiw, rd, rs1, 0, shamt);
           return illegal(why, "SRLIW/SRAIW with undefined imm[11:5]");
-        default: return illegal(why, "OP-IMM-32 funct3 is not defined");
+        default:
+          return illegal(why, "OP-IMM-32 funct3 is not defined");
       }
     }
     case 0x33: {
@@ -174,8 +197,8 @@ DecodedInsn decode(uint32_t w, const char** why) {
       if (f7 == 0x20 && f3 == 0) return make(kSubw, rd, rs1, rs2, 0);
       if (f7 == 0x20 && f3 == 5) return make(kSraw, rd, rs1, rs2, 0);
       if (f7 == 1) {
-        static constexpr Op kOp[8] = {kMulw,    kIllegal, kIllegal, kIllegal,
-                                      kDivw,    kDivuw,   kRemw,    kRemuw};
+        static constexpr Op kOp[8] = {kMulw, kIllegal, kIllegal, kIllegal,
+                                      kDivw, kDivuw,   kRemw,    kRemuw};
         if (kOp[f3] != kIllegal) return make(kOp[f3], rd, rs1, rs2, 0);
       }
       return illegal(why, "OP-32 funct7/funct3 combination is not RV64IM");
@@ -191,10 +214,13 @@ DecodedInsn decode(uint32_t w, const char** why) {
       return illegal(why,
                      "SYSTEM instruction other than ECALL/EBREAK (the core is RV64IM: no Zicsr, "
                      "no privileged mode; use pe.info for counters)");
-    case MTIA_PE_OPC_CTRL: return decode_ctrl(f3, f7, rd, rs1, rs2, why);
+    case MTIA_PE_OPC_CTRL:
+      return decode_ctrl(f3, f7, rd, rs1, rs2, why);
     case MTIA_PE_OPC_DMA:
-    case MTIA_PE_OPC_COMPUTE: return decode_unit(opcode, f3, f7, rd, rs1, rs2, why);
-    case MTIA_PE_OPC_RESERVED: return illegal(why, "custom-3 opcode space is reserved");
+    case MTIA_PE_OPC_COMPUTE:
+      return decode_unit(opcode, f3, f7, rd, rs1, rs2, why);
+    case MTIA_PE_OPC_RESERVED:
+      return illegal(why, "custom-3 opcode space is reserved");
     case 0x07:
     case 0x27:
     case 0x43:
@@ -203,9 +229,12 @@ DecodedInsn decode(uint32_t w, const char** why) {
     case 0x4f:
     case 0x53:
       return illegal(why, "floating-point instruction (the core has no F/D extension)");
-    case 0x2f: return illegal(why, "atomic instruction (the core has no A extension)");
-    case 0x57: return illegal(why, "vector instruction (the core has no V extension)");
-    default: return illegal(why, "opcode is not RV64IM or the MTIA extension");
+    case 0x2f:
+      return illegal(why, "atomic instruction (the core has no A extension)");
+    case 0x57:
+      return illegal(why, "vector instruction (the core has no V extension)");
+    default:
+      return illegal(why, "opcode is not RV64IM or the MTIA extension");
   }
 }
 

@@ -9,16 +9,24 @@ using isa::ErrorCode;
 using Check = std::optional<isa::Rejection>;
 using u128 = unsigned __int128;
 
-Check fail(ErrorCode code, std::string why) { return isa::reject(code, std::move(why)); }
+Check fail(ErrorCode code, std::string why) {
+  return isa::reject(code, std::move(why));
+}
 
 const char* kind_name(uint8_t kind) {
   switch (kind) {
-    case MTIA_PE_DESC_DMA: return "DMA";
-    case MTIA_PE_DESC_MATMUL: return "matmul";
-    case MTIA_PE_DESC_SE: return "SE";
-    case MTIA_PE_DESC_RE: return "RE";
-    case MTIA_PE_DESC_MLU: return "MLU";
-    default: return "unknown";
+    case MTIA_PE_DESC_DMA:
+      return "DMA";
+    case MTIA_PE_DESC_MATMUL:
+      return "matmul";
+    case MTIA_PE_DESC_SE:
+      return "SE";
+    case MTIA_PE_DESC_RE:
+      return "RE";
+    case MTIA_PE_DESC_MLU:
+      return "MLU";
+    default:
+      return "unknown";
   }
 }
 
@@ -81,7 +89,9 @@ bool is_float(uint8_t dt) {
 bool is_int(uint8_t dt) {
   return dt == MTIA_PE_DT_INT8 || dt == MTIA_PE_DT_INT32 || dt == MTIA_PE_DT_INT64;
 }
-bool valid_elem_size(uint8_t s) { return s == 1 || s == 2 || s == 4 || s == 8; }
+bool valid_elem_size(uint8_t s) {
+  return s == 1 || s == 2 || s == 4 || s == 8;
+}
 
 Check bad_dtype(const char* what, uint8_t dt) {
   return fail(ErrorCode::kBadElementSize,
@@ -100,50 +110,89 @@ struct SeRule {
 
 SeRule se_rule(uint8_t op) {
   switch (op) {
-    case MTIA_PE_SE_ADD: return {2, InClass::kNumeric, OutRule::kSame, "add"};
-    case MTIA_PE_SE_SUB: return {2, InClass::kNumeric, OutRule::kSame, "sub"};
-    case MTIA_PE_SE_MUL: return {2, InClass::kNumeric, OutRule::kSame, "mul"};
-    case MTIA_PE_SE_DIV: return {2, InClass::kNumeric, OutRule::kSame, "div"};
-    case MTIA_PE_SE_MIN: return {2, InClass::kNumeric, OutRule::kSame, "min"};
-    case MTIA_PE_SE_MAX: return {2, InClass::kNumeric, OutRule::kSame, "max"};
-    case MTIA_PE_SE_ABS: return {1, InClass::kNumeric, OutRule::kSame, "abs"};
-    case MTIA_PE_SE_NEG: return {1, InClass::kNumeric, OutRule::kSame, "neg"};
-    case MTIA_PE_SE_EXP: return {1, InClass::kFloat, OutRule::kSame, "exp"};
-    case MTIA_PE_SE_LOG: return {1, InClass::kFloat, OutRule::kSame, "log"};
-    case MTIA_PE_SE_SQRT: return {1, InClass::kFloat, OutRule::kSame, "sqrt"};
-    case MTIA_PE_SE_RSQRT: return {1, InClass::kFloat, OutRule::kSame, "rsqrt"};
-    case MTIA_PE_SE_TANH: return {1, InClass::kFloat, OutRule::kSame, "tanh"};
-    case MTIA_PE_SE_ERF: return {1, InClass::kFloat, OutRule::kSame, "erf"};
-    case MTIA_PE_SE_SIGMOID: return {1, InClass::kFloat, OutRule::kSame, "sigmoid"};
-    case MTIA_PE_SE_RELU: return {1, InClass::kNumeric, OutRule::kSame, "relu"};
-    case MTIA_PE_SE_SILU: return {1, InClass::kFloat, OutRule::kSame, "silu"};
-    case MTIA_PE_SE_EQ: return {2, InClass::kAny, OutRule::kBool, "eq"};
-    case MTIA_PE_SE_NE: return {2, InClass::kAny, OutRule::kBool, "ne"};
-    case MTIA_PE_SE_LT: return {2, InClass::kAny, OutRule::kBool, "lt"};
-    case MTIA_PE_SE_LE: return {2, InClass::kAny, OutRule::kBool, "le"};
-    case MTIA_PE_SE_GT: return {2, InClass::kAny, OutRule::kBool, "gt"};
-    case MTIA_PE_SE_GE: return {2, InClass::kAny, OutRule::kBool, "ge"};
-    case MTIA_PE_SE_LAND: return {2, InClass::kAny, OutRule::kBool, "logical_and"};
-    case MTIA_PE_SE_LOR: return {2, InClass::kAny, OutRule::kBool, "logical_or"};
-    case MTIA_PE_SE_LXOR: return {2, InClass::kAny, OutRule::kBool, "logical_xor"};
-    case MTIA_PE_SE_LNOT: return {1, InClass::kAny, OutRule::kBool, "logical_not"};
-    case MTIA_PE_SE_BAND: return {2, InClass::kIntOrBool, OutRule::kSame, "bitwise_and"};
-    case MTIA_PE_SE_BOR: return {2, InClass::kIntOrBool, OutRule::kSame, "bitwise_or"};
-    case MTIA_PE_SE_BXOR: return {2, InClass::kIntOrBool, OutRule::kSame, "bitwise_xor"};
-    case MTIA_PE_SE_BNOT: return {1, InClass::kIntOrBool, OutRule::kSame, "bitwise_not"};
-    case MTIA_PE_SE_SELECT: return {3, InClass::kAny, OutRule::kSame, "select"};
-    case MTIA_PE_SE_CLAMP: return {3, InClass::kNumeric, OutRule::kSame, "clamp"};
-    case MTIA_PE_SE_CAST: return {1, InClass::kAny, OutRule::kAny, "cast"};
-    default: return {0, InClass::kAny, OutRule::kAny, nullptr};
+    case MTIA_PE_SE_ADD:
+      return {2, InClass::kNumeric, OutRule::kSame, "add"};
+    case MTIA_PE_SE_SUB:
+      return {2, InClass::kNumeric, OutRule::kSame, "sub"};
+    case MTIA_PE_SE_MUL:
+      return {2, InClass::kNumeric, OutRule::kSame, "mul"};
+    case MTIA_PE_SE_DIV:
+      return {2, InClass::kNumeric, OutRule::kSame, "div"};
+    case MTIA_PE_SE_MIN:
+      return {2, InClass::kNumeric, OutRule::kSame, "min"};
+    case MTIA_PE_SE_MAX:
+      return {2, InClass::kNumeric, OutRule::kSame, "max"};
+    case MTIA_PE_SE_ABS:
+      return {1, InClass::kNumeric, OutRule::kSame, "abs"};
+    case MTIA_PE_SE_NEG:
+      return {1, InClass::kNumeric, OutRule::kSame, "neg"};
+    case MTIA_PE_SE_EXP:
+      return {1, InClass::kFloat, OutRule::kSame, "exp"};
+    case MTIA_PE_SE_LOG:
+      return {1, InClass::kFloat, OutRule::kSame, "log"};
+    case MTIA_PE_SE_SQRT:
+      return {1, InClass::kFloat, OutRule::kSame, "sqrt"};
+    case MTIA_PE_SE_RSQRT:
+      return {1, InClass::kFloat, OutRule::kSame, "rsqrt"};
+    case MTIA_PE_SE_TANH:
+      return {1, InClass::kFloat, OutRule::kSame, "tanh"};
+    case MTIA_PE_SE_ERF:
+      return {1, InClass::kFloat, OutRule::kSame, "erf"};
+    case MTIA_PE_SE_SIGMOID:
+      return {1, InClass::kFloat, OutRule::kSame, "sigmoid"};
+    case MTIA_PE_SE_RELU:
+      return {1, InClass::kNumeric, OutRule::kSame, "relu"};
+    case MTIA_PE_SE_SILU:
+      return {1, InClass::kFloat, OutRule::kSame, "silu"};
+    case MTIA_PE_SE_EQ:
+      return {2, InClass::kAny, OutRule::kBool, "eq"};
+    case MTIA_PE_SE_NE:
+      return {2, InClass::kAny, OutRule::kBool, "ne"};
+    case MTIA_PE_SE_LT:
+      return {2, InClass::kAny, OutRule::kBool, "lt"};
+    case MTIA_PE_SE_LE:
+      return {2, InClass::kAny, OutRule::kBool, "le"};
+    case MTIA_PE_SE_GT:
+      return {2, InClass::kAny, OutRule::kBool, "gt"};
+    case MTIA_PE_SE_GE:
+      return {2, InClass::kAny, OutRule::kBool, "ge"};
+    case MTIA_PE_SE_LAND:
+      return {2, InClass::kAny, OutRule::kBool, "logical_and"};
+    case MTIA_PE_SE_LOR:
+      return {2, InClass::kAny, OutRule::kBool, "logical_or"};
+    case MTIA_PE_SE_LXOR:
+      return {2, InClass::kAny, OutRule::kBool, "logical_xor"};
+    case MTIA_PE_SE_LNOT:
+      return {1, InClass::kAny, OutRule::kBool, "logical_not"};
+    case MTIA_PE_SE_BAND:
+      return {2, InClass::kIntOrBool, OutRule::kSame, "bitwise_and"};
+    case MTIA_PE_SE_BOR:
+      return {2, InClass::kIntOrBool, OutRule::kSame, "bitwise_or"};
+    case MTIA_PE_SE_BXOR:
+      return {2, InClass::kIntOrBool, OutRule::kSame, "bitwise_xor"};
+    case MTIA_PE_SE_BNOT:
+      return {1, InClass::kIntOrBool, OutRule::kSame, "bitwise_not"};
+    case MTIA_PE_SE_SELECT:
+      return {3, InClass::kAny, OutRule::kSame, "select"};
+    case MTIA_PE_SE_CLAMP:
+      return {3, InClass::kNumeric, OutRule::kSame, "clamp"};
+    case MTIA_PE_SE_CAST:
+      return {1, InClass::kAny, OutRule::kAny, "cast"};
+    default:
+      return {0, InClass::kAny, OutRule::kAny, nullptr};
   }
 }
 
 bool in_class_accepts(InClass c, uint8_t dt) {
   switch (c) {
-    case InClass::kAny: return true;
-    case InClass::kNumeric: return is_float(dt) || is_int(dt);
-    case InClass::kFloat: return is_float(dt);
-    case InClass::kIntOrBool: return is_int(dt) || dt == MTIA_PE_DT_BOOL;
+    case InClass::kAny:
+      return true;
+    case InClass::kNumeric:
+      return is_float(dt) || is_int(dt);
+    case InClass::kFloat:
+      return is_float(dt);
+    case InClass::kIntOrBool:
+      return is_int(dt) || dt == MTIA_PE_DT_BOOL;
   }
   return false;
 }
@@ -152,27 +201,43 @@ bool in_class_accepts(InClass c, uint8_t dt) {
 
 unsigned dtype_bytes(uint8_t dtype) {
   switch (dtype) {
-    case MTIA_PE_DT_FP32: return 4;
-    case MTIA_PE_DT_FP16: return 2;
-    case MTIA_PE_DT_BF16: return 2;
-    case MTIA_PE_DT_INT8: return 1;
-    case MTIA_PE_DT_INT32: return 4;
-    case MTIA_PE_DT_INT64: return 8;
-    case MTIA_PE_DT_BOOL: return 1;
-    default: return 0;
+    case MTIA_PE_DT_FP32:
+      return 4;
+    case MTIA_PE_DT_FP16:
+      return 2;
+    case MTIA_PE_DT_BF16:
+      return 2;
+    case MTIA_PE_DT_INT8:
+      return 1;
+    case MTIA_PE_DT_INT32:
+      return 4;
+    case MTIA_PE_DT_INT64:
+      return 8;
+    case MTIA_PE_DT_BOOL:
+      return 1;
+    default:
+      return 0;
   }
 }
 
 const char* dtype_name(uint8_t dtype) {
   switch (dtype) {
-    case MTIA_PE_DT_FP32: return "fp32";
-    case MTIA_PE_DT_FP16: return "fp16";
-    case MTIA_PE_DT_BF16: return "bf16";
-    case MTIA_PE_DT_INT8: return "int8";
-    case MTIA_PE_DT_INT32: return "int32";
-    case MTIA_PE_DT_INT64: return "int64";
-    case MTIA_PE_DT_BOOL: return "bool";
-    default: return "invalid";
+    case MTIA_PE_DT_FP32:
+      return "fp32";
+    case MTIA_PE_DT_FP16:
+      return "fp16";
+    case MTIA_PE_DT_BF16:
+      return "bf16";
+    case MTIA_PE_DT_INT8:
+      return "int8";
+    case MTIA_PE_DT_INT32:
+      return "int32";
+    case MTIA_PE_DT_INT64:
+      return "int64";
+    case MTIA_PE_DT_BOOL:
+      return "bool";
+    default:
+      return "invalid";
   }
 }
 
@@ -225,9 +290,9 @@ Check validate(const mtia_pe_dma_desc& d, uint64_t ls_bytes) {
     dst_span += u128{d.sizes[i] - 1} * d.dst_strides[i];
   }
   if (d.src % es != 0 || d.dst % es != 0) {
-    return fail(ErrorCode::kMisaligned,
-                fmt::format("DMA addresses {:#x} -> {:#x} are not {}-byte aligned", d.src, d.dst,
-                            es));
+    return fail(
+        ErrorCode::kMisaligned,
+        fmt::format("DMA addresses {:#x} -> {:#x} are not {}-byte aligned", d.src, d.dst, es));
   }
   if (u128{d.src} + src_span > (u128{1} << 64) || u128{d.dst} + dst_span > (u128{1} << 64)) {
     return fail(ErrorCode::kExtentOverflow, "DMA region runs past the 64-bit address space");
@@ -328,9 +393,9 @@ Check validate(const mtia_pe_se_desc& d, uint64_t ls_bytes) {
       case MTIA_PE_OPND_VECTOR:
       case MTIA_PE_OPND_BROADCAST: {
         if (d.imm[i] != 0) {
-          return fail(ErrorCode::kReservedNotZero,
-                      fmt::format("{} is read from memory but its immediate is not zero",
-                                  kName[i]));
+          return fail(
+              ErrorCode::kReservedNotZero,
+              fmt::format("{} is read from memory but its immediate is not zero", kName[i]));
         }
         const bool vec = d.mode[i] == MTIA_PE_OPND_VECTOR;
         const u128 bytes = vec ? u128{d.count} * es : u128{es};
@@ -338,9 +403,9 @@ Check validate(const mtia_pe_se_desc& d, uint64_t ls_bytes) {
         // In place is fine (each lane reads before it writes); any other overlap is not.
         const bool in_place = vec && d.src[i] == d.dst && es == oe;
         if (!in_place && overlaps(d.src[i], bytes, d.dst, out_bytes)) {
-          return fail(ErrorCode::kUnsupported,
-                      fmt::format("{} overlaps the output without being exactly in place",
-                                  kName[i]));
+          return fail(
+              ErrorCode::kUnsupported,
+              fmt::format("{} overlaps the output without being exactly in place", kName[i]));
         }
         break;
       }
@@ -379,15 +444,20 @@ Check validate(const mtia_pe_re_desc& d, uint64_t ls_bytes) {
     case MTIA_PE_RE_SUM:
       ok = is_float(in) ? (out == MTIA_PE_DT_FP32 || out == in) : index_out;
       break;
-    case MTIA_PE_RE_SUMSQ: ok = is_float(in) && (out == MTIA_PE_DT_FP32 || out == in); break;
+    case MTIA_PE_RE_SUMSQ:
+      ok = is_float(in) && (out == MTIA_PE_DT_FP32 || out == in);
+      break;
     case MTIA_PE_RE_MAX:
-    case MTIA_PE_RE_MIN: ok = out == in; break;
-    default: ok = index_out; break;  // ARGMAX, ARGMIN
+    case MTIA_PE_RE_MIN:
+      ok = out == in;
+      break;
+    default:
+      ok = index_out;
+      break;  // ARGMAX, ARGMIN
   }
   if (!ok) {
-    return fail(ErrorCode::kBadElementSize,
-                fmt::format("RE op {} cannot reduce {} into {}", d.op, dtype_name(in),
-                            dtype_name(out)));
+    return fail(ErrorCode::kBadElementSize, fmt::format("RE op {} cannot reduce {} into {}", d.op,
+                                                        dtype_name(in), dtype_name(out)));
   }
   const bool arg = d.op == MTIA_PE_RE_ARGMAX || d.op == MTIA_PE_RE_ARGMIN;
   if (arg && (d.hdr.flags & MTIA_PE_RE_ACCUMULATE) != 0) {

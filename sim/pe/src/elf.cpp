@@ -47,8 +47,9 @@ isa::Result<ElfImage> parse_elf(std::span<const uint8_t> file) {
   if (file.size() < kEhdrBytes) {
     return bad(fmt::format("{} bytes is too short for an ELF64 header (64 bytes)", file.size()));
   }
-  if (std::memcmp(file.data(), "\x7f"
-                               "ELF",
+  if (std::memcmp(file.data(),
+                  "\x7f"
+                  "ELF",
                   4) != 0) {
     return bad("no ELF magic (\\x7fELF) at offset 0: not an ELF file");
   }
@@ -87,8 +88,8 @@ isa::Result<ElfImage> parse_elf(std::span<const uint8_t> file) {
     return bad(fmt::format("e_phentsize is {}, not {}", phentsize, kPhdrBytes));
   }
   if (phoff > file.size() || phnum > (file.size() - phoff) / kPhdrBytes) {
-    return bad(fmt::format("program headers ({} at offset {}) run past the end of the file",
-                           phnum, phoff));
+    return bad(fmt::format("program headers ({} at offset {}) run past the end of the file", phnum,
+                           phoff));
   }
 
   ElfImage image;
@@ -110,8 +111,8 @@ isa::Result<ElfImage> parse_elf(std::span<const uint8_t> file) {
       return bad(fmt::format("segment {} has p_filesz {} > p_memsz {}", i, p_filesz, p_memsz));
     }
     if (p_offset > file.size() || p_filesz > file.size() - p_offset) {
-      return bad(fmt::format("segment {} (offset {}, {} bytes) runs past the end of the file",
-                             i, p_offset, p_filesz));
+      return bad(fmt::format("segment {} (offset {}, {} bytes) runs past the end of the file", i,
+                             p_offset, p_filesz));
     }
     if (p_vaddr + p_memsz < p_vaddr) {
       return bad(fmt::format("segment {} wraps around the 64-bit address space", i));

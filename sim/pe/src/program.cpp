@@ -1,6 +1,7 @@
 #include "mtia/sim/pe/program.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -30,12 +31,13 @@ isa::Result<std::shared_ptr<const Program>> Program::create(const ElfImage& imag
   std::vector<Span> spans;
   for (size_t i = 0; i < image.segments.size(); ++i) {
     const Segment& s = image.segments[i];
-    const std::string where = fmt::format("segment {} [{:#x}, {:#x})", i, s.vaddr,
-                                          s.vaddr + s.mem_bytes);
+    const std::string where =
+        fmt::format("segment {} [{:#x}, {:#x})", i, s.vaddr, s.vaddr + s.mem_bytes);
     if (s.bytes.size() > s.mem_bytes) return bad(where + " holds more file bytes than memory");
     if (s.writable && s.executable) {
-      return bad(where + " is writable and executable; link code and data into separate "
-                         "segments (kernels/link.ld does)");
+      return bad(where +
+                 " is writable and executable; link code and data into separate "
+                 "segments (kernels/link.ld does)");
     }
     for (const Span& other : spans) {
       if (s.vaddr < other.hi && other.lo < s.vaddr + s.mem_bytes) {
@@ -59,11 +61,11 @@ isa::Result<std::shared_ptr<const Program>> Program::create(const ElfImage& imag
       p->local_end_ = std::max(p->local_end_, offset + s.mem_bytes);
       p->local_.push_back({offset, std::move(bytes)});
     } else {
-      return bad(fmt::format(
-          "{} lies outside the image window [{:#x}, {:#x}) and the local-store window "
-          "[{:#x}, {:#x}); link with kernels/link.ld",
-          where, MTIA_PE_IMAGE_BASE, MTIA_PE_IMAGE_BASE + MTIA_PE_IMAGE_MAX_BYTES,
-          MTIA_PE_LS_BASE, MTIA_PE_LS_BASE + MTIA_PE_LS_MAX_BYTES));
+      return bad(
+          fmt::format("{} lies outside the image window [{:#x}, {:#x}) and the local-store window "
+                      "[{:#x}, {:#x}); link with kernels/link.ld",
+                      where, MTIA_PE_IMAGE_BASE, MTIA_PE_IMAGE_BASE + MTIA_PE_IMAGE_MAX_BYTES,
+                      MTIA_PE_LS_BASE, MTIA_PE_LS_BASE + MTIA_PE_LS_MAX_BYTES));
     }
   }
 

@@ -18,7 +18,9 @@ namespace {
 
 constexpr uint8_t kSink = 32;
 
-int64_t sext32(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
+int64_t sext32(uint64_t v) {
+  return static_cast<int32_t>(static_cast<uint32_t>(v));
+}
 
 // RISC-V division never traps: x/0 = all ones, x%0 = x, and the one overflowing signed
 // quotient (MIN / -1) is MIN with remainder 0.
@@ -36,8 +38,12 @@ uint64_t rem_s(uint64_t a, uint64_t b) {
   if (x == std::numeric_limits<int64_t>::min() && y == -1) return 0;
   return static_cast<uint64_t>(x % y);
 }
-uint64_t div_u(uint64_t a, uint64_t b) { return b == 0 ? ~0ull : a / b; }
-uint64_t rem_u(uint64_t a, uint64_t b) { return b == 0 ? a : a % b; }
+uint64_t div_u(uint64_t a, uint64_t b) {
+  return b == 0 ? ~0ull : a / b;
+}
+uint64_t rem_u(uint64_t a, uint64_t b) {
+  return b == 0 ? a : a % b;
+}
 uint64_t div_w(uint64_t a, uint64_t b) {
   const auto x = static_cast<int32_t>(a);
   const auto y = static_cast<int32_t>(b);
@@ -86,41 +92,63 @@ T load_le(const uint8_t* p) {
 
 const char* fault_kind_name(FaultKind kind) {
   switch (kind) {
-    case FaultKind::kIllegalInstruction: return "illegal instruction";
-    case FaultKind::kFetchFault: return "instruction fetch fault";
-    case FaultKind::kMisalignedFetch: return "misaligned jump target";
-    case FaultKind::kMisalignedAccess: return "misaligned access";
-    case FaultKind::kAccessFault: return "access fault";
-    case FaultKind::kBreakpoint: return "breakpoint";
-    case FaultKind::kWatchdog: return "watchdog";
-    case FaultKind::kUnit: return "unit fault";
+    case FaultKind::kIllegalInstruction:
+      return "illegal instruction";
+    case FaultKind::kFetchFault:
+      return "instruction fetch fault";
+    case FaultKind::kMisalignedFetch:
+      return "misaligned jump target";
+    case FaultKind::kMisalignedAccess:
+      return "misaligned access";
+    case FaultKind::kAccessFault:
+      return "access fault";
+    case FaultKind::kBreakpoint:
+      return "breakpoint";
+    case FaultKind::kWatchdog:
+      return "watchdog";
+    case FaultKind::kUnit:
+      return "unit fault";
   }
   return "unknown fault";
 }
 
 const char* stop_reason_name(StopReason reason) {
   switch (reason) {
-    case StopReason::kExit: return "exit";
-    case StopReason::kFault: return "fault";
-    case StopReason::kUnitStall: return "unit stall";
-    case StopReason::kBudget: return "budget";
+    case StopReason::kExit:
+      return "exit";
+    case StopReason::kFault:
+      return "fault";
+    case StopReason::kUnitStall:
+      return "unit stall";
+    case StopReason::kBudget:
+      return "budget";
   }
   return "unknown";
 }
 
 const char* unit_op_name(UnitOp op) {
   switch (op) {
-    case UnitOp::kBarrier: return "pe.barrier";
-    case UnitOp::kWait: return "pe.wait";
-    case UnitOp::kWaitAll: return "pe.waitall";
-    case UnitOp::kPoll: return "pe.poll";
-    case UnitOp::kDma: return "dma.start";
-    case UnitOp::kMatmul: return "dpe.matmul";
-    case UnitOp::kEltwise: return "se.op";
-    case UnitOp::kReduce: return "re.reduce";
-    case UnitOp::kLayout: return "mlu.op";
+    case UnitOp::kBarrier:
+      return "pe.barrier";
+    case UnitOp::kWait:
+      return "pe.wait";
+    case UnitOp::kWaitAll:
+      return "pe.waitall";
+    case UnitOp::kPoll:
+      return "pe.poll";
+    case UnitOp::kDma:
+      return "dma.start";
+    case UnitOp::kMatmul:
+      return "dpe.matmul";
+    case UnitOp::kEltwise:
+      return "se.op";
+    case UnitOp::kReduce:
+      return "re.reduce";
+    case UnitOp::kLayout:
+      return "mlu.op";
     case UnitOp::kIllegal:
-    case UnitOp::kCount: break;
+    case UnitOp::kCount:
+      break;
   }
   return "illegal";
 }
@@ -128,9 +156,9 @@ const char* unit_op_name(UnitOp op) {
 RiscvCore::RiscvCore(const CoreConfig& config, std::span<uint8_t> local_store, UnitPort& port)
     : config_(config), ls_(local_store), port_(port) {
   if (ls_.size() > MTIA_PE_LS_MAX_BYTES) {
-    throw std::invalid_argument(fmt::format(
-        "PE local store of {} bytes does not fit the core's {}-byte local-store window",
-        ls_.size(), MTIA_PE_LS_MAX_BYTES));
+    throw std::invalid_argument(
+        fmt::format("PE local store of {} bytes does not fit the core's {}-byte local-store window",
+                    ls_.size(), MTIA_PE_LS_MAX_BYTES));
   }
   const CoreTiming& t = config_.timing;
   for (uint32_t& c : cost_) c = t.alu;
@@ -148,7 +176,7 @@ RiscvCore::RiscvCore(const CoreConfig& config, std::span<uint8_t> local_store, U
 }
 
 std::optional<isa::Rejection> RiscvCore::start(std::shared_ptr<const Program> program,
-                                                const LaunchContext& launch) {
+                                               const LaunchContext& launch) {
   auto reject = [](std::string why) {
     return isa::reject(isa::ErrorCode::kUnsupported, std::move(why));
   };
@@ -163,9 +191,9 @@ std::optional<isa::Rejection> RiscvCore::start(std::shared_ptr<const Program> pr
                               launch.args.size(), MTIA_PE_ARGS_MAX_BYTES));
   }
   if (program->local_store_bytes_used() > ls_.size()) {
-    return reject(fmt::format(
-        "kernel image places {} bytes of local-store data but this PE has {} bytes",
-        program->local_store_bytes_used(), ls_.size()));
+    return reject(
+        fmt::format("kernel image places {} bytes of local-store data but this PE has {} bytes",
+                    program->local_store_bytes_used(), ls_.size()));
   }
 
   program_ = std::move(program);
@@ -192,8 +220,8 @@ std::optional<isa::Rejection> RiscvCore::start(std::shared_ptr<const Program> pr
 
   std::fill(std::begin(x_), std::end(x_), 0);
   x_[2] = (MTIA_PE_LS_BASE + ls_.size()) & ~uint64_t{15};  // sp
-  x_[10] = MTIA_PE_ARGS_BASE;                                // a0
-  x_[11] = launch_.args.size();                              // a1
+  x_[10] = MTIA_PE_ARGS_BASE;                              // a0
+  x_[11] = launch_.args.size();                            // a1
   pc_ = program_->entry();
   cycles_ = 0;
   instret_ = 0;
@@ -256,9 +284,10 @@ bool RiscvCore::write_memory(uint64_t addr, std::span<const uint8_t> src) {
 
 std::string RiscvCore::describe_unmapped(uint64_t addr, uint64_t bytes, bool write) const {
   if (write && find_region(addr, bytes) != nullptr) {
-    return fmt::format("store of {} bytes to {:#x}, which is read-only (code, constants or "
-                       "launch arguments)",
-                       bytes, addr);
+    return fmt::format(
+        "store of {} bytes to {:#x}, which is read-only (code, constants or "
+        "launch arguments)",
+        bytes, addr);
   }
   return fmt::format(
       "{} of {} bytes at {:#x} is outside the mapped memory (local store [{:#x}, {:#x}), the "
@@ -272,16 +301,17 @@ void RiscvCore::raise(FaultKind kind, uint64_t pc, uint64_t addr, std::string re
   if (pc >= program_->code_base() && index < program_->code_size()) {
     insn = program_->raw_word(index);
   }
-  fault_ = Fault{kind, pc, addr, insn, fmt::format("{} at pc {:#x}: {}", fault_kind_name(kind),
-                                                   pc, reason)};
+  fault_ = Fault{kind, pc, addr, insn,
+                 fmt::format("{} at pc {:#x}: {}", fault_kind_name(kind), pc, reason)};
   state_ = State::kFaulted;
   detail::logger()->debug("PE {} fault: {}", pe_id(), fault_.reason);
 }
 
 RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
   if (state_ != State::kReady) {
-    throw std::logic_error("RiscvCore::run called while the core is not ready (not started, "
-                           "stalled on a unit instruction, exited or faulted)");
+    throw std::logic_error(
+        "RiscvCore::run called while the core is not ready (not started, "
+        "stalled on a unit instruction, exited or faulted)");
   }
   const DecodedInsn* const code = program_->code();
   const uint64_t code_base = program_->code_base();
@@ -291,6 +321,9 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
   uint8_t* const ls = ls_.data();
   const uint64_t ls_size = ls_.size();
   uint64_t* const x = x_;
+  // Added to a taken branch's base cost; modular arithmetic keeps a cheaper taken branch right.
+  const uint64_t taken_extra =
+      static_cast<uint64_t>(int64_t{config_.timing.branch_taken} - int64_t{config_.timing.branch});
 
   const uint64_t start_cycles = cycles_;
   const uint64_t start_instret = instret_;
@@ -317,53 +350,53 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
     return finish(StopReason::kFault);
   };
 
-#define MTIA_LOAD(T, CAST)                                                     \
-  {                                                                            \
-    const uint64_t addr = x[d.rs1] + static_cast<int64_t>(d.imm);              \
-    const uint8_t* p;                                                          \
-    const uint64_t off = addr - MTIA_PE_LS_BASE;                               \
-    if ((addr & (sizeof(T) - 1)) != 0) return fault_access(d, addr, sizeof(T), false); \
-    if (off < ls_size && sizeof(T) <= ls_size - off) {                         \
-      p = ls + off;                                                            \
-    } else if ((p = map_read(addr, sizeof(T))) == nullptr) {                   \
-      return fault_access(d, addr, sizeof(T), false);                          \
-    }                                                                          \
-    x[d.rd] = static_cast<uint64_t>(static_cast<CAST>(load_le<T>(p)));         \
-    pc += 4;                                                                   \
-    break;                                                                     \
-  }
-#define MTIA_STORE(T)                                                          \
-  {                                                                            \
-    const uint64_t addr = x[d.rs1] + static_cast<int64_t>(d.imm);              \
-    uint8_t* p;                                                                \
-    const uint64_t off = addr - MTIA_PE_LS_BASE;                               \
-    if ((addr & (sizeof(T) - 1)) != 0) return fault_access(d, addr, sizeof(T), true); \
-    if (off < ls_size && sizeof(T) <= ls_size - off) {                         \
-      p = ls + off;                                                            \
-    } else if ((p = map_write(addr, sizeof(T))) == nullptr) {                  \
-      return fault_access(d, addr, sizeof(T), true);                           \
-    }                                                                          \
-    const T v = static_cast<T>(x[d.rs2]);                                      \
-    std::memcpy(p, &v, sizeof v);                                              \
-    pc += 4;                                                                   \
-    break;                                                                     \
-  }
-#define MTIA_BRANCH(COND)                                                              \
+#define MTIA_LOAD(T, CAST)                                                             \
   {                                                                                    \
-    if (COND) {                                                                        \
-      const uint64_t target = pc + static_cast<int64_t>(d.imm);                        \
-      if ((target & 3) != 0) {                                                         \
-        cycles -= cost_[d.op];                                                         \
-        raise(FaultKind::kMisalignedFetch, pc, target,                                 \
-              fmt::format("branch target {:#x} is not 4-byte aligned", target));       \
-        return finish(StopReason::kFault);                                             \
-      }                                                                                \
-      cycles += config_.timing.branch_taken - config_.timing.branch;                   \
-      pc = target;                                                                     \
-    } else {                                                                           \
-      pc += 4;                                                                         \
+    const uint64_t addr = x[d.rs1] + static_cast<int64_t>(d.imm);                      \
+    const uint8_t* p;                                                                  \
+    const uint64_t off = addr - MTIA_PE_LS_BASE;                                       \
+    if ((addr & (sizeof(T) - 1)) != 0) return fault_access(d, addr, sizeof(T), false); \
+    if (off < ls_size && sizeof(T) <= ls_size - off) {                                 \
+      p = ls + off;                                                                    \
+    } else if ((p = map_read(addr, sizeof(T))) == nullptr) {                           \
+      return fault_access(d, addr, sizeof(T), false);                                  \
     }                                                                                  \
+    x[d.rd] = static_cast<uint64_t>(static_cast<CAST>(load_le<T>(p)));                 \
+    pc += 4;                                                                           \
     break;                                                                             \
+  }
+#define MTIA_STORE(T)                                                                 \
+  {                                                                                   \
+    const uint64_t addr = x[d.rs1] + static_cast<int64_t>(d.imm);                     \
+    uint8_t* p;                                                                       \
+    const uint64_t off = addr - MTIA_PE_LS_BASE;                                      \
+    if ((addr & (sizeof(T) - 1)) != 0) return fault_access(d, addr, sizeof(T), true); \
+    if (off < ls_size && sizeof(T) <= ls_size - off) {                                \
+      p = ls + off;                                                                   \
+    } else if ((p = map_write(addr, sizeof(T))) == nullptr) {                         \
+      return fault_access(d, addr, sizeof(T), true);                                  \
+    }                                                                                 \
+    const T v = static_cast<T>(x[d.rs2]);                                             \
+    std::memcpy(p, &v, sizeof v);                                                     \
+    pc += 4;                                                                          \
+    break;                                                                            \
+  }
+#define MTIA_BRANCH(COND)                                                        \
+  {                                                                              \
+    if (COND) {                                                                  \
+      const uint64_t target = pc + static_cast<int64_t>(d.imm);                  \
+      if ((target & 3) != 0) {                                                   \
+        cycles -= cost_[d.op];                                                   \
+        raise(FaultKind::kMisalignedFetch, pc, target,                           \
+              fmt::format("branch target {:#x} is not 4-byte aligned", target)); \
+        return finish(StopReason::kFault);                                       \
+      }                                                                          \
+      cycles += taken_extra;                                                     \
+      pc = target;                                                               \
+    } else {                                                                     \
+      pc += 4;                                                                   \
+    }                                                                            \
+    break;                                                                       \
   }
 
   const uint64_t* const xs = x;  // reads
@@ -402,8 +435,14 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
               fmt::format("instruction word {:#010x}: {}", word, why));
         return finish(StopReason::kFault);
       }
-      case kLui: x[d.rd] = static_cast<uint64_t>(int64_t{d.imm}); pc += 4; break;
-      case kAuipc: x[d.rd] = pc + static_cast<int64_t>(d.imm); pc += 4; break;
+      case kLui:
+        x[d.rd] = static_cast<uint64_t>(int64_t{d.imm});
+        pc += 4;
+        break;
+      case kAuipc:
+        x[d.rd] = pc + static_cast<int64_t>(d.imm);
+        pc += 4;
+        break;
       case kJal: {
         const uint64_t target = pc + static_cast<int64_t>(d.imm);
         if ((target & 3) != 0) {
@@ -428,45 +467,116 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
         pc = target;
         break;
       }
-      case kBeq: MTIA_BRANCH(xs[d.rs1] == xs[d.rs2])
-      case kBne: MTIA_BRANCH(xs[d.rs1] != xs[d.rs2])
-      case kBlt: MTIA_BRANCH(s64(d.rs1) < s64(d.rs2))
-      case kBge: MTIA_BRANCH(s64(d.rs1) >= s64(d.rs2))
-      case kBltu: MTIA_BRANCH(xs[d.rs1] < xs[d.rs2])
-      case kBgeu: MTIA_BRANCH(xs[d.rs1] >= xs[d.rs2])
-      case kLb: MTIA_LOAD(int8_t, int64_t)
-      case kLh: MTIA_LOAD(int16_t, int64_t)
-      case kLw: MTIA_LOAD(int32_t, int64_t)
-      case kLd: MTIA_LOAD(uint64_t, uint64_t)
-      case kLbu: MTIA_LOAD(uint8_t, uint64_t)
-      case kLhu: MTIA_LOAD(uint16_t, uint64_t)
-      case kLwu: MTIA_LOAD(uint32_t, uint64_t)
-      case kSb: MTIA_STORE(uint8_t)
-      case kSh: MTIA_STORE(uint16_t)
-      case kSw: MTIA_STORE(uint32_t)
-      case kSd: MTIA_STORE(uint64_t)
-      case kAddi: x[d.rd] = xs[d.rs1] + static_cast<int64_t>(d.imm); pc += 4; break;
-      case kSlti: x[d.rd] = s64(d.rs1) < int64_t{d.imm}; pc += 4; break;
+      case kBeq:
+        MTIA_BRANCH(xs[d.rs1] == xs[d.rs2])
+      case kBne:
+        MTIA_BRANCH(xs[d.rs1] != xs[d.rs2])
+      case kBlt:
+        MTIA_BRANCH(s64(d.rs1) < s64(d.rs2))
+      case kBge:
+        MTIA_BRANCH(s64(d.rs1) >= s64(d.rs2))
+      case kBltu:
+        MTIA_BRANCH(xs[d.rs1] < xs[d.rs2])
+      case kBgeu:
+        MTIA_BRANCH(xs[d.rs1] >= xs[d.rs2])
+      case kLb:
+        MTIA_LOAD(int8_t, int64_t)
+      case kLh:
+        MTIA_LOAD(int16_t, int64_t)
+      case kLw:
+        MTIA_LOAD(int32_t, int64_t)
+      case kLd:
+        MTIA_LOAD(uint64_t, uint64_t)
+      case kLbu:
+        MTIA_LOAD(uint8_t, uint64_t)
+      case kLhu:
+        MTIA_LOAD(uint16_t, uint64_t)
+      case kLwu:
+        MTIA_LOAD(uint32_t, uint64_t)
+      case kSb:
+        MTIA_STORE(uint8_t)
+      case kSh:
+        MTIA_STORE(uint16_t)
+      case kSw:
+        MTIA_STORE(uint32_t)
+      case kSd:
+        MTIA_STORE(uint64_t)
+      case kAddi:
+        x[d.rd] = xs[d.rs1] + static_cast<int64_t>(d.imm);
+        pc += 4;
+        break;
+      case kSlti:
+        x[d.rd] = s64(d.rs1) < int64_t{d.imm};
+        pc += 4;
+        break;
       case kSltiu:
         x[d.rd] = xs[d.rs1] < static_cast<uint64_t>(int64_t{d.imm});
         pc += 4;
         break;
-      case kXori: x[d.rd] = xs[d.rs1] ^ static_cast<uint64_t>(int64_t{d.imm}); pc += 4; break;
-      case kOri: x[d.rd] = xs[d.rs1] | static_cast<uint64_t>(int64_t{d.imm}); pc += 4; break;
-      case kAndi: x[d.rd] = xs[d.rs1] & static_cast<uint64_t>(int64_t{d.imm}); pc += 4; break;
-      case kSlli: x[d.rd] = xs[d.rs1] << d.imm; pc += 4; break;
-      case kSrli: x[d.rd] = xs[d.rs1] >> d.imm; pc += 4; break;
-      case kSrai: x[d.rd] = static_cast<uint64_t>(s64(d.rs1) >> d.imm); pc += 4; break;
-      case kAdd: x[d.rd] = xs[d.rs1] + xs[d.rs2]; pc += 4; break;
-      case kSub: x[d.rd] = xs[d.rs1] - xs[d.rs2]; pc += 4; break;
-      case kSll: x[d.rd] = xs[d.rs1] << (xs[d.rs2] & 63); pc += 4; break;
-      case kSlt: x[d.rd] = s64(d.rs1) < s64(d.rs2); pc += 4; break;
-      case kSltu: x[d.rd] = xs[d.rs1] < xs[d.rs2]; pc += 4; break;
-      case kXor: x[d.rd] = xs[d.rs1] ^ xs[d.rs2]; pc += 4; break;
-      case kSrl: x[d.rd] = xs[d.rs1] >> (xs[d.rs2] & 63); pc += 4; break;
-      case kSra: x[d.rd] = static_cast<uint64_t>(s64(d.rs1) >> (xs[d.rs2] & 63)); pc += 4; break;
-      case kOr: x[d.rd] = xs[d.rs1] | xs[d.rs2]; pc += 4; break;
-      case kAnd: x[d.rd] = xs[d.rs1] & xs[d.rs2]; pc += 4; break;
+      case kXori:
+        x[d.rd] = xs[d.rs1] ^ static_cast<uint64_t>(int64_t{d.imm});
+        pc += 4;
+        break;
+      case kOri:
+        x[d.rd] = xs[d.rs1] | static_cast<uint64_t>(int64_t{d.imm});
+        pc += 4;
+        break;
+      case kAndi:
+        x[d.rd] = xs[d.rs1] & static_cast<uint64_t>(int64_t{d.imm});
+        pc += 4;
+        break;
+      case kSlli:
+        x[d.rd] = xs[d.rs1] << d.imm;
+        pc += 4;
+        break;
+      case kSrli:
+        x[d.rd] = xs[d.rs1] >> d.imm;
+        pc += 4;
+        break;
+      case kSrai:
+        x[d.rd] = static_cast<uint64_t>(s64(d.rs1) >> d.imm);
+        pc += 4;
+        break;
+      case kAdd:
+        x[d.rd] = xs[d.rs1] + xs[d.rs2];
+        pc += 4;
+        break;
+      case kSub:
+        x[d.rd] = xs[d.rs1] - xs[d.rs2];
+        pc += 4;
+        break;
+      case kSll:
+        x[d.rd] = xs[d.rs1] << (xs[d.rs2] & 63);
+        pc += 4;
+        break;
+      case kSlt:
+        x[d.rd] = s64(d.rs1) < s64(d.rs2);
+        pc += 4;
+        break;
+      case kSltu:
+        x[d.rd] = xs[d.rs1] < xs[d.rs2];
+        pc += 4;
+        break;
+      case kXor:
+        x[d.rd] = xs[d.rs1] ^ xs[d.rs2];
+        pc += 4;
+        break;
+      case kSrl:
+        x[d.rd] = xs[d.rs1] >> (xs[d.rs2] & 63);
+        pc += 4;
+        break;
+      case kSra:
+        x[d.rd] = static_cast<uint64_t>(s64(d.rs1) >> (xs[d.rs2] & 63));
+        pc += 4;
+        break;
+      case kOr:
+        x[d.rd] = xs[d.rs1] | xs[d.rs2];
+        pc += 4;
+        break;
+      case kAnd:
+        x[d.rd] = xs[d.rs1] & xs[d.rs2];
+        pc += 4;
+        break;
       case kAddiw:
         x[d.rd] = static_cast<uint64_t>(sext32(xs[d.rs1] + static_cast<int64_t>(d.imm)));
         pc += 4;
@@ -483,40 +593,84 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
         x[d.rd] = static_cast<uint64_t>(int64_t{static_cast<int32_t>(xs[d.rs1]) >> d.imm});
         pc += 4;
         break;
-      case kAddw: x[d.rd] = static_cast<uint64_t>(sext32(xs[d.rs1] + xs[d.rs2])); pc += 4; break;
-      case kSubw: x[d.rd] = static_cast<uint64_t>(sext32(xs[d.rs1] - xs[d.rs2])); pc += 4; break;
+      case kAddw:
+        x[d.rd] = static_cast<uint64_t>(sext32(xs[d.rs1] + xs[d.rs2]));
+        pc += 4;
+        break;
+      case kSubw:
+        x[d.rd] = static_cast<uint64_t>(sext32(xs[d.rs1] - xs[d.rs2]));
+        pc += 4;
+        break;
       case kSllw:
-        x[d.rd] = static_cast<uint64_t>(
-            sext32(static_cast<uint32_t>(xs[d.rs1]) << (xs[d.rs2] & 31)));
+        x[d.rd] =
+            static_cast<uint64_t>(sext32(static_cast<uint32_t>(xs[d.rs1]) << (xs[d.rs2] & 31)));
         pc += 4;
         break;
       case kSrlw:
-        x[d.rd] = static_cast<uint64_t>(
-            sext32(static_cast<uint32_t>(xs[d.rs1]) >> (xs[d.rs2] & 31)));
+        x[d.rd] =
+            static_cast<uint64_t>(sext32(static_cast<uint32_t>(xs[d.rs1]) >> (xs[d.rs2] & 31)));
         pc += 4;
         break;
       case kSraw:
-        x[d.rd] = static_cast<uint64_t>(
-            int64_t{static_cast<int32_t>(xs[d.rs1]) >> (xs[d.rs2] & 31)});
+        x[d.rd] =
+            static_cast<uint64_t>(int64_t{static_cast<int32_t>(xs[d.rs1]) >> (xs[d.rs2] & 31)});
         pc += 4;
         break;
-      case kMul: x[d.rd] = xs[d.rs1] * xs[d.rs2]; pc += 4; break;
-      case kMulh: x[d.rd] = mulh(xs[d.rs1], xs[d.rs2]); pc += 4; break;
-      case kMulhsu: x[d.rd] = mulhsu(xs[d.rs1], xs[d.rs2]); pc += 4; break;
-      case kMulhu: x[d.rd] = mulhu(xs[d.rs1], xs[d.rs2]); pc += 4; break;
-      case kDiv: x[d.rd] = div_s(xs[d.rs1], xs[d.rs2]); pc += 4; break;
-      case kDivu: x[d.rd] = div_u(xs[d.rs1], xs[d.rs2]); pc += 4; break;
-      case kRem: x[d.rd] = rem_s(xs[d.rs1], xs[d.rs2]); pc += 4; break;
-      case kRemu: x[d.rd] = rem_u(xs[d.rs1], xs[d.rs2]); pc += 4; break;
+      case kMul:
+        x[d.rd] = xs[d.rs1] * xs[d.rs2];
+        pc += 4;
+        break;
+      case kMulh:
+        x[d.rd] = mulh(xs[d.rs1], xs[d.rs2]);
+        pc += 4;
+        break;
+      case kMulhsu:
+        x[d.rd] = mulhsu(xs[d.rs1], xs[d.rs2]);
+        pc += 4;
+        break;
+      case kMulhu:
+        x[d.rd] = mulhu(xs[d.rs1], xs[d.rs2]);
+        pc += 4;
+        break;
+      case kDiv:
+        x[d.rd] = div_s(xs[d.rs1], xs[d.rs2]);
+        pc += 4;
+        break;
+      case kDivu:
+        x[d.rd] = div_u(xs[d.rs1], xs[d.rs2]);
+        pc += 4;
+        break;
+      case kRem:
+        x[d.rd] = rem_s(xs[d.rs1], xs[d.rs2]);
+        pc += 4;
+        break;
+      case kRemu:
+        x[d.rd] = rem_u(xs[d.rs1], xs[d.rs2]);
+        pc += 4;
+        break;
       case kMulw:
         x[d.rd] = static_cast<uint64_t>(sext32(xs[d.rs1] * xs[d.rs2]));
         pc += 4;
         break;
-      case kDivw: x[d.rd] = div_w(xs[d.rs1], xs[d.rs2]); pc += 4; break;
-      case kDivuw: x[d.rd] = divu_w(xs[d.rs1], xs[d.rs2]); pc += 4; break;
-      case kRemw: x[d.rd] = rem_w(xs[d.rs1], xs[d.rs2]); pc += 4; break;
-      case kRemuw: x[d.rd] = remu_w(xs[d.rs1], xs[d.rs2]); pc += 4; break;
-      case kFence: pc += 4; break;
+      case kDivw:
+        x[d.rd] = div_w(xs[d.rs1], xs[d.rs2]);
+        pc += 4;
+        break;
+      case kDivuw:
+        x[d.rd] = divu_w(xs[d.rs1], xs[d.rs2]);
+        pc += 4;
+        break;
+      case kRemw:
+        x[d.rd] = rem_w(xs[d.rs1], xs[d.rs2]);
+        pc += 4;
+        break;
+      case kRemuw:
+        x[d.rd] = remu_w(xs[d.rs1], xs[d.rs2]);
+        pc += 4;
+        break;
+      case kFence:
+        pc += 4;
+        break;
       case kEcall:
         exit_status_ = static_cast<int64_t>(xs[10]);
         state_ = State::kExited;
@@ -529,19 +683,44 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
       case kPeInfo: {
         uint64_t v = 0;
         switch (d.imm) {
-          case MTIA_PE_INFO_PE_ID: v = pe_id(); break;
-          case MTIA_PE_INFO_GRID_ROWS: v = launch_.grid_rows; break;
-          case MTIA_PE_INFO_GRID_COLS: v = launch_.grid_cols; break;
-          case MTIA_PE_INFO_PE_ROW: v = launch_.pe_row; break;
-          case MTIA_PE_INFO_PE_COL: v = launch_.pe_col; break;
-          case MTIA_PE_INFO_NUM_PES: v = uint64_t{launch_.grid_rows} * launch_.grid_cols; break;
-          case MTIA_PE_INFO_ARGS_PTR: v = MTIA_PE_ARGS_BASE; break;
-          case MTIA_PE_INFO_ARGS_BYTES: v = launch_.args.size(); break;
-          case MTIA_PE_INFO_LS_BASE: v = MTIA_PE_LS_BASE; break;
-          case MTIA_PE_INFO_LS_BYTES: v = ls_size; break;
-          case MTIA_PE_INFO_CYCLES: v = cycles; break;
-          case MTIA_PE_INFO_INSTRET: v = start_instret + n; break;
-          default: break;  // the decoder admits only defined fields
+          case MTIA_PE_INFO_PE_ID:
+            v = pe_id();
+            break;
+          case MTIA_PE_INFO_GRID_ROWS:
+            v = launch_.grid_rows;
+            break;
+          case MTIA_PE_INFO_GRID_COLS:
+            v = launch_.grid_cols;
+            break;
+          case MTIA_PE_INFO_PE_ROW:
+            v = launch_.pe_row;
+            break;
+          case MTIA_PE_INFO_PE_COL:
+            v = launch_.pe_col;
+            break;
+          case MTIA_PE_INFO_NUM_PES:
+            v = uint64_t{launch_.grid_rows} * launch_.grid_cols;
+            break;
+          case MTIA_PE_INFO_ARGS_PTR:
+            v = MTIA_PE_ARGS_BASE;
+            break;
+          case MTIA_PE_INFO_ARGS_BYTES:
+            v = launch_.args.size();
+            break;
+          case MTIA_PE_INFO_LS_BASE:
+            v = MTIA_PE_LS_BASE;
+            break;
+          case MTIA_PE_INFO_LS_BYTES:
+            v = ls_size;
+            break;
+          case MTIA_PE_INFO_CYCLES:
+            v = cycles;
+            break;
+          case MTIA_PE_INFO_INSTRET:
+            v = start_instret + n;
+            break;
+          default:
+            break;  // the decoder admits only defined fields
         }
         x[d.rd] = v;
         pc += 4;

@@ -150,6 +150,7 @@ typedef struct mtia_pe_dma_desc {
 } mtia_pe_dma_desc;
 MTIA_PE_STATIC_ASSERT(sizeof(mtia_pe_dma_desc) == 128, dma_desc_size);
 MTIA_PE_STATIC_ASSERT(offsetof(mtia_pe_dma_desc, sizes) == 32, dma_desc_sizes_offset);
+MTIA_PE_STATIC_ASSERT(offsetof(mtia_pe_dma_desc, dst_strides) == 96, dma_desc_dst_strides_offset);
 
 /* -- DPE: C[M x N] (+)= A[M x K] * B[K x N] on local-store tiles, row-major with leading
  *    dimensions in elements. in_dtype/out_dtype pairs: int8->int32, fp16->fp32, bf16->fp32,
@@ -165,11 +166,13 @@ typedef struct mtia_pe_matmul_desc {
   uint8_t out_dtype;       /* dtype of C */
   uint16_t reserved0;
   uint32_t reserved1;
-  uint32_t m, n, k;        /* each >= 1 */
-  uint32_t lda, ldb, ldc;  /* leading dimensions in elements */
-  uint64_t a, b, c;        /* local-store addresses, aligned to their element size */
+  uint32_t m, n, k;       /* each >= 1 */
+  uint32_t lda, ldb, ldc; /* leading dimensions in elements */
+  uint64_t a, b, c;       /* local-store addresses, aligned to their element size */
 } mtia_pe_matmul_desc;
 MTIA_PE_STATIC_ASSERT(sizeof(mtia_pe_matmul_desc) == 64, matmul_desc_size);
+MTIA_PE_STATIC_ASSERT(offsetof(mtia_pe_matmul_desc, m) == 16, matmul_desc_m_offset);
+MTIA_PE_STATIC_ASSERT(offsetof(mtia_pe_matmul_desc, a) == 40, matmul_desc_a_offset);
 
 /* -- SE: out[i] = op(a[i], b[i], c[i]) for i < count. */
 enum mtia_pe_se_op {
@@ -233,14 +236,17 @@ typedef struct mtia_pe_se_desc {
   uint8_t in_dtype;        /* dtype of the operands (SELECT: of b and c; a is bool) */
   uint8_t out_dtype;       /* dtype of out */
   uint8_t reserved0;
-  uint32_t count;          /* elements, >= 1 */
-  uint8_t mode[3];         /* enum mtia_pe_operand_mode of a, b, c; unused operands 0 */
+  uint32_t count;  /* elements, >= 1 */
+  uint8_t mode[3]; /* enum mtia_pe_operand_mode of a, b, c; unused operands 0 */
   uint8_t reserved1[5];
-  uint64_t src[3];         /* local-store addresses of a, b, c; unused or immediate: 0 */
-  uint64_t imm[3];         /* immediate values of a, b, c; otherwise 0 */
-  uint64_t dst;            /* local-store address of out */
+  uint64_t src[3]; /* local-store addresses of a, b, c; unused or immediate: 0 */
+  uint64_t imm[3]; /* immediate values of a, b, c; otherwise 0 */
+  uint64_t dst;    /* local-store address of out */
 } mtia_pe_se_desc;
 MTIA_PE_STATIC_ASSERT(sizeof(mtia_pe_se_desc) == 80, se_desc_size);
+MTIA_PE_STATIC_ASSERT(offsetof(mtia_pe_se_desc, mode) == 16, se_desc_mode_offset);
+MTIA_PE_STATIC_ASSERT(offsetof(mtia_pe_se_desc, imm) == 48, se_desc_imm_offset);
+MTIA_PE_STATIC_ASSERT(offsetof(mtia_pe_se_desc, dst) == 72, se_desc_dst_offset);
 
 /* -- RE: reduce a rows x cols tile (row stride ld_src elements) along one axis into a
  *    contiguous vector: axis 1 gives rows results (one per row), axis 0 gives cols results. */
@@ -255,7 +261,8 @@ enum mtia_pe_re_op {
   MTIA_PE_RE_OP_COUNT
 };
 
-#define MTIA_PE_RE_ACCUMULATE (1u << 0) /* combine with dst (SUM, SUMSQ: add; MAX, MIN: max/min) */
+/* Combine with what dst holds: SUM and SUMSQ add to it, MAX and MIN take the max/min. */
+#define MTIA_PE_RE_ACCUMULATE (1u << 0)
 #define MTIA_PE_RE_FLAGS_MASK 0x1u
 
 typedef struct mtia_pe_re_desc {
@@ -263,14 +270,15 @@ typedef struct mtia_pe_re_desc {
   uint8_t op;              /* enum mtia_pe_re_op */
   uint8_t in_dtype;
   uint8_t out_dtype;
-  uint8_t axis;            /* 0 or 1 */
+  uint8_t axis; /* 0 or 1 */
   uint32_t reserved0;
-  uint32_t rows, cols;     /* each >= 1 */
-  uint32_t ld_src;         /* elements between the starts of consecutive rows, >= cols */
+  uint32_t rows, cols; /* each >= 1 */
+  uint32_t ld_src;     /* elements between the starts of consecutive rows, >= cols */
   uint32_t reserved1;
-  uint64_t src, dst;       /* local-store addresses */
+  uint64_t src, dst; /* local-store addresses */
 } mtia_pe_re_desc;
 MTIA_PE_STATIC_ASSERT(sizeof(mtia_pe_re_desc) == 48, re_desc_size);
+MTIA_PE_STATIC_ASSERT(offsetof(mtia_pe_re_desc, src) == 32, re_desc_src_offset);
 
 /* -- MLU: copy or transpose a rows x cols tile of elem_size-byte elements. */
 enum mtia_pe_mlu_op {
@@ -288,8 +296,9 @@ typedef struct mtia_pe_mlu_desc {
   uint32_t rows, cols;     /* of the source tile, each >= 1 */
   uint32_t ld_src, ld_dst; /* leading dimensions in elements */
   uint32_t reserved1;
-  uint64_t src, dst;       /* local-store addresses; the tiles must not overlap */
+  uint64_t src, dst; /* local-store addresses; the tiles must not overlap */
 } mtia_pe_mlu_desc;
 MTIA_PE_STATIC_ASSERT(sizeof(mtia_pe_mlu_desc) == 48, mlu_desc_size);
+MTIA_PE_STATIC_ASSERT(offsetof(mtia_pe_mlu_desc, src) == 32, mlu_desc_src_offset);
 
 #endif /* MTIA_ISA_PE_PE_OPS_H_ */

@@ -8,8 +8,8 @@
 // only for overflow here; whether they exist is the memory system's business.
 #pragma once
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 
 #include "mtia/isa/pe/pe_ops.h"
@@ -32,8 +32,8 @@ std::optional<isa::Rejection> validate(const mtia_pe_mlu_desc& d, uint64_t ls_by
 
 namespace detail {
 // Copies `bytes` bytes at core address `addr` into dst, or says why it cannot.
-std::optional<isa::Rejection> read_descriptor_bytes(const RiscvCore& core, uint64_t addr,
-                                                    void* dst, size_t bytes);
+std::optional<isa::Rejection> read_descriptor_bytes(const RiscvCore& core, uint64_t addr, void* dst,
+                                                    size_t bytes);
 }  // namespace detail
 
 // Reads the descriptor at core address `addr` (8-byte aligned, mapped) and validates it.
