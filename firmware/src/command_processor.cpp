@@ -26,9 +26,6 @@ constexpr uint64_t kMaxRingSlots = 65536;
 // records are 64 bytes and aligned to their size.
 constexpr uint64_t kRingAlign = isa::kPacketSlotBytes;
 constexpr uint64_t kCompletionAlign = isa::kCompletionRecordBytes;
-// Device memory has holes (e.g. between PE local-store windows), so a ring is probed once per
-// page rather than only at its ends.
-constexpr uint64_t kProbeStride = 4096;
 constexpr size_t kPresetNameBytes = 16;
 
 std::shared_ptr<spdlog::logger> logger() {
@@ -50,12 +47,9 @@ Rejection bad_register(uint64_t offset, const char* what) {
 }
 
 // `bytes` starting at `addr`, as a device-memory range that must be fully backed.
-bool range_backed(Platform& platform, uint64_t addr, uint64_t bytes) {
-  uint8_t probe = 0;
-  for (uint64_t off = 0; off < bytes; off += kProbeStride) {
-    if (!platform.read_device(addr + off, &probe, 1)) return false;
-  }
-  return platform.read_device(addr + bytes - 1, &probe, 1);
+// Device memory has holes (e.g. between PE local-store windows): the whole range must be backed.
+bool range_backed(const Platform& platform, uint64_t addr, uint64_t bytes) {
+  return platform.device_range_valid(addr, bytes);
 }
 
 }  // namespace

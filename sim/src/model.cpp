@@ -189,6 +189,10 @@ bool CommandProcessorModule::read_device(uint64_t addr, void* dst, size_t bytes)
   return true;
 }
 
+bool CommandProcessorModule::device_range_valid(uint64_t addr, uint64_t bytes) const {
+  return shared_.memory->device().translate(addr, bytes) != nullptr;
+}
+
 bool CommandProcessorModule::write_device(uint64_t addr, const void* src, size_t bytes) {
   uint8_t* p = shared_.memory->device().translate(addr, bytes);
   if (p == nullptr) return false;

@@ -127,6 +127,7 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   // firmware::Platform
   bool read_device(uint64_t addr, void* dst, size_t bytes) override;
   bool write_device(uint64_t addr, const void* src, size_t bytes) override;
+  bool device_range_valid(uint64_t addr, uint64_t bytes) const override;
   bool write_host(uint64_t addr, const void* src, size_t bytes) override;
   unsigned dma_engine_count() const override;
   void dma_start(unsigned engine, const firmware::DmaJob& job) override;

@@ -46,6 +46,9 @@ class FakePlatform : public Platform {
            bytes <= kHostBytes - (addr - kHostBase);
   }
 
+  bool device_range_valid(uint64_t addr, uint64_t bytes) const override {
+    return device_backed(addr, bytes);
+  }
   bool read_device(uint64_t addr, void* dst, size_t bytes) override {
     if (!device_backed(addr, bytes)) return false;
     std::memcpy(dst, device.data() + addr, bytes);

@@ -32,6 +32,9 @@ class Platform {
   // by device memory; the firmware turns that into an error record.
   virtual bool read_device(uint64_t addr, void* dst, size_t bytes) = 0;
   virtual bool write_device(uint64_t addr, const void* src, size_t bytes) = 0;
+  // True when all of [addr, addr + bytes) is device memory. Checks the range without reading
+  // it, so validating a ring never races with the driver filling it.
+  virtual bool device_range_valid(uint64_t addr, uint64_t bytes) const = 0;
   // Registered host memory (signals to host fences). False when not registered.
   virtual bool write_host(uint64_t addr, const void* src, size_t bytes) = 0;
 
