@@ -1,0 +1,902 @@
+#include "mtia/sim/pe/units.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "elements.h"
+#include "log.h"
+#include "mtia/sim/pe/descriptors.h"
+
+namespace mtia::sim::pe {
+
+using detail::BF16;
+using detail::Bool;
+using detail::F16;
+using detail::F32;
+using detail::I32;
+using detail::I64;
+using detail::I8;
+using detail::kIsFloat;
+
+// ---- Timing presets ----------------------------------------------------------------------------
+
+UnitTiming UnitTiming::mtia_v1() {
+  UnitTiming t;
+  // 102.4 TOPS INT8 / (64 PEs x 0.8 GHz) = 2000 ops = 1000 MACs per cycle per PE: a 32 x 32
+  // array, 1024 (ISCA'23). 51.2 TFLOPS FP16 gives half that. fp32 is not published: a quarter
+  // of the fp16 rate (assumption).
+  t.dpe_int8_macs_per_cycle = 1024;
+  t.dpe_fp16_macs_per_cycle = 512;
+  t.dpe_fp32_macs_per_cycle = 128;
+  t.dpe_issue_cycles = 16;  // assumption: not published
+  // The v1 vector peaks are not in the reference: half of v2's width (assumption), 16 fp32
+  // lanes.
+  t.se_vector_bytes = 64;
+  t.se_simple_cycles = 1;
+  t.se_divide_cycles = 4;          // assumption: iterative divide / square root
+  t.se_transcendental_cycles = 8;  // assumption: table lookup + polynomial
+  t.se_issue_cycles = 8;           // assumption
+  t.re_elements_per_cycle = 16;    // assumption: one SE-width vector per cycle
+  t.re_issue_cycles = 8;           // assumption
+  t.mlu_bytes_per_cycle = 64;      // assumption: one 64-byte local-store line per cycle
+  t.mlu_issue_cycles = 8;          // assumption
+  return t;
+}
+
+UnitTiming UnitTiming::mtia_v2() {
+  UnitTiming t;
+  // 354 TOPS INT8 dense / (64 PEs x 1.35 GHz) = 4097 ops = 2048 MACs per cycle per PE;
+  // 177 TFLOPS FP16/BF16 gives 1024 (Hot Chips 2024, ISCA'25). fp32: a quarter of fp16
+  // (assumption: not published for the DPE).
+  t.dpe_int8_macs_per_cycle = 2048;
+  t.dpe_fp16_macs_per_cycle = 1024;
+  t.dpe_fp32_macs_per_cycle = 256;
+  t.dpe_issue_cycles = 16;  // assumption: not published
+  // Vector peaks 2.76 TFLOPS FP32, 5.53 FP16/BF16, 11.06 TOPS INT8 / (64 x 1.35 GHz) = 32,
+  // 64, 128 lanes per cycle per PE: 128 bytes per cycle at every width (Hot Chips 2024).
+  t.se_vector_bytes = 128;
+  t.se_simple_cycles = 1;
+  t.se_divide_cycles = 4;          // assumption
+  t.se_transcendental_cycles = 8;  // assumption
+  t.se_issue_cycles = 8;           // assumption
+  t.re_elements_per_cycle = 32;    // assumption: one SE-width fp32 vector per cycle
+  t.re_issue_cycles = 8;           // assumption
+  t.mlu_bytes_per_cycle = 128;     // assumption: one 128-byte local-store line per cycle
+  t.mlu_issue_cycles = 8;          // assumption
+  return t;
+}
+
+UnitTiming UnitTiming::for_generation(uint32_t generation) {
+  if (generation == 1) return mtia_v1();
+  if (generation == 2) return mtia_v2();
+  throw std::invalid_argument(
+      fmt::format("no PE unit timing for chip generation {} (known: 1, 2)", generation));
+}
+
+const char* unit_kind_name(UnitKind kind) {
+  switch (kind) {
+    case UnitKind::kDpe:
+      return "dpe";
+    case UnitKind::kSe:
+      return "se";
+    case UnitKind::kRe:
+      return "re";
+    case UnitKind::kMlu:
+      return "mlu";
+    default:
+      return "invalid";
+  }
+}
+
+namespace {
+
+uint64_t ceil_div(uint64_t a, uint64_t b) {
+  return (a + b - 1) / b;
+}
+
+void check_timing(const UnitTiming& t) {
+  const std::pair<const char*, uint32_t> rates[] = {
+      {"dpe_int8_macs_per_cycle", t.dpe_int8_macs_per_cycle},
+      {"dpe_fp16_macs_per_cycle", t.dpe_fp16_macs_per_cycle},
+      {"dpe_fp32_macs_per_cycle", t.dpe_fp32_macs_per_cycle},
+      {"se_vector_bytes", t.se_vector_bytes},
+      {"re_elements_per_cycle", t.re_elements_per_cycle},
+      {"mlu_bytes_per_cycle", t.mlu_bytes_per_cycle},
+  };
+  for (const auto& [name, value] : rates) {
+    if (value == 0) {
+      throw std::invalid_argument(
+          fmt::format("UnitTiming::{} is 0: a unit throughput must be at least 1", name));
+    }
+  }
+}
+
+// ---- The visitors of the dtype classes the SE rules name ---------------------------------------
+
+template <typename F>
+void visit_float(uint8_t dt, F&& f) {
+  switch (dt) {
+    case MTIA_PE_DT_FP32:
+      return f(F32{});
+    case MTIA_PE_DT_FP16:
+      return f(F16{});
+    case MTIA_PE_DT_BF16:
+      return f(BF16{});
+    default:
+      detail::undefined_dtype(dt);
+  }
+}
+
+template <typename F>
+void visit_numeric(uint8_t dt, F&& f) {
+  switch (dt) {
+    case MTIA_PE_DT_INT8:
+      return f(I8{});
+    case MTIA_PE_DT_INT32:
+      return f(I32{});
+    case MTIA_PE_DT_INT64:
+      return f(I64{});
+    default:
+      return visit_float(dt, f);
+  }
+}
+
+template <typename F>
+void visit_int_or_bool(uint8_t dt, F&& f) {
+  switch (dt) {
+    case MTIA_PE_DT_INT8:
+      return f(I8{});
+    case MTIA_PE_DT_INT32:
+      return f(I32{});
+    case MTIA_PE_DT_INT64:
+      return f(I64{});
+    case MTIA_PE_DT_BOOL:
+      return f(Bool{});
+    default:
+      detail::undefined_dtype(dt);
+  }
+}
+
+// ---- Scalar semantics (docs/pe-isa.md, "Numerics") ---------------------------------------------
+
+// Integer arithmetic wraps: do it in uint64 (defined modulo 2^64), and the store to the
+// narrower dtype keeps the low bits.
+int64_t wrap(uint64_t v) {
+  return static_cast<int64_t>(v);
+}
+
+template <typename C>
+C add(C a, C b) {
+  if constexpr (std::is_same_v<C, float>)
+    return a + b;
+  else
+    return wrap(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+template <typename C>
+C sub(C a, C b) {
+  if constexpr (std::is_same_v<C, float>)
+    return a - b;
+  else
+    return wrap(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+template <typename C>
+C mul(C a, C b) {
+  if constexpr (std::is_same_v<C, float>)
+    return a * b;
+  else
+    return wrap(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
+template <typename C>
+C neg(C a) {
+  if constexpr (std::is_same_v<C, float>)
+    return -a;
+  else
+    return wrap(0 - static_cast<uint64_t>(a));
+}
+// Truncating division with the core's DIV rules: x/0 = -1, MIN/-1 = MIN (the negation wraps
+// in the destination width, since the int64 compute value of a narrower MIN negates to
+// 2^(w-1), which the store wraps back to MIN).
+template <typename C>
+C div(C a, C b) {
+  if constexpr (std::is_same_v<C, float>) {
+    return a / b;
+  } else {
+    if (b == 0) return -1;
+    if (b == -1) return neg(a);
+    return a / b;
+  }
+}
+// NaN propagates (the first NaN operand wins), as torch.minimum / maximum do.
+template <typename C>
+C min_nan(C a, C b) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (std::isnan(a)) return a;
+    if (std::isnan(b)) return b;
+  }
+  return b < a ? b : a;
+}
+template <typename C>
+C max_nan(C a, C b) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (std::isnan(a)) return a;
+    if (std::isnan(b)) return b;
+  }
+  return b > a ? b : a;
+}
+template <typename C>
+C abs_value(C a) {
+  if constexpr (std::is_same_v<C, float>)
+    return std::fabs(a);
+  else
+    return a < 0 ? neg(a) : a;  // abs(MIN) wraps to MIN
+}
+template <typename C>
+C relu(C a) {
+  if constexpr (std::is_same_v<C, float>)
+    return (a > 0.0f || std::isnan(a)) ? a : 0.0f;
+  else
+    return a > 0 ? a : 0;
+}
+
+// 1 / (1 + e^-a), written so that large negative inputs keep their tiny results instead of
+// dividing by an overflowed e^-a.
+float sigmoid(float a) {
+  if (a >= 0.0f) return 1.0f / (1.0f + std::exp(-a));
+  const float e = std::exp(a);
+  return e / (1.0f + e);
+}
+
+// ---- Element loops -----------------------------------------------------------------------------
+
+// One SE operand: a pointer and a byte stride (0 for broadcast and immediate operands).
+struct Operand {
+  const uint8_t* p = nullptr;
+  size_t stride = 0;
+};
+
+template <typename In, typename Out, typename F>
+void map1(const Operand* o, uint8_t* dst, uint32_t n, F f) {
+  for (uint32_t i = 0; i < n; ++i) {
+    Out::store(dst + size_t{i} * Out::kBytes, f(In::load(o[0].p + i * o[0].stride)));
+  }
+}
+
+template <typename In, typename Out, typename F>
+void map2(const Operand* o, uint8_t* dst, uint32_t n, F f) {
+  for (uint32_t i = 0; i < n; ++i) {
+    const auto a = In::load(o[0].p + i * o[0].stride);
+    const auto b = In::load(o[1].p + i * o[1].stride);
+    Out::store(dst + size_t{i} * Out::kBytes, f(a, b));
+  }
+}
+
+template <typename In, typename Out, typename F>
+void map3(const Operand* o, uint8_t* dst, uint32_t n, F f) {
+  for (uint32_t i = 0; i < n; ++i) {
+    const auto a = In::load(o[0].p + i * o[0].stride);
+    const auto b = In::load(o[1].p + i * o[1].stride);
+    const auto c = In::load(o[2].p + i * o[2].stride);
+    Out::store(dst + size_t{i} * Out::kBytes, f(a, b, c));
+  }
+}
+
+// Widens a stored rows x cols tile (leading dimension ld) of `dt` (fp16, bf16 or int8) into
+// packed fp32. Exact for all three.
+void widen_tile(uint8_t dt, const uint8_t* src, uint32_t rows, uint32_t cols, uint32_t ld,
+                float* dst) {
+  const size_t es = dtype_bytes(dt);
+  for (uint32_t r = 0; r < rows; ++r) {
+    const uint8_t* row = src + size_t{r} * ld * es;
+    float* out = dst + size_t{r} * cols;
+    if (dt == MTIA_PE_DT_FP16) {
+      fp16_to_fp32(row, out, cols);
+    } else if (dt == MTIA_PE_DT_BF16) {
+      bf16_to_fp32(row, out, cols);
+    } else {
+      for (uint32_t c = 0; c < cols; ++c) out[c] = static_cast<int8_t>(row[c]);
+    }
+  }
+}
+
+// BLAS wants a leading dimension that fits an int; a one-row tile's is never used.
+int blas_ld(uint32_t rows, uint32_t cols, uint32_t ld) {
+  return static_cast<int>(rows == 1 ? cols : ld);  // rows > 1: ld * rows fits the local store
+}
+
+}  // namespace
+
+// ---- FunctionalUnits ---------------------------------------------------------------------------
+
+FunctionalUnits::FunctionalUnits(std::span<uint8_t> local_store, const UnitTiming& timing)
+    : ls_(local_store), timing_(timing) {
+  check_timing(timing_);
+  // Our own wiring, not a user error: the PE model owns the local store.
+  assert(reinterpret_cast<uintptr_t>(ls_.data()) % 8 == 0 && "local store must be 8-aligned");
+  assert(ls_.size() <= MTIA_PE_LS_MAX_BYTES);
+}
+
+void FunctionalUnits::reset_counters() {
+  for (auto& c : counters_) c = {};
+}
+
+UnitKind FunctionalUnits::unit_of(UnitOp op) {
+  switch (op) {
+    case UnitOp::kMatmul:
+      return UnitKind::kDpe;
+    case UnitOp::kEltwise:
+      return UnitKind::kSe;
+    case UnitOp::kReduce:
+      return UnitKind::kRe;
+    case UnitOp::kLayout:
+      return UnitKind::kMlu;
+    default:
+      return UnitKind::kCount;
+  }
+}
+
+UnitOutcome FunctionalUnits::finish(UnitKind kind, UnitOutcome outcome) {
+  UnitCounters& c = counters_[static_cast<size_t>(kind)];
+  if (outcome.ok()) {
+    ++c.operations;
+    c.work += outcome.value().work;
+    c.busy_cycles += outcome.value().busy_cycles;
+  } else {
+    ++c.rejected;
+    detail::logger()->debug("{} rejected an operation: {}", unit_kind_name(kind),
+                            outcome.error().reason);
+  }
+  return outcome;
+}
+
+UnitOutcome FunctionalUnits::matmul(const mtia_pe_matmul_desc& d) {
+  if (auto bad = validate(d, ls_.size())) return finish(UnitKind::kDpe, *bad);
+  run_matmul(d);
+  return finish(UnitKind::kDpe, matmul_cost(d));
+}
+
+UnitOutcome FunctionalUnits::eltwise(const mtia_pe_se_desc& d) {
+  if (auto bad = validate(d, ls_.size())) return finish(UnitKind::kSe, *bad);
+  run_eltwise(d);
+  return finish(UnitKind::kSe, eltwise_cost(d));
+}
+
+UnitOutcome FunctionalUnits::reduce(const mtia_pe_re_desc& d) {
+  if (auto bad = validate(d, ls_.size())) return finish(UnitKind::kRe, *bad);
+  run_reduce(d);
+  return finish(UnitKind::kRe, reduce_cost(d));
+}
+
+UnitOutcome FunctionalUnits::layout(const mtia_pe_mlu_desc& d) {
+  if (auto bad = validate(d, ls_.size())) return finish(UnitKind::kMlu, *bad);
+  run_layout(d);
+  return finish(UnitKind::kMlu, layout_cost(d));
+}
+
+UnitOutcome FunctionalUnits::execute(const RiscvCore& core, const UnitRequest& request) {
+  assert(core.local_store().data() == ls_.data() && core.local_store().size() == ls_.size());
+  // read_descriptor validates against the core's local store, which is this one.
+  switch (request.op) {
+    case UnitOp::kMatmul: {
+      auto d = read_descriptor<mtia_pe_matmul_desc>(core, request.rs1);
+      if (!d) return finish(UnitKind::kDpe, d.error());
+      run_matmul(d.value());
+      return finish(UnitKind::kDpe, matmul_cost(d.value()));
+    }
+    case UnitOp::kEltwise: {
+      auto d = read_descriptor<mtia_pe_se_desc>(core, request.rs1);
+      if (!d) return finish(UnitKind::kSe, d.error());
+      run_eltwise(d.value());
+      return finish(UnitKind::kSe, eltwise_cost(d.value()));
+    }
+    case UnitOp::kReduce: {
+      auto d = read_descriptor<mtia_pe_re_desc>(core, request.rs1);
+      if (!d) return finish(UnitKind::kRe, d.error());
+      run_reduce(d.value());
+      return finish(UnitKind::kRe, reduce_cost(d.value()));
+    }
+    case UnitOp::kLayout: {
+      auto d = read_descriptor<mtia_pe_mlu_desc>(core, request.rs1);
+      if (!d) return finish(UnitKind::kMlu, d.error());
+      run_layout(d.value());
+      return finish(UnitKind::kMlu, layout_cost(d.value()));
+    }
+    default:
+      return isa::reject(isa::ErrorCode::kUnsupported,
+                         fmt::format("{} is not a compute-unit instruction (DPE, SE, RE, MLU)",
+                                     unit_op_name(request.op)));
+  }
+}
+
+// ---- Costs -------------------------------------------------------------------------------------
+
+UnitWork FunctionalUnits::matmul_cost(const mtia_pe_matmul_desc& d) const {
+  // m*n*k <= 2^60: each pair of m, n, k spans a tile that fits the local store.
+  const uint64_t macs = uint64_t{d.m} * d.n * d.k;
+  const uint32_t rate = d.in_dtype == MTIA_PE_DT_INT8   ? timing_.dpe_int8_macs_per_cycle
+                        : d.in_dtype == MTIA_PE_DT_FP32 ? timing_.dpe_fp32_macs_per_cycle
+                                                        : timing_.dpe_fp16_macs_per_cycle;
+  return {timing_.dpe_issue_cycles + ceil_div(macs, rate), macs};
+}
+
+UnitWork FunctionalUnits::eltwise_cost(const mtia_pe_se_desc& d) const {
+  const unsigned widest = std::max(dtype_bytes(d.in_dtype), dtype_bytes(d.out_dtype));
+  const uint64_t lanes = std::max(1u, timing_.se_vector_bytes / std::max(1u, widest));
+  uint32_t per_vector = timing_.se_simple_cycles;
+  switch (d.op) {
+    case MTIA_PE_SE_DIV:
+    case MTIA_PE_SE_SQRT:
+    case MTIA_PE_SE_RSQRT:
+      per_vector = timing_.se_divide_cycles;
+      break;
+    case MTIA_PE_SE_EXP:
+    case MTIA_PE_SE_LOG:
+    case MTIA_PE_SE_TANH:
+    case MTIA_PE_SE_ERF:
+    case MTIA_PE_SE_SIGMOID:
+    case MTIA_PE_SE_SILU:
+      per_vector = timing_.se_transcendental_cycles;
+      break;
+    default:
+      break;
+  }
+  return {timing_.se_issue_cycles + ceil_div(d.count, lanes) * per_vector, d.count};
+}
+
+UnitWork FunctionalUnits::reduce_cost(const mtia_pe_re_desc& d) const {
+  const uint64_t elements = uint64_t{d.rows} * d.cols;
+  return {timing_.re_issue_cycles + ceil_div(elements, timing_.re_elements_per_cycle), elements};
+}
+
+UnitWork FunctionalUnits::layout_cost(const mtia_pe_mlu_desc& d) const {
+  const uint64_t bytes = uint64_t{d.rows} * d.cols * d.elem_size;
+  return {timing_.mlu_issue_cycles + ceil_div(bytes, timing_.mlu_bytes_per_cycle), bytes};
+}
+
+// ---- DPE ---------------------------------------------------------------------------------------
+
+void FunctionalUnits::run_matmul(const mtia_pe_matmul_desc& d) {
+  const bool ta = (d.hdr.flags & MTIA_PE_MM_TRANS_A) != 0;
+  const bool tb = (d.hdr.flags & MTIA_PE_MM_TRANS_B) != 0;
+  const bool accumulate = (d.hdr.flags & MTIA_PE_MM_ACCUMULATE) != 0;
+  // Stored shapes of A and B (rows x cols, row-major).
+  const uint32_t a_rows = ta ? d.k : d.m, a_cols = ta ? d.m : d.k;
+  const uint32_t b_rows = tb ? d.n : d.k, b_cols = tb ? d.k : d.n;
+  const uint8_t* a = at(d.a);
+  const uint8_t* b = at(d.b);
+  uint8_t* c = at(d.c);
+
+  if (d.in_dtype == MTIA_PE_DT_INT8) {
+    // int8 -> int32 on the same sgemm, exactly: every product has |a*b| <= 2^14, so a sum of
+    // at most 1024 of them is an integer of magnitude <= 2^24, which fp32 holds exactly
+    // whatever the summation order. Longer k is split into such chunks, whose fp32 results are
+    // added in uint32 (wrapping modulo 2^32, as the spec says).
+    constexpr uint32_t kExactK = 1024;
+    const uint32_t m = d.m, n = d.n;
+    fa_.resize(size_t{a_rows} * a_cols);
+    fb_.resize(size_t{b_rows} * b_cols);
+    fc_.resize(size_t{m} * n);
+    acc_.resize(size_t{m} * n);
+    widen_tile(d.in_dtype, a, a_rows, a_cols, d.lda, fa_.data());
+    widen_tile(d.in_dtype, b, b_rows, b_cols, d.ldb, fb_.data());
+    for (uint32_t i = 0; i < m; ++i) {
+      for (uint32_t j = 0; j < n; ++j) {
+        const uint8_t* cp = c + (size_t{i} * d.ldc + j) * 4;
+        acc_[size_t{i} * n + j] = accumulate ? static_cast<uint32_t>(I32::load(cp)) : 0u;
+      }
+    }
+    for (uint32_t k0 = 0; k0 < d.k; k0 += kExactK) {
+      const uint32_t kc = std::min(kExactK, d.k - k0);
+      // The chunk's columns of A (rows, when A is stored transposed) and rows of B.
+      const float* ak = fa_.data() + (ta ? size_t{k0} * a_cols : k0);
+      const float* bk = fb_.data() + (tb ? k0 : size_t{k0} * b_cols);
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                  static_cast<int>(m), static_cast<int>(n), static_cast<int>(kc), 1.0f, ak,
+                  static_cast<int>(a_cols), bk, static_cast<int>(b_cols), 0.0f, fc_.data(),
+                  static_cast<int>(n));
+      for (size_t t = 0; t < fc_.size(); ++t) {
+        acc_[t] += static_cast<uint32_t>(static_cast<int32_t>(fc_[t]));
+      }
+    }
+    for (uint32_t i = 0; i < m; ++i) {
+      for (uint32_t j = 0; j < n; ++j) {
+        I32::store(c + (size_t{i} * d.ldc + j) * 4, static_cast<int32_t>(acc_[size_t{i} * n + j]));
+      }
+    }
+    return;
+  }
+
+  // Floating: one cblas_sgemm on the whole tile. fp16/bf16 are widened to fp32 first (exact),
+  // so every product is exact and the sums are fp32, as the spec says.
+  const float* fa = nullptr;
+  const float* fb = nullptr;
+  int lda = 0, ldb = 0;
+  if (d.in_dtype == MTIA_PE_DT_FP32) {
+    fa = reinterpret_cast<const float*>(a);
+    fb = reinterpret_cast<const float*>(b);
+    lda = blas_ld(a_rows, a_cols, d.lda);
+    ldb = blas_ld(b_rows, b_cols, d.ldb);
+  } else {
+    fa_.resize(size_t{a_rows} * a_cols);
+    fb_.resize(size_t{b_rows} * b_cols);
+    widen_tile(d.in_dtype, a, a_rows, a_cols, d.lda, fa_.data());
+    widen_tile(d.in_dtype, b, b_rows, b_cols, d.ldb, fb_.data());
+    fa = fa_.data();
+    fb = fb_.data();
+    lda = static_cast<int>(a_cols);
+    ldb = static_cast<int>(b_cols);
+  }
+  // beta = 0 never reads C, so stale NaNs in an overwritten C do not leak into the result.
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(d.m), static_cast<int>(d.n), static_cast<int>(d.k), 1.0f, fa, lda,
+              fb, ldb, accumulate ? 1.0f : 0.0f, reinterpret_cast<float*>(c),
+              blas_ld(d.m, d.n, d.ldc));
+}
+
+// ---- SE ----------------------------------------------------------------------------------------
+
+void FunctionalUnits::run_eltwise(const mtia_pe_se_desc& d) {
+  const uint8_t op = d.op;
+  const uint32_t n = d.count;
+  uint8_t* dst = at(d.dst);
+
+  // Operands: memory (stride = element size, or 0 to broadcast) or the immediate's bytes
+  // (little-endian: the value's bit pattern is in the low bytes).
+  uint8_t imm[3][8];
+  Operand o[3];
+  for (int j = 0; j < 3; ++j) {
+    const unsigned es = (op == MTIA_PE_SE_SELECT && j == 0) ? 1 : dtype_bytes(d.in_dtype);
+    const bool in_memory = d.src[j] >= MTIA_PE_LS_BASE;  // unused operands are all zero
+    switch (d.mode[j]) {
+      case MTIA_PE_OPND_VECTOR:
+        if (in_memory) o[j] = {at(d.src[j]), es};
+        break;
+      case MTIA_PE_OPND_BROADCAST:
+        o[j] = {at(d.src[j]), 0};
+        break;
+      default:  // immediate
+        std::memcpy(imm[j], &d.imm[j], 8);
+        o[j] = {imm[j], 0};
+        break;
+    }
+  }
+
+  switch (op) {
+    case MTIA_PE_SE_ADD:
+    case MTIA_PE_SE_SUB:
+    case MTIA_PE_SE_MUL:
+    case MTIA_PE_SE_DIV:
+    case MTIA_PE_SE_MIN:
+    case MTIA_PE_SE_MAX:
+      return visit_numeric(d.in_dtype, [&](auto t) {
+        using T = decltype(t);
+        using C = typename T::C;
+        switch (op) {
+          case MTIA_PE_SE_ADD:
+            return map2<T, T>(o, dst, n, [](C a, C b) { return add(a, b); });
+          case MTIA_PE_SE_SUB:
+            return map2<T, T>(o, dst, n, [](C a, C b) { return sub(a, b); });
+          case MTIA_PE_SE_MUL:
+            return map2<T, T>(o, dst, n, [](C a, C b) { return mul(a, b); });
+          case MTIA_PE_SE_DIV:
+            return map2<T, T>(o, dst, n, [](C a, C b) { return div(a, b); });
+          case MTIA_PE_SE_MIN:
+            return map2<T, T>(o, dst, n, [](C a, C b) { return min_nan(a, b); });
+          default:
+            return map2<T, T>(o, dst, n, [](C a, C b) { return max_nan(a, b); });
+        }
+      });
+    case MTIA_PE_SE_ABS:
+    case MTIA_PE_SE_NEG:
+    case MTIA_PE_SE_RELU:
+      return visit_numeric(d.in_dtype, [&](auto t) {
+        using T = decltype(t);
+        using C = typename T::C;
+        if (op == MTIA_PE_SE_ABS) return map1<T, T>(o, dst, n, [](C a) { return abs_value(a); });
+        if (op == MTIA_PE_SE_NEG) return map1<T, T>(o, dst, n, [](C a) { return neg(a); });
+        return map1<T, T>(o, dst, n, [](C a) { return relu(a); });
+      });
+    case MTIA_PE_SE_EXP:
+    case MTIA_PE_SE_LOG:
+    case MTIA_PE_SE_SQRT:
+    case MTIA_PE_SE_RSQRT:
+    case MTIA_PE_SE_TANH:
+    case MTIA_PE_SE_ERF:
+    case MTIA_PE_SE_SIGMOID:
+    case MTIA_PE_SE_SILU:
+      // In fp32 with the host's float functions, rounded once to the dtype on store.
+      return visit_float(d.in_dtype, [&](auto t) {
+        using T = decltype(t);
+        switch (op) {
+          case MTIA_PE_SE_EXP:
+            return map1<T, T>(o, dst, n, [](float a) { return std::exp(a); });
+          case MTIA_PE_SE_LOG:
+            return map1<T, T>(o, dst, n, [](float a) { return std::log(a); });
+          case MTIA_PE_SE_SQRT:
+            return map1<T, T>(o, dst, n, [](float a) { return std::sqrt(a); });
+          case MTIA_PE_SE_RSQRT:
+            return map1<T, T>(o, dst, n, [](float a) { return 1.0f / std::sqrt(a); });
+          case MTIA_PE_SE_TANH:
+            return map1<T, T>(o, dst, n, [](float a) { return std::tanh(a); });
+          case MTIA_PE_SE_ERF:
+            return map1<T, T>(o, dst, n, [](float a) { return std::erf(a); });
+          case MTIA_PE_SE_SIGMOID:
+            return map1<T, T>(o, dst, n, [](float a) { return sigmoid(a); });
+          default:  // silu = a * sigmoid(a), whose limit at -Inf is -0
+            return map1<T, T>(
+                o, dst, n, [](float a) { return std::isinf(a) && a < 0 ? -0.0f : a * sigmoid(a); });
+        }
+      });
+    case MTIA_PE_SE_EQ:
+    case MTIA_PE_SE_NE:
+    case MTIA_PE_SE_LT:
+    case MTIA_PE_SE_LE:
+    case MTIA_PE_SE_GT:
+    case MTIA_PE_SE_GE:
+      // IEEE comparisons on the exact values (fp16/bf16 widen exactly): NaN is unordered.
+      return detail::visit_dtype(d.in_dtype, [&](auto t) {
+        using T = decltype(t);
+        using C = typename T::C;
+        switch (op) {
+          case MTIA_PE_SE_EQ:
+            return map2<T, Bool>(o, dst, n, [](C a, C b) -> int64_t { return a == b; });
+          case MTIA_PE_SE_NE:
+            return map2<T, Bool>(o, dst, n, [](C a, C b) -> int64_t { return a != b; });
+          case MTIA_PE_SE_LT:
+            return map2<T, Bool>(o, dst, n, [](C a, C b) -> int64_t { return a < b; });
+          case MTIA_PE_SE_LE:
+            return map2<T, Bool>(o, dst, n, [](C a, C b) -> int64_t { return a <= b; });
+          case MTIA_PE_SE_GT:
+            return map2<T, Bool>(o, dst, n, [](C a, C b) -> int64_t { return a > b; });
+          default:
+            return map2<T, Bool>(o, dst, n, [](C a, C b) -> int64_t { return a >= b; });
+        }
+      });
+    case MTIA_PE_SE_LAND:
+    case MTIA_PE_SE_LOR:
+    case MTIA_PE_SE_LXOR:
+    case MTIA_PE_SE_LNOT:
+      // Non-zero is true; NaN is non-zero, -0.0 is zero.
+      return detail::visit_dtype(d.in_dtype, [&](auto t) {
+        using T = decltype(t);
+        using C = typename T::C;
+        switch (op) {
+          case MTIA_PE_SE_LAND:
+            return map2<T, Bool>(o, dst, n,
+                                 [](C a, C b) -> int64_t { return (a != 0) && (b != 0); });
+          case MTIA_PE_SE_LOR:
+            return map2<T, Bool>(o, dst, n,
+                                 [](C a, C b) -> int64_t { return (a != 0) || (b != 0); });
+          case MTIA_PE_SE_LXOR:
+            return map2<T, Bool>(o, dst, n,
+                                 [](C a, C b) -> int64_t { return (a != 0) != (b != 0); });
+          default:
+            return map1<T, Bool>(o, dst, n, [](C a) -> int64_t { return a == 0; });
+        }
+      });
+    case MTIA_PE_SE_BAND:
+    case MTIA_PE_SE_BOR:
+    case MTIA_PE_SE_BXOR:
+    case MTIA_PE_SE_BNOT:
+      return visit_int_or_bool(d.in_dtype, [&](auto t) {
+        using T = decltype(t);
+        switch (op) {
+          case MTIA_PE_SE_BAND:
+            return map2<T, T>(o, dst, n, [](int64_t a, int64_t b) { return a & b; });
+          case MTIA_PE_SE_BOR:
+            return map2<T, T>(o, dst, n, [](int64_t a, int64_t b) { return a | b; });
+          case MTIA_PE_SE_BXOR:
+            return map2<T, T>(o, dst, n, [](int64_t a, int64_t b) { return a ^ b; });
+          default:
+            // On bool, bitwise not is logical not (~true is false), as in PyTorch.
+            if constexpr (std::is_same_v<T, Bool>) {
+              return map1<T, T>(o, dst, n, [](int64_t a) -> int64_t { return a == 0; });
+            } else {
+              return map1<T, T>(o, dst, n, [](int64_t a) { return ~a; });
+            }
+        }
+      });
+    case MTIA_PE_SE_SELECT: {
+      // A bit copy of b or c: no conversion, NaN payloads kept. memmove: dst may be b or c.
+      const unsigned es = dtype_bytes(d.in_dtype);
+      for (uint32_t i = 0; i < n; ++i) {
+        const bool cond = o[0].p[i * o[0].stride] != 0;
+        const Operand& pick = cond ? o[1] : o[2];
+        std::memmove(dst + size_t{i} * es, pick.p + i * pick.stride, es);
+      }
+      return;
+    }
+    case MTIA_PE_SE_CLAMP:
+      return visit_numeric(d.in_dtype, [&](auto t) {
+        using T = decltype(t);
+        using C = typename T::C;
+        map3<T, T>(o, dst, n, [](C a, C lo, C hi) { return min_nan(max_nan(a, lo), hi); });
+      });
+    case MTIA_PE_SE_CAST:
+      return detail::visit_dtype(d.in_dtype, [&](auto in) {
+        using In = decltype(in);
+        detail::visit_dtype(d.out_dtype, [&](auto out) {
+          using Out = decltype(out);
+          map1<In, Out>(o, dst, n, [](typename In::C a) { return detail::cast_value<In, Out>(a); });
+        });
+      });
+    default:
+      assert(false && "SE op validated");
+  }
+}
+
+// ---- RE ----------------------------------------------------------------------------------------
+
+namespace {
+
+// The reduction loops over a rows x cols tile, along `axis`, calling f(out_index, value) in
+// order along the axis for every element.
+template <typename T, typename F>
+void for_each_along(const uint8_t* src, uint32_t rows, uint32_t cols, uint32_t ld, uint8_t axis,
+                    F f) {
+  for (uint32_t r = 0; r < rows; ++r) {
+    const uint8_t* row = src + size_t{r} * ld * T::kBytes;
+    for (uint32_t c = 0; c < cols; ++c) f(axis == 1 ? r : c, T::load(row + size_t{c} * T::kBytes));
+  }
+}
+
+}  // namespace
+
+void FunctionalUnits::run_reduce(const mtia_pe_re_desc& d) {
+  const uint8_t* src = at(d.src);
+  uint8_t* dst = at(d.dst);
+  const bool accumulate = (d.hdr.flags & MTIA_PE_RE_ACCUMULATE) != 0;
+  const uint32_t outputs = d.axis == 1 ? d.rows : d.cols;
+
+  detail::visit_dtype(d.in_dtype, [&](auto t) {
+    using T = decltype(t);
+    using C = typename T::C;
+    switch (d.op) {
+      case MTIA_PE_RE_SUM:
+      case MTIA_PE_RE_SUMSQ: {
+        const bool squares = d.op == MTIA_PE_RE_SUMSQ;
+        if constexpr (kIsFloat<T>) {
+          // fp32 accumulation in order along the axis, rounded once to the output dtype.
+          std::vector<float> acc(outputs, 0.0f);
+          for_each_along<T>(src, d.rows, d.cols, d.ld_src, d.axis,
+                            [&](uint32_t i, float x) { acc[i] += squares ? x * x : x; });
+          visit_float(d.out_dtype, [&](auto out) {
+            using Out = decltype(out);
+            for (uint32_t i = 0; i < outputs; ++i) {
+              uint8_t* p = dst + size_t{i} * Out::kBytes;
+              Out::store(p, accumulate ? Out::load(p) + acc[i] : acc[i]);
+            }
+          });
+        } else {
+          // Integers and bool: int64 accumulation (wrapping), wrapped to the output.
+          std::vector<uint64_t> acc(outputs, 0);
+          for_each_along<T>(src, d.rows, d.cols, d.ld_src, d.axis,
+                            [&](uint32_t i, int64_t x) { acc[i] += static_cast<uint64_t>(x); });
+          auto write = [&](auto out) {
+            using Out = decltype(out);
+            for (uint32_t i = 0; i < outputs; ++i) {
+              uint8_t* p = dst + size_t{i} * Out::kBytes;
+              uint64_t v = acc[i];
+              if (accumulate) v += static_cast<uint64_t>(Out::load(p));
+              Out::store(p, wrap(v));
+            }
+          };
+          if (d.out_dtype == MTIA_PE_DT_INT32)
+            write(I32{});
+          else
+            write(I64{});
+        }
+        return;
+      }
+      case MTIA_PE_RE_MAX:
+      case MTIA_PE_RE_MIN: {
+        const bool is_max = d.op == MTIA_PE_RE_MAX;
+        std::vector<C> best(outputs);
+        std::vector<uint8_t> seen(outputs, 0);
+        for_each_along<T>(src, d.rows, d.cols, d.ld_src, d.axis, [&](uint32_t i, C x) {
+          if (!seen[i]) {
+            best[i] = x;
+            seen[i] = 1;
+          } else {
+            best[i] = is_max ? max_nan(best[i], x) : min_nan(best[i], x);
+          }
+        });
+        for (uint32_t i = 0; i < outputs; ++i) {
+          uint8_t* p = dst + size_t{i} * T::kBytes;
+          C v = best[i];
+          if (accumulate) v = is_max ? max_nan(T::load(p), v) : min_nan(T::load(p), v);
+          T::store(p, v);  // exact: v is a value of T
+        }
+        return;
+      }
+      default: {  // ARGMAX, ARGMIN: the first extreme; a NaN is the extreme, the first one wins
+        const bool is_max = d.op == MTIA_PE_RE_ARGMAX;
+        std::vector<C> best(outputs);
+        std::vector<int64_t> index(outputs, -1);
+        std::vector<int64_t> pos(outputs, 0);
+        for_each_along<T>(src, d.rows, d.cols, d.ld_src, d.axis, [&](uint32_t i, C x) {
+          const int64_t here = pos[i]++;
+          bool take = index[i] < 0;
+          if (!take) {
+            const C cur = best[i];
+            bool cur_nan = false, x_nan = false;
+            if constexpr (kIsFloat<T>) {
+              cur_nan = std::isnan(cur);
+              x_nan = std::isnan(x);
+            }
+            take = !cur_nan && (x_nan || (is_max ? x > cur : x < cur));
+          }
+          if (take) {
+            best[i] = x;
+            index[i] = here;
+          }
+        });
+        auto write = [&](auto out) {
+          using Out = decltype(out);
+          for (uint32_t i = 0; i < outputs; ++i)
+            Out::store(dst + size_t{i} * Out::kBytes, index[i]);
+        };
+        if (d.out_dtype == MTIA_PE_DT_INT32)
+          write(I32{});
+        else
+          write(I64{});
+        return;
+      }
+    }
+  });
+}
+
+// ---- MLU ---------------------------------------------------------------------------------------
+
+namespace {
+
+template <typename E>
+void transpose_tile(const uint8_t* src, uint8_t* dst, uint32_t rows, uint32_t cols, uint32_t ld_src,
+                    uint32_t ld_dst) {
+  // Blocked so that both the reads and the writes stay within a few cache lines per block.
+  constexpr uint32_t kBlock = 32;
+  for (uint32_t r0 = 0; r0 < rows; r0 += kBlock) {
+    const uint32_t r1 = std::min(rows, r0 + kBlock);
+    for (uint32_t c0 = 0; c0 < cols; c0 += kBlock) {
+      const uint32_t c1 = std::min(cols, c0 + kBlock);
+      for (uint32_t r = r0; r < r1; ++r) {
+        for (uint32_t c = c0; c < c1; ++c) {
+          E v;
+          std::memcpy(&v, src + (size_t{r} * ld_src + c) * sizeof(E), sizeof(E));
+          std::memcpy(dst + (size_t{c} * ld_dst + r) * sizeof(E), &v, sizeof(E));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void FunctionalUnits::run_layout(const mtia_pe_mlu_desc& d) {
+  const uint8_t* src = at(d.src);
+  uint8_t* dst = at(d.dst);
+  const size_t es = d.elem_size;
+  if (d.op == MTIA_PE_MLU_COPY) {
+    for (uint32_t r = 0; r < d.rows; ++r) {
+      std::memcpy(dst + size_t{r} * d.ld_dst * es, src + size_t{r} * d.ld_src * es, d.cols * es);
+    }
+    return;
+  }
+  switch (d.elem_size) {
+    case 1:
+      return transpose_tile<uint8_t>(src, dst, d.rows, d.cols, d.ld_src, d.ld_dst);
+    case 2:
+      return transpose_tile<uint16_t>(src, dst, d.rows, d.cols, d.ld_src, d.ld_dst);
+    case 4:
+      return transpose_tile<uint32_t>(src, dst, d.rows, d.cols, d.ld_src, d.ld_dst);
+    default:
+      return transpose_tile<uint64_t>(src, dst, d.rows, d.cols, d.ld_src, d.ld_dst);
+  }
+}
+
+}  // namespace mtia::sim::pe
