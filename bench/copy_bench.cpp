@@ -74,8 +74,7 @@ int main(int argc, char** argv) {
     const double sim_s = static_cast<double>(device.elapsed_ps(e0, e1)) * 1e-12;
     const double sim_GBps = bytes / sim_s / 1e9;
     std::printf("%-26s %10.2f %8.2f %8.2f | %12.1f %10.2f %7.1f%%\n", name, s * 1e3,
-                bytes / s / 1e9, memcpy_s / s, sim_s * 1e6, sim_GBps,
-                100.0 * sim_GBps / link_GBps);
+                bytes / s / 1e9, memcpy_s / s, sim_s * 1e6, sim_GBps, 100.0 * sim_GBps / link_GBps);
   };
   run("h2d contiguous", h2d_GBps, [&] { device.copy(dev, contiguous, host, contiguous); });
   run("h2d transposed", h2d_GBps, [&] { device.copy(dev, contiguous, host, transposed); });
@@ -93,9 +92,10 @@ int main(int argc, char** argv) {
     us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   }
   std::sort(us.begin(), us.end());
-  std::printf("\nsmall async copy + synchronize round trip: median %.1f us, p90 %.1f us, "
-              "min %.1f us (%d trips)\n",
-              us[trips / 2], us[trips * 9 / 10], us[0], trips);
+  std::printf(
+      "\nsmall async copy + synchronize round trip: median %.1f us, p90 %.1f us, "
+      "min %.1f us (%d trips)\n",
+      us[trips / 2], us[trips * 9 / 10], us[0], trips);
 
   device.destroy_stream(stream);
   device.destroy_event(e0);

@@ -27,7 +27,9 @@ struct DemoOptions {
   std::string out = "out/demo";
 };
 
-float value_at(int64_t r, int64_t c) { return static_cast<float>(r * 1000 + c) * 0.5f; }
+float value_at(int64_t r, int64_t c) {
+  return static_cast<float>(r * 1000 + c) * 0.5f;
+}
 
 uint64_t float_bits(float f) {
   uint32_t bits;
@@ -62,8 +64,7 @@ void run_demo(const DemoOptions& o) {
   DevicePtr p = device.malloc(cols * prow * fsz);
   Stream stream = device.create_stream();
   Event start = device.create_event(), transposed = device.create_event(),
-        filled = device.create_event(), moved = device.create_event(),
-        done = device.create_event();
+        filled = device.create_event(), moved = device.create_event(), done = device.create_event();
 
   device.record(start, stream);
   // A^T as a view of A: sizes (cols, rows), strides (1, cols) - non-contiguous.

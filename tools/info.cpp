@@ -7,9 +7,15 @@
 namespace mtia::tools {
 namespace {
 
-double gib(uint64_t bytes) { return static_cast<double>(bytes) / (1ull << 30); }
-double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1ull << 20); }
-double kib(uint64_t bytes) { return static_cast<double>(bytes) / (1ull << 10); }
+double gib(uint64_t bytes) {
+  return static_cast<double>(bytes) / (1ull << 30);
+}
+double mib(uint64_t bytes) {
+  return static_cast<double>(bytes) / (1ull << 20);
+}
+double kib(uint64_t bytes) {
+  return static_cast<double>(bytes) / (1ull << 10);
+}
 
 void print_properties(const DeviceProperties& p) {
   std::printf("device            %s (MTIA generation %u) via backend '%s'\n", p.name.c_str(),

@@ -13,8 +13,9 @@ namespace mtia::tools {
 void DeviceFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--preset", preset, "chip preset name (mtia-v1, mtia-v2) or path to a preset file")
       ->capture_default_str();
-  cmd.add_option("--set", overrides,
-                 "override a preset field, KEY=VALUE (repeatable; `mtia-emu info --config` lists the keys)");
+  cmd.add_option(
+      "--set", overrides,
+      "override a preset field, KEY=VALUE (repeatable; `mtia-emu info --config` lists the keys)");
   cmd.add_flag("--no-timing", no_timing, "functional only: simulated time stays zero");
 }
 

@@ -7,7 +7,9 @@ using namespace mtia::isa;
 
 namespace {
 
-PacketHeader header(Opcode op) { return {static_cast<uint8_t>(op), kPacketVersion, 0, 0, 42}; }
+PacketHeader header(Opcode op) {
+  return {static_cast<uint8_t>(op), kPacketVersion, 0, 0, 42};
+}
 
 DmaCopyPacket transposed_copy() {
   DmaCopyPacket p{};
@@ -63,9 +65,8 @@ TEST_CASE("every packet kind survives encode and decode unchanged", "[isa]") {
   NopPacket nop{header(Opcode::kNop)};
   nop.header.flags = kPacketInterrupt;
 
-  for (const Packet& original :
-       {Packet{nop}, Packet{transposed_copy()}, Packet{fill}, Packet{signal}, Packet{wait},
-        Packet{launch}}) {
+  for (const Packet& original : {Packet{nop}, Packet{transposed_copy()}, Packet{fill},
+                                 Packet{signal}, Packet{wait}, Packet{launch}}) {
     Slot s = encode(original);
     auto decoded = decode_packet(s.bytes, sizeof s.bytes);
     REQUIRE(decoded.ok());

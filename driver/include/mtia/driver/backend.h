@@ -12,9 +12,9 @@ namespace mtia::driver {
 
 // Options understood by every backend; a backend rejects what it cannot honour.
 struct BackendOptions {
-  std::string preset = "mtia-v2";       // chip preset name or path to a preset file
-  std::vector<std::string> overrides;   // "key=value" preset overrides, applied in order
-  bool timing = true;                   // false: functional only, simulated time stays 0
+  std::string preset = "mtia-v2";      // chip preset name or path to a preset file
+  std::vector<std::string> overrides;  // "key=value" preset overrides, applied in order
+  bool timing = true;                  // false: functional only, simulated time stays 0
 };
 
 class Backend {

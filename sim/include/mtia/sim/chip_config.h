@@ -9,20 +9,20 @@
 namespace mtia::sim {
 
 struct ChipConfig {
-  std::string name;           // preset name, e.g. "mtia-v2"
-  uint32_t generation = 2;    // 1 or 2
+  std::string name;         // preset name, e.g. "mtia-v2"
+  uint32_t generation = 2;  // 1 or 2
 
   // Compute grid.
   uint32_t pe_rows = 8;
   uint32_t pe_cols = 8;
-  uint64_t clock_hz = 1'350'000'000;     // PE and firmware clock
+  uint64_t clock_hz = 1'350'000'000;       // PE and firmware clock
   uint64_t local_store_bytes = 384 << 10;  // per PE
 
   // On-chip SRAM shared by the PEs.
   uint64_t sram_bytes = 256ull << 20;
   double sram_bandwidth_GBps = 2700;
   double sram_latency_ns = 20;
-  uint32_t sram_burst_bytes = 64;   // runs shorter than this still cost a whole burst
+  uint32_t sram_burst_bytes = 64;  // runs shorter than this still cost a whole burst
 
   // Off-chip LPDDR.
   uint64_t dram_bytes = 128ull << 30;
@@ -38,9 +38,9 @@ struct ChipConfig {
 
   // DMA engines and command processor.
   uint32_t dma_engines = 4;
-  double dma_setup_ns = 100;            // descriptor fetch and start per DMA job
-  uint32_t num_queues = 8;              // hardware queues served by the firmware
-  double cp_packet_ns = 200;            // firmware time to fetch, decode and dispatch a packet
+  double dma_setup_ns = 100;  // descriptor fetch and start per DMA job
+  uint32_t num_queues = 8;    // hardware queues served by the firmware
+  double cp_packet_ns = 200;  // firmware time to fetch, decode and dispatch a packet
 
   // false: functional only; every duration is zero and simulated time never advances.
   bool timing = true;
