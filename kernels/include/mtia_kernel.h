@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 
+#include "mtia/isa/pe/kernel_meta.h"
 #include "mtia/isa/pe/pe_ops.h"
 
 #ifdef __cplusplus
@@ -292,6 +293,44 @@ static inline mtia_tag_t mtia_transpose(uint8_t elem_size, void* dst, uint32_t l
   d.dst = (uint64_t)(uintptr_t)dst;
   return mtia_mlu_op(&d);
 }
+
+/* ---- Kernel modules: entry points with metadata --------------------------------------------
+ * MTIA_KERNEL(fn, "out:ptr n:i64 ...") declares `int fn(const uint64_t* args, uint64_t
+ * args_bytes)` as a kernel of the module this file is linked into:
+ *   - an entry trampoline `mtia_entry_<fn>` that calls fn and ECALLs with its return value
+ *     (the PE starts there: launch state as in docs/pe-isa.md, a0 = args, a1 = bytes);
+ *   - a mtia_kernel_meta record in section .mtia.meta with the name, the trampoline's address
+ *     and the signature (grammar in mtia/isa/pe/kernel_meta.h: one 8-byte slot per argument).
+ * Define fn after the macro. The signature is what the host checks a launch against; the
+ * kernel still checks args_bytes itself (MTIA_KERNEL_ARGS). */
+/* clang-format off */
+#define MTIA_KERNEL(fn, signature)                                                             \
+  int fn(const uint64_t* args, uint64_t args_bytes);                                           \
+  __asm__(".pushsection .text.mtia_entry." #fn ",\"ax\",@progbits\n"                           \
+          ".globl mtia_entry_" #fn "\n"                                                        \
+          ".p2align 2\n"                                                                       \
+          ".type mtia_entry_" #fn ", @function\n"                                              \
+          "mtia_entry_" #fn ":\n"                                                              \
+          "  call " #fn "\n"                                                                   \
+          "  ecall\n"                                                                          \
+          ".size mtia_entry_" #fn ", . - mtia_entry_" #fn "\n"                                 \
+          ".popsection\n");                                                                    \
+  extern const char mtia_entry_##fn[];                                                         \
+  MTIA_PE_STATIC_ASSERT(sizeof(#fn) <= MTIA_KMETA_NAME_BYTES, kernel_name_fits_##fn);          \
+  MTIA_PE_STATIC_ASSERT(sizeof(signature) <= MTIA_KMETA_SIGNATURE_BYTES, kernel_sig_fits_##fn); \
+  __attribute__((section(MTIA_KMETA_SECTION), used, aligned(8)))                               \
+  static const mtia_kernel_meta mtia_meta_##fn = {                                             \
+      MTIA_KMETA_MAGIC, MTIA_KMETA_VERSION, (uint16_t)sizeof(mtia_kernel_meta),                \
+      0 /* flags */, 0 /* reserved0 */, (uint64_t)(uintptr_t)mtia_entry_##fn,                  \
+      {0, 0} /* reserved1 */, #fn, signature}
+/* clang-format on */
+
+/* In a kernel: the argument block as `const type* name`, or exit status
+ * MTIA_KSTATUS_BAD_ARG_BYTES when the block does not have exactly sizeof(type) bytes. `type`
+ * is a struct of 8-byte fields in signature order. */
+#define MTIA_KERNEL_ARGS(type, name)                                 \
+  if (args_bytes != sizeof(type)) return MTIA_KSTATUS_BAD_ARG_BYTES; \
+  const type* name = (const type*)(const void*)args
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,507 @@
+/* Elementwise kernels: fill, copy, cast, unary, binary, binary_scalar, where, clamp.
+ *
+ * Every operand is a 4-D view (sizes shared by all operands, element strides per operand), so
+ * one kernel serves contiguous, strided, transposed and broadcast (stride 0) operands alike:
+ * the DMA gathers each chunk of the iteration space into a contiguous local buffer, the SE
+ * works on contiguous vectors, and the DMA scatters the result. Dimensions of size 1 are
+ * dropped and dimensions contiguous in every operand are merged first, so a contiguous tensor
+ * moves in long 1-D bursts.
+ *
+ * Chunks are boxes of the iteration space (a partial range of one dimension times every
+ * dimension inside it), dealt round-robin to the PEs of the launch. Each PE double-buffers:
+ * the DMA brings chunk i+1 in and takes chunk i-1 out while the SE computes chunk i. */
+#include "klib.h"
+#include "ksig.h"
+
+#define EW_MAX_OPS 4 /* the output and up to three inputs */
+
+/* The iteration space after folding; operand 0 is the output. */
+typedef struct ewview {
+  int nd;
+  int nops;
+  uint64_t size[4];
+  int64_t st[EW_MAX_OPS][4]; /* elements */
+  uint64_t total;
+} ewview;
+
+static int ewview_make(ewview* v, const int64_t* size, int nops, const int64_t* const* st) {
+  if (kcheck_shape(size, 4) != MTIA_KSTATUS_OK) return MTIA_KSTATUS_BAD_SHAPE;
+  for (int o = 0; o < nops; ++o) {
+    if (kcheck_shape(st[o], 4) != MTIA_KSTATUS_OK) return MTIA_KSTATUS_BAD_SHAPE;
+  }
+  v->nops = nops;
+  v->total = 1;
+  for (int i = 0; i < 4; ++i) v->total *= (uint64_t)size[i];
+  int n = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (size[i] == 1) continue;
+    int merge = n > 0;
+    for (int o = 0; o < nops && merge; ++o) {
+      merge = v->st[o][n - 1] == st[o][i] * size[i];
+    }
+    if (merge) {
+      v->size[n - 1] *= (uint64_t)size[i];
+      for (int o = 0; o < nops; ++o) v->st[o][n - 1] = st[o][i];
+    } else {
+      v->size[n] = (uint64_t)size[i];
+      for (int o = 0; o < nops; ++o) v->st[o][n] = st[o][i];
+      ++n;
+    }
+  }
+  if (n == 0) {
+    v->size[0] = 1;
+    for (int o = 0; o < nops; ++o) v->st[o][0] = 1;
+    n = 1;
+  }
+  v->nd = n;
+  return MTIA_KSTATUS_OK;
+}
+
+/* Chunks of at most `cap` elements: dims p+1.. whole, dim p in runs of `rows`. */
+typedef struct ewchunks {
+  int p; /* -1: the whole space is one chunk */
+  uint64_t rows, nparts, n;
+} ewchunks;
+
+static void ewchunks_plan(ewchunks* c, const ewview* v, uint64_t cap) {
+  uint64_t inner = 1;
+  int k = v->nd;
+  while (k > 0 && v->size[k - 1] <= cap / inner) {
+    inner *= v->size[k - 1];
+    --k;
+  }
+  if (k == 0) {
+    c->p = -1;
+    c->rows = 0;
+    c->nparts = 1;
+    c->n = 1;
+    return;
+  }
+  c->p = k - 1;
+  c->rows = KMAX(cap / inner, 1);
+  c->nparts = kceil_div(v->size[c->p], c->rows);
+  c->n = c->nparts;
+  for (int i = 0; i < c->p; ++i) c->n *= v->size[i];
+}
+
+/* Chunk `idx`: each operand's element offset, the box (dims first..nd-1) and its element
+ * count. */
+typedef struct ewbox {
+  int first, nb;
+  uint64_t box[4];
+  int64_t off[EW_MAX_OPS];
+  uint64_t count;
+} ewbox;
+
+static void ewchunk_at(const ewview* v, const ewchunks* c, uint64_t idx, ewbox* b) {
+  for (int o = 0; o < v->nops; ++o) b->off[o] = 0;
+  if (c->p < 0) {
+    b->first = 0;
+    b->nb = v->nd;
+    for (int i = 0; i < v->nd; ++i) b->box[i] = v->size[i];
+    b->count = v->total;
+    return;
+  }
+  const int p = c->p;
+  const uint64_t part = idx % c->nparts;
+  uint64_t outer = idx / c->nparts;
+  for (int i = p - 1; i >= 0; --i) {
+    const uint64_t oi = outer % v->size[i];
+    outer /= v->size[i];
+    for (int o = 0; o < v->nops; ++o) b->off[o] += (int64_t)oi * v->st[o][i];
+  }
+  const uint64_t r0 = part * c->rows;
+  const uint64_t len = KMIN(c->rows, v->size[p] - r0);
+  for (int o = 0; o < v->nops; ++o) b->off[o] += (int64_t)r0 * v->st[o][p];
+  b->first = p;
+  b->nb = v->nd - p;
+  b->box[0] = len;
+  b->count = len;
+  for (int i = p + 1; i < v->nd; ++i) {
+    b->box[i - p] = v->size[i];
+    b->count *= v->size[i];
+  }
+}
+
+/* ---- The double-buffered elementwise engine ------------------------------------------------ */
+typedef struct ewjob ewjob;
+/* Computes n outputs from n-element contiguous inputs; waits for its own unit operations. */
+typedef void (*ew_fn)(const ewjob* j, void* out, void* const* in, uint32_t n);
+
+struct ewjob {
+  int nin;
+  uint64_t in[3];
+  uint8_t in_dt[3];
+  uint64_t out;
+  uint8_t out_dt;
+  ew_fn fn;
+  uint8_t op;
+  uint8_t dt;
+  uint64_t imm[2];
+};
+
+static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st) {
+  ewview v;
+  int s = ewview_make(&v, size, j->nin + 1, st);
+  if (s != MTIA_KSTATUS_OK) return s;
+  if (v.total == 0) return MTIA_KSTATUS_OK;
+
+  const uint64_t pe = mtia_pe_id(), pes = mtia_num_pes();
+  const unsigned oes = kdt_size(j->out_dt);
+  unsigned ies[3] = {0, 0, 0};
+  uint64_t bpe = oes;
+  for (int i = 0; i < j->nin; ++i) {
+    ies[i] = kdt_size(j->in_dt[i]);
+    bpe += ies[i];
+  }
+  karena a;
+  karena_init(&a);
+  const uint64_t slack = 2u * EW_MAX_OPS * 64u;
+  uint64_t cap = karena_left(&a) > slack ? (karena_left(&a) - slack) / (2 * bpe) : 0;
+  cap = KMIN(cap, 1u << 16);
+  /* Small tensors: spread them over the PEs rather than fill one PE's buffers. */
+  cap = KMIN(cap, KMAX(256u, kceil_div(v.total, pes)));
+  if (cap == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
+  void* inb[2][3] = {{0, 0, 0}, {0, 0, 0}};
+  void* outb[2];
+  for (int set = 0; set < 2; ++set) {
+    for (int i = 0; i < j->nin; ++i) inb[set][i] = kalloc(&a, cap * ies[i]);
+    outb[set] = kalloc(&a, cap * oes);
+    if (outb[set] == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
+  }
+
+  ewchunks c;
+  ewchunks_plan(&c, &v, cap);
+  ewbox box[2];
+  mtia_tag_t ld[2][3] = {{0, 0, 0}, {0, 0, 0}};
+  mtia_tag_t st_tag[2] = {0, 0};
+
+  uint64_t idx = pe;
+  if (idx < c.n) {
+    ewchunk_at(&v, &c, idx, &box[0]);
+    for (int i = 0; i < j->nin; ++i) {
+      ld[0][i] = kdma_in(inb[0][i], j->in[i] + (uint64_t)box[0].off[i + 1] * ies[i],
+                         &v.st[i + 1][box[0].first], box[0].box, box[0].nb, ies[i]);
+    }
+  }
+  for (int k = 0; idx < c.n; ++k, idx += pes) {
+    const int cur = k & 1, nxt = cur ^ 1;
+    /* Prefetch the next chunk: its input buffers were last read by the compute of chunk k-1,
+     * which has finished. */
+    if (idx + pes < c.n) {
+      ewchunk_at(&v, &c, idx + pes, &box[nxt]);
+      for (int i = 0; i < j->nin; ++i) {
+        ld[nxt][i] = kdma_in(inb[nxt][i], j->in[i] + (uint64_t)box[nxt].off[i + 1] * ies[i],
+                             &v.st[i + 1][box[nxt].first], box[nxt].box, box[nxt].nb, ies[i]);
+      }
+    }
+    for (int i = 0; i < j->nin; ++i) mtia_wait(ld[cur][i]);
+    mtia_wait(st_tag[cur]); /* chunk k-2's result has left this output buffer */
+    j->fn(j, outb[cur], inb[cur], (uint32_t)box[cur].count);
+    st_tag[cur] = kdma_out(j->out + (uint64_t)box[cur].off[0] * oes, &v.st[0][box[cur].first],
+                           outb[cur], box[cur].box, box[cur].nb, oes);
+  }
+  mtia_wait_all();
+  return MTIA_KSTATUS_OK;
+}
+
+/* ---- Compute functions ---------------------------------------------------------------------- */
+static void fn_unary(const ewjob* j, void* out, void* const* in, uint32_t n) {
+  kse(j->op, j->dt, j->out_dt, out, in[0], 0, 0, n);
+}
+static void fn_binary(const ewjob* j, void* out, void* const* in, uint32_t n) {
+  kse(j->op, j->dt, j->out_dt, out, in[0], in[1], 0, n);
+}
+static void fn_binary_imm(const ewjob* j, void* out, void* const* in, uint32_t n) {
+  mtia_pe_se_desc d;
+  MTIA_ZERO_(d);
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
+  d.op = j->op;
+  d.in_dtype = j->dt;
+  d.out_dtype = j->out_dt;
+  d.count = n;
+  d.mode[1] = MTIA_PE_OPND_IMMEDIATE;
+  d.src[0] = kaddr(in[0]);
+  d.imm[1] = j->imm[0];
+  d.dst = kaddr(out);
+  mtia_wait(mtia_se_op(&d));
+}
+static void fn_cast(const ewjob* j, void* out, void* const* in, uint32_t n) {
+  kcast(j->in_dt[0], j->out_dt, out, in[0], n);
+}
+static void fn_where(const ewjob* j, void* out, void* const* in, uint32_t n) {
+  kse(MTIA_PE_SE_SELECT, j->dt, j->dt, out, in[0], in[1], in[2], n);
+}
+static void fn_clamp(const ewjob* j, void* out, void* const* in, uint32_t n) {
+  mtia_pe_se_desc d;
+  MTIA_ZERO_(d);
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
+  d.op = MTIA_PE_SE_CLAMP;
+  d.in_dtype = j->dt;
+  d.out_dtype = j->dt;
+  d.count = n;
+  d.mode[1] = MTIA_PE_OPND_IMMEDIATE;
+  d.mode[2] = MTIA_PE_OPND_IMMEDIATE;
+  d.src[0] = kaddr(in[0]);
+  d.imm[1] = j->imm[0];
+  d.imm[2] = j->imm[1];
+  d.dst = kaddr(out);
+  mtia_wait(mtia_se_op(&d));
+}
+
+/* An immediate of dtype dt: its low kdt_size(dt) bytes (bool: any non-zero value is 1). */
+static int kimm_bits(uint64_t dt, uint64_t bits, uint64_t* out) {
+  const unsigned es = kdt_size(dt);
+  if (es == 0) return MTIA_KSTATUS_BAD_DTYPE;
+  if (es < 8) bits &= (1ull << (8 * es)) - 1;
+  if (dt == MTIA_PE_DT_BOOL) bits = bits != 0;
+  *out = bits;
+  return MTIA_KSTATUS_OK;
+}
+
+/* ---- fill ----------------------------------------------------------------------------------
+ * out[...] = value, where value is the element's bit pattern in the low bytes. No SE work:
+ * the DMA broadcasts one local element (source strides 0) over each chunk of the output. */
+typedef struct {
+  uint64_t out, dtype, value;
+  int64_t size[4], out_st[4];
+} fill_args;
+
+MTIA_KERNEL(fill, "out:ptr dtype:dtype value:i64 " KSIG_SIZES " " KSIG_STRIDES("out"));
+int fill(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(fill_args, A);
+  const unsigned es = kdt_size(A->dtype);
+  if (es == 0) return MTIA_KSTATUS_BAD_DTYPE;
+  uint64_t bits;
+  if (kimm_bits(A->dtype, A->value, &bits) != MTIA_KSTATUS_OK) return MTIA_KSTATUS_BAD_SHAPE;
+  const int64_t* st[1] = {A->out_st};
+  ewview v;
+  int s = ewview_make(&v, A->size, 1, st);
+  if (s != MTIA_KSTATUS_OK) return s;
+  if (v.total == 0) return MTIA_KSTATUS_OK;
+  karena a;
+  karena_init(&a);
+  uint64_t* value = (uint64_t*)kalloc(&a, 8);
+  *value = bits; /* little-endian: the element is the low es bytes */
+  const uint64_t pe = mtia_pe_id(), pes = mtia_num_pes();
+  ewchunks c;
+  ewchunks_plan(&c, &v, KMAX(kceil_div(v.total, pes), 1024u));
+  const int64_t zero[4] = {0, 0, 0, 0};
+  for (uint64_t idx = pe; idx < c.n; idx += pes) {
+    ewbox b;
+    ewchunk_at(&v, &c, idx, &b);
+    int64_t ds[4];
+    for (int i = 0; i < b.nb; ++i) ds[i] = v.st[0][b.first + i] * (int64_t)es;
+    kdma(A->out + (uint64_t)b.off[0] * es, MTIA_PE_SPACE_DEVICE, ds, kaddr(value),
+         MTIA_PE_SPACE_LOCAL, zero, b.box, b.nb, es);
+  }
+  mtia_wait_all();
+  return MTIA_KSTATUS_OK;
+}
+
+/* ---- copy ----------------------------------------------------------------------------------
+ * out[...] = in[...] of one dtype: device-to-device DMA per chunk, no local buffers. */
+typedef struct {
+  uint64_t out, in, dtype;
+  int64_t size[4], out_st[4], in_st[4];
+} copy_args;
+
+MTIA_KERNEL(copy, "out:ptr in:ptr dtype:dtype " KSIG_SIZES
+                  " " KSIG_STRIDES("out") " " KSIG_STRIDES("in"));
+int copy(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(copy_args, A);
+  const unsigned es = kdt_size(A->dtype);
+  if (es == 0) return MTIA_KSTATUS_BAD_DTYPE;
+  const int64_t* st[2] = {A->out_st, A->in_st};
+  ewview v;
+  int s = ewview_make(&v, A->size, 2, st);
+  if (s != MTIA_KSTATUS_OK) return s;
+  if (v.total == 0) return MTIA_KSTATUS_OK;
+  const uint64_t pe = mtia_pe_id(), pes = mtia_num_pes();
+  ewchunks c;
+  ewchunks_plan(&c, &v, KMIN(KMAX(kceil_div(v.total, pes), 1024u), 1u << 20));
+  for (uint64_t idx = pe; idx < c.n; idx += pes) {
+    ewbox b;
+    ewchunk_at(&v, &c, idx, &b);
+    int64_t ds[4], ss[4];
+    for (int i = 0; i < b.nb; ++i) {
+      ds[i] = v.st[0][b.first + i] * (int64_t)es;
+      ss[i] = v.st[1][b.first + i] * (int64_t)es;
+    }
+    kdma(A->out + (uint64_t)b.off[0] * es, MTIA_PE_SPACE_DEVICE, ds,
+         A->in + (uint64_t)b.off[1] * es, MTIA_PE_SPACE_DEVICE, ss, b.box, b.nb, es);
+  }
+  mtia_wait_all();
+  return MTIA_KSTATUS_OK;
+}
+
+/* ---- cast ----------------------------------------------------------------------------------
+ * out = (out_dtype)in with the SE's conversion rules (round to nearest even, saturating float
+ * to int, wrapping int to int, non-zero to bool true). */
+typedef struct {
+  uint64_t out, in, out_dtype, in_dtype;
+  int64_t size[4], out_st[4], in_st[4];
+} cast_args;
+
+MTIA_KERNEL(cast, "out:ptr in:ptr out_dtype:dtype in_dtype:dtype " KSIG_SIZES
+                  " " KSIG_STRIDES("out") " " KSIG_STRIDES("in"));
+int cast(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(cast_args, A);
+  if (kdt_size(A->out_dtype) == 0 || kdt_size(A->in_dtype) == 0) return MTIA_KSTATUS_BAD_DTYPE;
+  ewjob j;
+  MTIA_ZERO_(j);
+  j.nin = 1;
+  j.in[0] = A->in;
+  j.in_dt[0] = (uint8_t)A->in_dtype;
+  j.out = A->out;
+  j.out_dt = (uint8_t)A->out_dtype;
+  j.fn = fn_cast;
+  const int64_t* st[2] = {A->out_st, A->in_st};
+  return ew_run(&j, A->size, st);
+}
+
+/* ---- unary ---------------------------------------------------------------------------------
+ * out = op(a), op an SE op code of arity 1 (abs neg relu exp log sqrt rsqrt tanh erf sigmoid
+ * silu logical_not bitwise_not). The output dtype is dtype, or bool for logical_not. */
+typedef struct {
+  uint64_t out, a, op, dtype;
+  int64_t size[4], out_st[4], a_st[4];
+} unary_args;
+
+MTIA_KERNEL(unary, "out:ptr a:ptr op:i64 dtype:dtype " KSIG_SIZES
+                   " " KSIG_STRIDES("out") " " KSIG_STRIDES("a"));
+int unary(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(unary_args, A);
+  int s;
+  const uint8_t out_dt = kse_out_dtype(A->op, A->dtype, 1, &s);
+  if (s != MTIA_KSTATUS_OK) return s;
+  ewjob j;
+  MTIA_ZERO_(j);
+  j.nin = 1;
+  j.in[0] = A->a;
+  j.in_dt[0] = (uint8_t)A->dtype;
+  j.out = A->out;
+  j.out_dt = out_dt;
+  j.op = (uint8_t)A->op;
+  j.dt = (uint8_t)A->dtype;
+  j.fn = fn_unary;
+  const int64_t* st[2] = {A->out_st, A->a_st};
+  return ew_run(&j, A->size, st);
+}
+
+/* ---- binary --------------------------------------------------------------------------------
+ * out = op(a, b), op an SE op code of arity 2 (add sub mul div min max, eq ne lt le gt ge,
+ * logical and/or/xor, bitwise and/or/xor). Broadcasting: give a broadcast operand stride 0. */
+typedef struct {
+  uint64_t out, a, b, op, dtype;
+  int64_t size[4], out_st[4], a_st[4], b_st[4];
+} binary_args;
+
+MTIA_KERNEL(binary, "out:ptr a:ptr b:ptr op:i64 dtype:dtype " KSIG_SIZES
+                    " " KSIG_STRIDES("out") " " KSIG_STRIDES("a") " " KSIG_STRIDES("b"));
+int binary(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(binary_args, A);
+  int s;
+  const uint8_t out_dt = kse_out_dtype(A->op, A->dtype, 2, &s);
+  if (s != MTIA_KSTATUS_OK) return s;
+  ewjob j;
+  MTIA_ZERO_(j);
+  j.nin = 2;
+  j.in[0] = A->a;
+  j.in[1] = A->b;
+  j.in_dt[0] = j.in_dt[1] = (uint8_t)A->dtype;
+  j.out = A->out;
+  j.out_dt = out_dt;
+  j.op = (uint8_t)A->op;
+  j.dt = (uint8_t)A->dtype;
+  j.fn = fn_binary;
+  const int64_t* st[3] = {A->out_st, A->a_st, A->b_st};
+  return ew_run(&j, A->size, st);
+}
+
+/* ---- binary_scalar -------------------------------------------------------------------------
+ * out = op(a, scalar), the scalar a bit pattern of dtype (an SE immediate). */
+typedef struct {
+  uint64_t out, a, op, dtype, scalar;
+  int64_t size[4], out_st[4], a_st[4];
+} binary_scalar_args;
+
+MTIA_KERNEL(binary_scalar, "out:ptr a:ptr op:i64 dtype:dtype scalar:i64 " KSIG_SIZES
+                           " " KSIG_STRIDES("out") " " KSIG_STRIDES("a"));
+int binary_scalar(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(binary_scalar_args, A);
+  int s;
+  const uint8_t out_dt = kse_out_dtype(A->op, A->dtype, 2, &s);
+  if (s != MTIA_KSTATUS_OK) return s;
+  ewjob j;
+  MTIA_ZERO_(j);
+  if (kimm_bits(A->dtype, A->scalar, &j.imm[0]) != MTIA_KSTATUS_OK) return MTIA_KSTATUS_BAD_SHAPE;
+  j.nin = 1;
+  j.in[0] = A->a;
+  j.in_dt[0] = (uint8_t)A->dtype;
+  j.out = A->out;
+  j.out_dt = out_dt;
+  j.op = (uint8_t)A->op;
+  j.dt = (uint8_t)A->dtype;
+  j.fn = fn_binary_imm;
+  const int64_t* st[2] = {A->out_st, A->a_st};
+  return ew_run(&j, A->size, st);
+}
+
+/* ---- where ---------------------------------------------------------------------------------
+ * out = cond ? a : b, cond bool; a, b and out of dtype. */
+typedef struct {
+  uint64_t out, cond, a, b, dtype;
+  int64_t size[4], out_st[4], cond_st[4], a_st[4], b_st[4];
+} where_args;
+
+MTIA_KERNEL(where, "out:ptr cond:ptr a:ptr b:ptr dtype:dtype " KSIG_SIZES " " KSIG_STRIDES(
+                       "out") " " KSIG_STRIDES("cond") " " KSIG_STRIDES("a") " " KSIG_STRIDES("b"));
+int where(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(where_args, A);
+  if (kdt_size(A->dtype) == 0) return MTIA_KSTATUS_BAD_DTYPE;
+  ewjob j;
+  MTIA_ZERO_(j);
+  j.nin = 3;
+  j.in[0] = A->cond;
+  j.in[1] = A->a;
+  j.in[2] = A->b;
+  j.in_dt[0] = MTIA_PE_DT_BOOL;
+  j.in_dt[1] = j.in_dt[2] = (uint8_t)A->dtype;
+  j.out = A->out;
+  j.out_dt = (uint8_t)A->dtype;
+  j.dt = (uint8_t)A->dtype;
+  j.fn = fn_where;
+  const int64_t* st[4] = {A->out_st, A->cond_st, A->a_st, A->b_st};
+  return ew_run(&j, A->size, st);
+}
+
+/* ---- clamp ---------------------------------------------------------------------------------
+ * out = min(max(a, lo), hi), lo and hi bit patterns of dtype (numeric dtypes). For a one-sided
+ * clamp pass the dtype's lowest or highest value (or -inf / +inf). */
+typedef struct {
+  uint64_t out, a, dtype, lo, hi;
+  int64_t size[4], out_st[4], a_st[4];
+} clamp_args;
+
+MTIA_KERNEL(clamp, "out:ptr a:ptr dtype:dtype lo:i64 hi:i64 " KSIG_SIZES
+                   " " KSIG_STRIDES("out") " " KSIG_STRIDES("a"));
+int clamp(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(clamp_args, A);
+  if (!kdt_is_float(A->dtype) && !kdt_is_int(A->dtype)) return MTIA_KSTATUS_BAD_DTYPE;
+  ewjob j;
+  MTIA_ZERO_(j);
+  if (kimm_bits(A->dtype, A->lo, &j.imm[0]) != MTIA_KSTATUS_OK ||
+      kimm_bits(A->dtype, A->hi, &j.imm[1]) != MTIA_KSTATUS_OK) {
+    return MTIA_KSTATUS_BAD_SHAPE;
+  }
+  j.nin = 1;
+  j.in[0] = A->a;
+  j.in_dt[0] = (uint8_t)A->dtype;
+  j.out = A->out;
+  j.out_dt = (uint8_t)A->dtype;
+  j.dt = (uint8_t)A->dtype;
+  j.fn = fn_clamp;
+  const int64_t* st[2] = {A->out_st, A->a_st};
+  return ew_run(&j, A->size, st);
+}

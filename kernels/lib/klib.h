@@ -1,0 +1,287 @@
+/* Internal helpers of the kernel library (the .c files in kernels/lib/): the local-store arena,
+ * dtype facts, N-D DMA with dimension folding, and short wrappers that issue a unit operation and
+ * wait for it. Not part of the public intrinsics (kernels/include/mtia_kernel.h).
+ *
+ * The control core has no FPU: nothing here (or in the kernels) may use float or double.
+ * Floating constants reach the units as bit patterns. */
+#ifndef MTIA_KERNELS_KLIB_H_
+#define MTIA_KERNELS_KLIB_H_
+
+#include <stdint.h>
+
+#include "mtia_kernel.h"
+
+/* Bytes at the top of the local store left to the stack (descriptors, a few locals). */
+#define KLIB_STACK_RESERVE (8u * 1024u)
+
+#define KMIN(a, b) ((a) < (b) ? (a) : (b))
+#define KMAX(a, b) ((a) > (b) ? (a) : (b))
+
+static inline uint64_t kceil_div(uint64_t a, uint64_t b) {
+  return (a + b - 1) / b;
+}
+
+static inline uint64_t kaddr(const void* p) {
+  return (uint64_t)(uintptr_t)p;
+}
+
+/* ---- dtypes ------------------------------------------------------------------------------ */
+static inline unsigned kdt_size(uint64_t dt) {
+  switch (dt) {
+    case MTIA_PE_DT_FP32:
+    case MTIA_PE_DT_INT32:
+      return 4;
+    case MTIA_PE_DT_FP16:
+    case MTIA_PE_DT_BF16:
+      return 2;
+    case MTIA_PE_DT_INT8:
+    case MTIA_PE_DT_BOOL:
+      return 1;
+    case MTIA_PE_DT_INT64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+static inline int kdt_is_float(uint64_t dt) {
+  return dt == MTIA_PE_DT_FP32 || dt == MTIA_PE_DT_FP16 || dt == MTIA_PE_DT_BF16;
+}
+static inline int kdt_is_int(uint64_t dt) {
+  return dt == MTIA_PE_DT_INT8 || dt == MTIA_PE_DT_INT32 || dt == MTIA_PE_DT_INT64;
+}
+
+/* fp32 bit patterns. */
+#define KF32_ONE 0x3f800000u
+#define KF32_NEG_INF 0xff800000u
+
+/* The fp32 bit pattern of an unsigned integer, rounded to nearest even (no FPU). */
+static inline uint32_t ku64_to_f32_bits(uint64_t v) {
+  if (v == 0) return 0;
+  int msb = 63;
+  while (((v >> msb) & 1u) == 0) --msb;
+  uint32_t exp = (uint32_t)msb + 127u;
+  uint64_t mant;
+  if (msb <= 23) {
+    mant = v << (23 - msb);
+  } else {
+    const int drop = msb - 23;
+    const uint64_t rest = v & ((1ull << drop) - 1);
+    const uint64_t half = 1ull << (drop - 1);
+    mant = v >> drop;
+    if (rest > half || (rest == half && (mant & 1u))) {
+      ++mant;
+      if (mant == (1ull << 24)) {
+        mant >>= 1;
+        ++exp;
+      }
+    }
+  }
+  return (exp << 23) | (uint32_t)(mant & 0x7fffffu);
+}
+
+/* ---- The local-store arena ------------------------------------------------------------------
+ * The library's kernels keep no MTIA_LOCAL globals (a module holds many kernels): each launch
+ * carves its buffers out of the local store below the stack, sized to the preset's store. */
+typedef struct karena {
+  uint64_t next;
+  uint64_t end;
+} karena;
+
+static inline void karena_init(karena* a) {
+  a->next = mtia_ls_base();
+  a->end = mtia_ls_base() + mtia_ls_bytes() - KLIB_STACK_RESERVE;
+}
+static inline uint64_t karena_left(const karena* a) {
+  return a->end > a->next ? a->end - a->next : 0;
+}
+/* 64-byte aligned; 0 when it does not fit. */
+static inline void* kalloc(karena* a, uint64_t bytes) {
+  const uint64_t at = (a->next + 63u) & ~63ull;
+  if (at > a->end || a->end - at < bytes) return 0;
+  a->next = at + bytes;
+  return (void*)(uintptr_t)at;
+}
+/* Bytes that n buffers of the given sizes take in the arena (alignment included). */
+static inline uint64_t kalloc_bytes(uint64_t bytes) {
+  return (bytes + 63u) & ~63ull;
+}
+
+/* ---- DMA ----------------------------------------------------------------------------------
+ * Copies a box of sizes[0] x ... x sizes[nd-1] elements (dim 0 outermost, nd <= 4) with byte
+ * strides on each side. Size-1 dimensions are dropped and dimensions that are contiguous on
+ * both sides are merged, so the descriptor has as few dimensions (and as wide elements) as the
+ * layout allows. */
+static inline mtia_tag_t kdma(uint64_t dst, uint8_t dst_space, const int64_t* dst_st, uint64_t src,
+                              uint8_t src_space, const int64_t* src_st, const uint64_t* sizes,
+                              int nd, unsigned es) {
+  uint64_t sz[4];
+  int64_t ss[4], ds[4];
+  int n = 0;
+  for (int i = 0; i < nd; ++i) {
+    if (sizes[i] == 1) continue;
+    sz[n] = sizes[i];
+    ss[n] = src_st[i];
+    ds[n] = dst_st[i];
+    ++n;
+  }
+  /* Merge inner into outer where the outer stride is the inner extent on both sides. */
+  int m = 0;
+  for (int i = 0; i < n; ++i) {
+    if (m > 0 && ss[m - 1] == ss[i] * (int64_t)sz[i] && ds[m - 1] == ds[i] * (int64_t)sz[i]) {
+      sz[m - 1] *= sz[i];
+      ss[m - 1] = ss[i];
+      ds[m - 1] = ds[i];
+    } else {
+      sz[m] = sz[i];
+      ss[m] = ss[i];
+      ds[m] = ds[i];
+      ++m;
+    }
+  }
+  if (m == 0) {
+    sz[0] = 1;
+    ss[0] = es;
+    ds[0] = es;
+    m = 1;
+  }
+  /* Wider elements when the innermost run is contiguous on both sides. */
+  unsigned w = es;
+  if (ss[m - 1] == (int64_t)es && ds[m - 1] == (int64_t)es) {
+    for (unsigned cand = 8; cand > es; cand /= 2) {
+      uint64_t all = src | dst | (sz[m - 1] * es);
+      for (int i = 0; i < m - 1; ++i) all |= (uint64_t)ss[i] | (uint64_t)ds[i];
+      if (all % cand == 0) {
+        w = cand;
+        break;
+      }
+    }
+  }
+  mtia_pe_dma_desc d;
+  MTIA_ZERO_(d);
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_DMA, 0);
+  d.ndims = (uint8_t)m;
+  d.elem_size = (uint8_t)w;
+  d.src_space = src_space;
+  d.dst_space = dst_space;
+  d.src = src;
+  d.dst = dst;
+  for (int i = 0; i < m; ++i) {
+    d.sizes[i] = sz[i];
+    d.src_strides[i] = (uint64_t)ss[i];
+    d.dst_strides[i] = (uint64_t)ds[i];
+  }
+  if (w != es) {
+    d.sizes[m - 1] = sz[m - 1] * es / w;
+    d.src_strides[m - 1] = w;
+    d.dst_strides[m - 1] = w;
+  }
+  return mtia_dma_start(&d);
+}
+
+/* Contiguous local strides (bytes) for a box. */
+static inline void kcontig(int64_t* st, const uint64_t* sizes, int nd, unsigned es) {
+  int64_t s = es;
+  for (int i = nd - 1; i >= 0; --i) {
+    st[i] = s;
+    s *= (int64_t)sizes[i];
+  }
+}
+
+/* Device box -> contiguous local buffer, and back. Device strides in elements. */
+static inline mtia_tag_t kdma_in(void* local, uint64_t dev, const int64_t* dev_st_elems,
+                                 const uint64_t* sizes, int nd, unsigned es) {
+  int64_t ls[4], ds[4];
+  kcontig(ls, sizes, nd, es);
+  for (int i = 0; i < nd; ++i) ds[i] = dev_st_elems[i] * (int64_t)es;
+  return kdma(kaddr(local), MTIA_PE_SPACE_LOCAL, ls, dev, MTIA_PE_SPACE_DEVICE, ds, sizes, nd, es);
+}
+static inline mtia_tag_t kdma_out(uint64_t dev, const int64_t* dev_st_elems, const void* local,
+                                  const uint64_t* sizes, int nd, unsigned es) {
+  int64_t ls[4], ds[4];
+  kcontig(ls, sizes, nd, es);
+  for (int i = 0; i < nd; ++i) ds[i] = dev_st_elems[i] * (int64_t)es;
+  return kdma(dev, MTIA_PE_SPACE_DEVICE, ds, kaddr(local), MTIA_PE_SPACE_LOCAL, ls, sizes, nd, es);
+}
+
+/* 2-D tile helpers: rows x cols, element (i, j) at dev + (i*rs + j*cs) * es. */
+static inline mtia_tag_t ktile_in(void* local, uint64_t dev, int64_t rs, int64_t cs, uint64_t rows,
+                                  uint64_t cols, unsigned es) {
+  const uint64_t sizes[2] = {rows, cols};
+  const int64_t st[2] = {rs, cs};
+  return kdma_in(local, dev, st, sizes, 2, es);
+}
+static inline mtia_tag_t ktile_out(uint64_t dev, int64_t rs, int64_t cs, const void* local,
+                                   uint64_t rows, uint64_t cols, unsigned es) {
+  const uint64_t sizes[2] = {rows, cols};
+  const int64_t st[2] = {rs, cs};
+  return kdma_out(dev, st, local, sizes, 2, es);
+}
+
+/* Fills a rows x cols local tile from a vector: per_row != 0 repeats vec[i] along row i,
+ * otherwise vec[j] down column j (a local DMA with a zero source stride). */
+static inline void kexpand(void* dst, const void* vec, uint64_t rows, uint64_t cols, int per_row,
+                           unsigned es) {
+  const uint64_t sizes[2] = {rows, cols};
+  const int64_t ds[2] = {(int64_t)(cols * es), (int64_t)es};
+  int64_t ss[2];
+  ss[0] = per_row ? (int64_t)es : 0;
+  ss[1] = per_row ? 0 : (int64_t)es;
+  mtia_wait(
+      kdma(kaddr(dst), MTIA_PE_SPACE_LOCAL, ds, kaddr(vec), MTIA_PE_SPACE_LOCAL, ss, sizes, 2, es));
+}
+
+/* ---- SE / RE wrappers: issue, then wait (kernels here keep each PE's unit work in order) --- */
+static inline void kse(uint8_t op, uint8_t in_dt, uint8_t out_dt, void* out, const void* a,
+                       const void* b, const void* c, uint32_t n) {
+  mtia_pe_se_desc d;
+  MTIA_ZERO_(d);
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
+  d.op = op;
+  d.in_dtype = in_dt;
+  d.out_dtype = out_dt;
+  d.count = n;
+  d.src[0] = kaddr(a);
+  d.src[1] = kaddr(b);
+  d.src[2] = kaddr(c);
+  d.dst = kaddr(out);
+  mtia_wait(mtia_se_op(&d));
+}
+/* out = op(a, imm) */
+static inline void kse_imm(uint8_t op, uint8_t dt, void* out, const void* a, uint64_t imm,
+                           uint32_t n) {
+  mtia_wait(mtia_se_binary_imm(op, dt, out, a, imm, n));
+}
+/* out[i] = the bit pattern `bits` (SE cast of an immediate to its own dtype). */
+static inline void kse_fill(uint8_t dt, void* out, uint64_t bits, uint32_t n) {
+  mtia_pe_se_desc d;
+  MTIA_ZERO_(d);
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
+  d.op = MTIA_PE_SE_CAST;
+  d.in_dtype = dt;
+  d.out_dtype = dt;
+  d.count = n;
+  d.mode[0] = MTIA_PE_OPND_IMMEDIATE;
+  d.imm[0] = bits;
+  d.dst = kaddr(out);
+  mtia_wait(mtia_se_op(&d));
+}
+static inline void kcast(uint8_t in_dt, uint8_t out_dt, void* out, const void* a, uint32_t n) {
+  kse(MTIA_PE_SE_CAST, in_dt, out_dt, out, a, 0, 0, n);
+}
+static inline void kre(uint8_t op, uint8_t in_dt, uint8_t out_dt, int axis, int accumulate,
+                       void* dst, const void* src, uint32_t rows, uint32_t cols) {
+  mtia_wait(mtia_reduce(op, in_dt, out_dt, (uint8_t)axis, accumulate ? MTIA_PE_RE_ACCUMULATE : 0,
+                        dst, src, rows, cols, cols));
+}
+
+/* ---- Argument checks shared by the kernels --------------------------------------------------
+ * Sizes and strides arrive as i64 slots; negative ones are a bad shape (the DMA strides are
+ * unsigned byte counts). */
+static inline int kcheck_shape(const int64_t* sizes, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (sizes[i] < 0) return MTIA_KSTATUS_BAD_SHAPE;
+  }
+  return MTIA_KSTATUS_OK;
+}
+
+#endif /* MTIA_KERNELS_KLIB_H_ */

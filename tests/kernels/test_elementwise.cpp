@@ -1,0 +1,337 @@
+// fill, copy, cast, unary, binary, binary_scalar, where and clamp against nested-loop
+// references, for every dtype they take, with strided, transposed, padded and broadcast
+// operands, shapes that are not multiples of any chunk size, and grids of 1, 4 and 64 PEs.
+#include <catch2/catch.hpp>
+
+#include "check.h"
+
+using namespace kt;
+
+namespace {
+
+const Module& lib() {
+  return Module::library();
+}
+
+std::vector<Arg> cat(std::vector<Arg> a, const std::vector<Arg>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// A strided view: stored with dims 2 and 3 swapped and 3 elements of padding per stored row.
+Shape odd_strides(const Shape& s) {
+  return permuted(s, {0, 1, 3, 2}, 3);
+}
+
+void expect_ok(const LaunchResult& r) {
+  INFO(r.describe());
+  REQUIRE(r.ok());
+}
+
+}  // namespace
+
+TEST_CASE("fill writes a value into every element of a view", "[kernels][elementwise]") {
+  for (uint8_t dt : kAllDtypes) {
+    for (uint32_t pes : {1u, 4u, 64u}) {
+      Device dev;
+      const Shape size{2, 3, 37, 41};
+      Tensor out = make_tensor(dev, dt, size, pes == 4 ? odd_strides(size) : contiguous(size));
+      const double value = dt_float(dt) ? round_to(dt, -1.375) : dt == kBool ? 1 : -77;
+      auto r = dev.launch(
+          lib(), "fill",
+          cat(cat({ptr(out.addr), dtype(dt), i64(static_cast<int64_t>(bits_of(dt, value)))},
+                  out.size_args()),
+              out.stride_args()),
+          grid(pes));
+      expect_ok(r);
+      check_tensor(
+          dev, out, [&](const Shape&) { return value; }, {0, 0},
+          std::string("fill ") + dt_name(dt) + " on " + std::to_string(pes) + " PEs");
+    }
+  }
+}
+
+TEST_CASE("copy moves any layout into any layout, with broadcasting", "[kernels][elementwise]") {
+  std::mt19937 rng(2);
+  for (uint8_t dt : kAllDtypes) {
+    Device dev;
+    const Shape size{3, 1, 45, 67};
+    Tensor in = make_tensor(dev, dt, size, odd_strides(size));
+    randomize(dev, in, rng);
+    Tensor out = make_tensor(dev, dt, size);
+    expect_ok(dev.launch(
+        lib(), "copy",
+        cat(cat(cat({ptr(out.addr), ptr(in.addr), dtype(dt)}, out.size_args()), out.stride_args()),
+            in.stride_args()),
+        grid(4)));
+    check_tensor(
+        dev, out, [&](const Shape& i) { return in.at(i); }, {0, 0},
+        std::string("copy ") + dt_name(dt));
+
+    // A row vector broadcast over the rows of a padded output (source stride 0).
+    Tensor row = make_tensor(dev, dt, {1, 1, 1, 67});
+    randomize(dev, row, rng);
+    Tensor wide = make_tensor(dev, dt, {2, 1, 45, 67}, permuted({2, 1, 45, 67}, {0, 1, 2, 3}, 5));
+    expect_ok(dev.launch(lib(), "copy",
+                         cat(cat(cat({ptr(wide.addr), ptr(row.addr), dtype(dt)}, wide.size_args()),
+                                 wide.stride_args()),
+                             {i64(0), i64(0), i64(0), i64(1)}),
+                         grid(64)));
+    check_tensor(
+        dev, wide,
+        [&](const Shape& i) {
+          return row.at({0, 0, 0, i[3]});
+        },
+        {0, 0}, std::string("broadcast copy ") + dt_name(dt));
+  }
+}
+
+TEST_CASE("cast converts between every pair of dtypes", "[kernels][elementwise]") {
+  std::mt19937 rng(3);
+  for (uint8_t from : kAllDtypes) {
+    for (uint8_t to : kAllDtypes) {
+      Device dev;
+      const Shape size{1, 2, 33, 50};
+      Tensor in = make_tensor(dev, from, size, odd_strides(size));
+      randomize(dev, in, rng, -300, 300);  // floats beyond int8's range saturate
+      Tensor out = make_tensor(dev, to, size);
+      expect_ok(dev.launch(
+          lib(), "cast",
+          cat(cat(cat({ptr(out.addr), ptr(in.addr), dtype(to), dtype(from)}, out.size_args()),
+                  out.stride_args()),
+              in.stride_args()),
+          grid(4)));
+      check_tensor(
+          dev, out, [&](const Shape& i) { return ref_cast(from, to, in.at(i)); }, {0, 0},
+          std::string("cast ") + dt_name(from) + " -> " + dt_name(to));
+    }
+  }
+}
+
+TEST_CASE("unary applies every SE unary op for each dtype it takes", "[kernels][elementwise]") {
+  const std::vector<uint8_t> ops = {
+      MTIA_PE_SE_ABS,  MTIA_PE_SE_NEG,   MTIA_PE_SE_RELU, MTIA_PE_SE_EXP, MTIA_PE_SE_LOG,
+      MTIA_PE_SE_SQRT, MTIA_PE_SE_RSQRT, MTIA_PE_SE_TANH, MTIA_PE_SE_ERF, MTIA_PE_SE_SIGMOID,
+      MTIA_PE_SE_SILU, MTIA_PE_SE_LNOT,  MTIA_PE_SE_BNOT};
+  std::mt19937 rng(4);
+  int runs = 0;
+  for (uint8_t op : ops) {
+    for (uint8_t dt : kAllDtypes) {
+      if (!se_op_takes(op, dt)) continue;
+      ++runs;
+      Device dev;
+      const Shape size{2, 1, 29, 53};
+      Tensor a = make_tensor(dev, dt, size, odd_strides(size));
+      const bool positive = op == MTIA_PE_SE_LOG || op == MTIA_PE_SE_SQRT || op == MTIA_PE_SE_RSQRT;
+      randomize(dev, a, rng, positive ? 0.05 : -4, 4);
+      const uint8_t out_dt = se_op_bool_out(op) ? kBool : dt;
+      Tensor out = make_tensor(dev, out_dt, size);
+      expect_ok(
+          dev.launch(lib(), "unary",
+                     cat(cat(cat({ptr(out.addr), ptr(a.addr), i64(op), dtype(dt)}, out.size_args()),
+                             out.stride_args()),
+                         a.stride_args()),
+                     grid(4)));
+      check_tensor(
+          dev, out, [&](const Shape& i) { return ref_unary(op, dt, a.at(i)); }, tol_for(out_dt),
+          "unary op " + std::to_string(op) + " " + dt_name(dt));
+    }
+  }
+  CHECK(runs == 3 * 6 + 8 * 3 + 7 + 4);
+}
+
+TEST_CASE("binary applies every SE binary op with broadcasting", "[kernels][elementwise]") {
+  const std::vector<uint8_t> ops = {
+      MTIA_PE_SE_ADD,  MTIA_PE_SE_SUB, MTIA_PE_SE_MUL,  MTIA_PE_SE_DIV, MTIA_PE_SE_MIN,
+      MTIA_PE_SE_MAX,  MTIA_PE_SE_EQ,  MTIA_PE_SE_NE,   MTIA_PE_SE_LT,  MTIA_PE_SE_LE,
+      MTIA_PE_SE_GT,   MTIA_PE_SE_GE,  MTIA_PE_SE_LAND, MTIA_PE_SE_LOR, MTIA_PE_SE_LXOR,
+      MTIA_PE_SE_BAND, MTIA_PE_SE_BOR, MTIA_PE_SE_BXOR};
+  std::mt19937 rng(5);
+  for (uint8_t op : ops) {
+    for (uint8_t dt : kAllDtypes) {
+      if (!se_op_takes(op, dt)) continue;
+      Device dev;
+      const Shape size{2, 3, 19, 41};
+      // a: transposed and padded; b: one value per (dim 1, dim 3), broadcast over 0 and 2.
+      Tensor a = make_tensor(dev, dt, size, odd_strides(size));
+      Tensor b = make_tensor(dev, dt, {1, 3, 1, 41});
+      randomize(dev, a, rng, -4, 4);
+      randomize(dev, b, rng, -4, 4);
+      if (op == MTIA_PE_SE_DIV) {
+        for (size_t k = 0; k < b.host.size() / dt_size(dt); ++k) {  // no 0 divisors
+          uint8_t* p = b.host.data() + k * dt_size(dt);
+          if (load_elem(dt, p) == 0) store_elem(dt, p, 3);
+        }
+        b.upload(dev);
+      }
+      const Shape b_st{0, b.stride[1], 0, b.stride[3]};
+      const uint8_t out_dt = se_op_bool_out(op) ? kBool : dt;
+      Tensor out = make_tensor(dev, out_dt, size);
+      const uint32_t pes = op % 3 == 0 ? 64 : op % 3 == 1 ? 4 : 1;
+      expect_ok(
+          dev.launch(lib(), "binary",
+                     cat(cat(cat(cat({ptr(out.addr), ptr(a.addr), ptr(b.addr), i64(op), dtype(dt)},
+                                     out.size_args()),
+                                 out.stride_args()),
+                             a.stride_args()),
+                         {i64(b_st[0]), i64(b_st[1]), i64(b_st[2]), i64(b_st[3])}),
+                     grid(pes)));
+      check_tensor(
+          dev, out,
+          [&](const Shape& i) {
+            return ref_binary(op, dt, a.at(i), b.at({0, i[1], 0, i[3]}));
+          },
+          tol_for(out_dt), "binary op " + std::to_string(op) + " " + dt_name(dt));
+    }
+  }
+}
+
+TEST_CASE("binary streams a large tensor through double-buffered chunks",
+          "[kernels][elementwise]") {
+  std::mt19937 rng(6);
+  for (uint8_t dt : {kF32, kBF16}) {
+    for (uint32_t pes : {1u, 4u}) {
+      Device dev;
+      const Shape size{1, 3, 257, 301};  // 231,771 elements: many chunks per PE
+      Tensor a = make_tensor(dev, dt, size);
+      Tensor b = make_tensor(dev, dt, size);
+      randomize(dev, a, rng);
+      randomize(dev, b, rng);
+      Tensor out = make_tensor(dev, dt, size);
+      auto r = dev.launch(
+          lib(), "binary",
+          cat(cat(cat(cat({ptr(out.addr), ptr(a.addr), ptr(b.addr), i64(MTIA_PE_SE_MUL), dtype(dt)},
+                          out.size_args()),
+                      out.stride_args()),
+                  a.stride_args()),
+              b.stride_args()),
+          grid(pes));
+      expect_ok(r);
+      CHECK(r.stats.eltwise > 3 * pes);
+      check_tensor(
+          dev, out,
+          [&](const Shape& i) { return ref_binary(MTIA_PE_SE_MUL, dt, a.at(i), b.at(i)); },
+          tol_for(dt), std::string("large mul ") + dt_name(dt));
+    }
+  }
+}
+
+TEST_CASE("binary_scalar combines a tensor with an immediate", "[kernels][elementwise]") {
+  std::mt19937 rng(7);
+  const std::vector<std::pair<uint8_t, double>> cases = {
+      {MTIA_PE_SE_MUL, 2.5}, {MTIA_PE_SE_SUB, -1.25}, {MTIA_PE_SE_DIV, 4}, {MTIA_PE_SE_GT, 0.5}};
+  for (auto [op, scalar] : cases) {
+    for (uint8_t dt : {kF32, kF16, kBF16, kI32, kI8, kI64}) {
+      Device dev;
+      const Shape size{1, 5, 7, 93};
+      Tensor a = make_tensor(dev, dt, size, odd_strides(size));
+      randomize(dev, a, rng);
+      const double s = dt_float(dt) ? round_to(dt, scalar) : std::trunc(scalar);
+      const uint8_t out_dt = se_op_bool_out(op) ? kBool : dt;
+      Tensor out = make_tensor(dev, out_dt, size);
+      expect_ok(dev.launch(lib(), "binary_scalar",
+                           cat(cat(cat({ptr(out.addr), ptr(a.addr), i64(op), dtype(dt),
+                                        i64(static_cast<int64_t>(bits_of(dt, s)))},
+                                       out.size_args()),
+                                   out.stride_args()),
+                               a.stride_args()),
+                           grid(4)));
+      check_tensor(
+          dev, out, [&](const Shape& i) { return ref_binary(op, dt, a.at(i), s); }, tol_for(out_dt),
+          "binary_scalar op " + std::to_string(op) + " " + dt_name(dt));
+    }
+  }
+}
+
+TEST_CASE("where selects between two tensors by a broadcast condition", "[kernels][elementwise]") {
+  std::mt19937 rng(8);
+  for (uint8_t dt : kAllDtypes) {
+    Device dev;
+    const Shape size{2, 2, 31, 47};
+    Tensor cond = make_tensor(dev, kBool, {1, 1, 31, 47});  // broadcast over dims 0 and 1
+    Tensor a = make_tensor(dev, dt, size, odd_strides(size));
+    Tensor b = make_tensor(dev, dt, size);
+    randomize(dev, cond, rng);
+    randomize(dev, a, rng);
+    randomize(dev, b, rng);
+    Tensor out = make_tensor(dev, dt, size);
+    expect_ok(dev.launch(
+        lib(), "where",
+        cat(cat(cat(cat(cat({ptr(out.addr), ptr(cond.addr), ptr(a.addr), ptr(b.addr), dtype(dt)},
+                            out.size_args()),
+                        out.stride_args()),
+                    {i64(0), i64(0), i64(cond.stride[2]), i64(cond.stride[3])}),
+                a.stride_args()),
+            b.stride_args()),
+        grid(dt == kF32 ? 64 : 4)));
+    check_tensor(
+        dev, out,
+        [&](const Shape& i) {
+          return cond.at({0, 0, i[2], i[3]}) != 0 ? a.at(i) : b.at(i);
+        },
+        {0, 0}, std::string("where ") + dt_name(dt));
+  }
+}
+
+TEST_CASE("clamp bounds every element", "[kernels][elementwise]") {
+  std::mt19937 rng(9);
+  for (uint8_t dt : {kF32, kF16, kBF16, kI8, kI32, kI64}) {
+    Device dev;
+    const Shape size{3, 1, 23, 59};
+    Tensor a = make_tensor(dev, dt, size, odd_strides(size));
+    randomize(dev, a, rng, -5, 5);
+    const double lo = dt_float(dt) ? round_to(dt, -1.5) : -40, hi = dt_float(dt) ? 2.25 : 55;
+    Tensor out = make_tensor(dev, dt, size);
+    expect_ok(dev.launch(lib(), "clamp",
+                         cat(cat(cat({ptr(out.addr), ptr(a.addr), dtype(dt),
+                                      i64(static_cast<int64_t>(bits_of(dt, lo))),
+                                      i64(static_cast<int64_t>(bits_of(dt, hi)))},
+                                     out.size_args()),
+                                 out.stride_args()),
+                             a.stride_args()),
+                         grid(4)));
+    check_tensor(
+        dev, out, [&](const Shape& i) { return std::min(std::max(a.at(i), lo), hi); }, {0, 0},
+        std::string("clamp ") + dt_name(dt));
+  }
+}
+
+TEST_CASE("elementwise kernels reject bad ops, dtypes and shapes with a status",
+          "[kernels][elementwise]") {
+  Device dev;
+  const Shape size{1, 1, 4, 4};
+  Tensor a = make_tensor(dev, kI32, size);
+  Tensor out = make_tensor(dev, kI32, size);
+  auto unary = [&](int64_t op, uint8_t dt, int64_t stride3) {
+    return dev.launch(
+        lib(), "unary",
+        cat(cat(cat({ptr(out.addr), ptr(a.addr), i64(op), dtype(dt)}, out.size_args()),
+                out.stride_args()),
+            {i64(16), i64(16), i64(4), i64(stride3)}),
+        grid(4));
+  };
+  CHECK(unary(MTIA_PE_SE_ADD, kI32, 1).status() == MTIA_KSTATUS_BAD_OP);  // binary op
+  CHECK(unary(200, kI32, 1).status() == MTIA_KSTATUS_BAD_OP);
+  CHECK(unary(MTIA_PE_SE_EXP, kI32, 1).status() == MTIA_KSTATUS_BAD_DTYPE);
+  CHECK(unary(MTIA_PE_SE_ABS, 0, 1).status() == MTIA_KSTATUS_BAD_DTYPE);
+  CHECK(unary(MTIA_PE_SE_ABS, kI32, -1).status() == MTIA_KSTATUS_BAD_SHAPE);
+  CHECK(unary(MTIA_PE_SE_ABS, kI32, 1).ok());
+  auto fill =
+      dev.launch(lib(), "fill",
+                 cat(cat({ptr(out.addr), dtype(9), i64(0)}, out.size_args()), out.stride_args()));
+  CHECK(fill.status() == MTIA_KSTATUS_BAD_DTYPE);
+  // An empty view: nothing to do, nothing moved.
+  auto none =
+      dev.launch(lib(), "fill",
+                 cat(cat({ptr(out.addr), dtype(kI32), i64(0)}, {i64(1), i64(0), i64(4), i64(4)}),
+                     out.stride_args()),
+                 grid(4));
+  CHECK(none.ok());
+  CHECK(none.stats.dma == 0);
+  // An output outside device memory is a unit fault naming the DMA, not a wrong result.
+  auto far = dev.launch(
+      lib(), "fill",
+      cat(cat({ptr(1ull << 40), dtype(kI32), i64(0)}, out.size_args()), out.stride_args()));
+  CHECK_FALSE(far.ok());
+  CHECK_THAT(far.describe(), Catch::Contains("dma.start"));
+}
