@@ -287,6 +287,7 @@ void CommandProcessor::reset_queue(uint32_t q) {
   for (auto& owner : engine_owner_) {
     if (owner == q) owner.reset();
   }
+  if (launch_owner_ == q) launch_owner_.reset();
   queue.head = queue.tail = queue.completed = 0;
   queue.state = QueueState::kDisabled;
   queue.busy = false;
@@ -349,6 +350,8 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
     // Leave the packet in the ring; it is fetched again once an engine frees up.
     if (!engine_idle) return false;
   }
+  // Likewise a launch waits in the ring while the PE grid runs another queue's launch.
+  if (op == isa::Opcode::kLaunch && launch_busy_) return false;
 
   queue.current = std::visit([](const auto& p) { return p.header; }, packet);
   queue.current_start_ps = platform_.now_ps();
@@ -396,9 +399,17 @@ void CommandProcessor::execute(uint32_t q, const isa::Packet& packet) {
           queue.waiting = p;
           poll_wait(q);  // an already-satisfied wait completes at once
         } else if constexpr (std::is_same_v<P, isa::LaunchPacket>) {
-          // Kernel execution arrives with the compute issue; until then, say so explicitly.
-          complete(q, ErrorCode::kUnsupported, p.image_addr, 0,
-                   "this firmware cannot run kernels yet");
+          if (p.grid_rows > config_.pe_rows || p.grid_cols > config_.pe_cols) {
+            complete(q, ErrorCode::kBadDims, p.grid_rows, p.grid_cols,
+                     fmt::format("launch grid {}x{} does not fit the chip's {}x{} PEs", p.grid_rows,
+                                 p.grid_cols, config_.pe_rows, config_.pe_cols));
+            return;
+          }
+          assert(!launch_busy_);  // try_dispatch held the packet back otherwise
+          launch_busy_ = true;
+          launch_owner_ = q;
+          ++stats_.launches_started;
+          platform_.launch_start(p);
         } else {
           static_assert(!sizeof(P), "every packet type must be handled");
         }
@@ -446,6 +457,21 @@ void CommandProcessor::on_dma_done(unsigned engine, const DmaStatus& status) {
   engine_owner_[engine].reset();
   if (!owner) {
     logger()->debug("DMA engine {} finished a job of a queue that was reset; dropped", engine);
+    return;
+  }
+  complete(*owner, status.error, status.arg0, status.arg1);
+}
+
+void CommandProcessor::on_launch_done(const LaunchStatus& status) {
+  if (!launch_busy_) {
+    logger()->error("launch completion while no launch is running; ignored");
+    return;
+  }
+  launch_busy_ = false;
+  const std::optional<uint32_t> owner = launch_owner_;
+  launch_owner_.reset();
+  if (!owner) {
+    logger()->debug("a launch of a queue that was reset has finished; dropped");
     return;
   }
   complete(*owner, status.error, status.arg0, status.arg1);

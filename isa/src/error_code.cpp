@@ -32,6 +32,12 @@ const char* error_code_name(ErrorCode code) {
       return "bad queue configuration";
     case ErrorCode::kBadRegister:
       return "bad register access";
+    case ErrorCode::kBadKernelImage:
+      return "bad kernel image";
+    case ErrorCode::kKernelFault:
+      return "kernel fault";
+    case ErrorCode::kWatchdog:
+      return "kernel watchdog";
     case ErrorCode::kCount:
       break;
   }

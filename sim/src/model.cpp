@@ -113,10 +113,11 @@ void HostChannel::update() {
 // ---- command processor ------------------------------------------------------------------------
 
 CommandProcessorModule::CommandProcessorModule(sc_core::sc_module_name name, SimShared& shared,
-                                               std::vector<DmaEngine*> engines)
+                                               std::vector<DmaEngine*> engines, PeGrid& grid)
     : sc_core::sc_module(name),
       shared_(shared),
       engines_(std::move(engines)),
+      grid_(grid),
       fw_(*this, firmware_config(shared.config)),
       packet_time_(shared.config.timing ? ps(ns_to_ps(shared.config.cp_packet_ns))
                                         : sc_core::SC_ZERO_TIME),
@@ -216,6 +217,17 @@ void CommandProcessorModule::dma_start(unsigned engine, const firmware::DmaJob& 
   engines_[engine]->submit(job);
 }
 
+void CommandProcessorModule::launch_start(const isa::LaunchPacket& launch) {
+  assert(!grid_.busy());
+  grid_.submit(launch);
+}
+
+void CommandProcessorModule::launch_done(const firmware::LaunchStatus& status) {
+  fw_.on_launch_done(status);
+  observe_completions();
+  notify_work();
+}
+
 uint64_t CommandProcessorModule::now_ps() const {
   return sc_core::sc_time_stamp().value();
 }
@@ -246,6 +258,8 @@ Json CommandProcessorModule::stats_json() const {
            "packets completed successfully");
   add_stat(m, "packets_failed", fs.packets_failed, "packets", "packets completed with an error");
   add_stat(m, "dma_jobs_started", fs.dma_jobs_started, "jobs", "jobs handed to DMA engines");
+  add_stat(m, "launches_started", fs.launches_started, "launches",
+           "kernel launches handed to the PE grid");
   add_stat(m, "interrupts_raised", fs.interrupts_raised, "interrupts",
            "interrupts the firmware raised");
   add_stat(m, "interrupt_handler_errors", handler_errors_, "calls",
@@ -495,10 +509,12 @@ DeviceModel::DeviceModel(sc_core::sc_module_name name, SimShared& shared)
     : sc_core::sc_module(name),
       shared_(shared),
       engines_(make_engines(shared)),
-      cp_("command_processor", shared, raw(engines_)),
+      grid_("pe_grid", shared),
+      cp_("command_processor", shared, raw(engines_), grid_),
       regs_("bar0", cp_),
       bridge_("host_bridge", shared, channel_, regs_) {
   for (auto& e : engines_) e->connect(&cp_);
+  grid_.connect(&cp_);
   bridge_.socket.bind(regs_.socket);
 }
 
@@ -518,6 +534,7 @@ std::string DeviceModel::stats_json() const {
   for (size_t i = 0; i < engines_.size(); ++i) {
     doc["dma" + std::to_string(i)] = engines_[i]->stats_json();
   }
+  doc["pe_grid"] = grid_.stats_json();
   for (int i = 0; i < kNumResources; ++i) {
     const auto r = static_cast<Resource>(i);
     const ResourceStats& s = shared_.memory->stats(r);

@@ -4,6 +4,7 @@
 //   Bridge --TLM-2.0 b_transport--> RegisterFile (BAR0, TLM target) --> firmware registers
 //   CommandProcessorModule (SC_THREAD running firmware::CommandProcessor, implements Platform)
 //   DmaEngine x N (SC_THREADs executing N-D jobs through the MemorySystem's timing model)
+//   PeGrid (one SC_THREAD running kernel launches on the PE cores; see pe_grid.h)
 //
 // Every SystemC object lives on the simulator thread. The only cross-thread state is the
 // HostInbox (mutex), the atomic clock view and device memory contents (ordered by doorbells).
@@ -35,6 +36,7 @@
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/device.h"
 #include "mtia/sim/memory_system.h"
+#include "pe_grid.h"
 #include "trace.h"
 
 namespace mtia::sim::detail {
@@ -112,12 +114,14 @@ class DmaEngine;
 class CommandProcessorModule : public sc_core::sc_module, public firmware::Platform {
  public:
   CommandProcessorModule(sc_core::sc_module_name name, SimShared& shared,
-                         std::vector<DmaEngine*> engines);
+                         std::vector<DmaEngine*> engines, PeGrid& grid);
 
   // Something the firmware may react to happened (register write, DMA completion).
   void notify_work();
   // A DMA engine finished its job (simulator thread, at the job's end time).
   void dma_done(unsigned engine, const firmware::DmaStatus& status);
+  // The PE grid finished its launch (simulator thread, at the launch's end time).
+  void launch_done(const firmware::LaunchStatus& status);
   // Traces the completion records written since the last look.
   void observe_completions();
 
@@ -131,6 +135,7 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   bool write_host(uint64_t addr, const void* src, size_t bytes) override;
   unsigned dma_engine_count() const override;
   void dma_start(unsigned engine, const firmware::DmaJob& job) override;
+  void launch_start(const isa::LaunchPacket& launch) override;
   uint64_t now_ps() const override;
   void raise_interrupt(uint64_t queue_mask) override;
 
@@ -139,6 +144,7 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
 
   SimShared& shared_;
   std::vector<DmaEngine*> engines_;  // before fw_: its constructor asks for the engine count
+  PeGrid& grid_;
   firmware::CommandProcessor fw_;
   sc_core::sc_event work_;
   sc_core::sc_time packet_time_;
@@ -236,6 +242,7 @@ class DeviceModel : public sc_core::sc_module {
   SimShared& shared_;
   HostChannel channel_;
   std::vector<std::unique_ptr<DmaEngine>> engines_;
+  PeGrid grid_;
   CommandProcessorModule cp_;
   RegisterFile regs_;
   Bridge bridge_;

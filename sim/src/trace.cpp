@@ -1,5 +1,6 @@
 #include "trace.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 
@@ -15,6 +16,7 @@ namespace {
 constexpr uint32_t kCpTrack = 1;
 constexpr uint32_t kQueueTrack0 = 100;
 constexpr uint32_t kDmaTrack0 = 200;
+constexpr uint32_t kPeTrack0 = 300;
 
 // Simulated picoseconds as trace microseconds, exactly (6 decimals).
 void append_us(std::string& out, uint64_t ps) {
@@ -101,6 +103,21 @@ void Tracer::dma(uint32_t engine, const DmaEvent& d) {
         {d.bytes, d.src, d.dst, d.effective_bytes}});
 }
 
+void Tracer::pe_op(uint32_t pe, const char* name, uint64_t start_ps, uint64_t end_ps) {
+  pe_tracks_ = std::max(pe_tracks_, pe + 1);
+  const uint64_t dur = end_ps >= start_ps ? end_ps - start_ps : 0;
+  push({start_ps,
+        dur,
+        kPeTrack0 + pe,
+        Kind::kPe,
+        0,
+        0,
+        0,
+        0,
+        0,
+        {reinterpret_cast<uintptr_t>(name), 0, 0, 0}});
+}
+
 std::string Tracer::json() const {
   std::string out;
   out.reserve(256 + events_.size() * 200);
@@ -124,6 +141,10 @@ std::string Tracer::json() const {
   for (uint32_t e = 0; e < num_dma_engines_; ++e) {
     meta("thread_name", kDmaTrack0 + e, "dma " + std::to_string(e));
     sort_index(kDmaTrack0 + e);
+  }
+  for (uint32_t p = 0; p < pe_tracks_; ++p) {
+    meta("thread_name", kPeTrack0 + p, "pe " + std::to_string(p));
+    sort_index(kPeTrack0 + p);
   }
   if (dropped_ > 0) {
     // A visible note in the process label, so a truncated trace is not mistaken for the run.
@@ -182,6 +203,11 @@ std::string Tracer::json() const {
         out += ",\"error\":\"";
         out += error_label(e.h0);
         out += "\"}}";
+        break;
+      case Kind::kPe:
+        out += ",\"name\":";
+        out += nlohmann::json(reinterpret_cast<const char*>(static_cast<uintptr_t>(e.a[0]))).dump();
+        out += "}";
         break;
     }
   }

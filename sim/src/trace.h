@@ -38,6 +38,9 @@ class Tracer {
     uint16_t error = 0;
   };
   void dma(uint32_t engine, const DmaEvent& event);
+  // Launch PE `pe` (row * grid_cols + col) ran `name` over [start, end): the kernel's span or
+  // one unit operation. `name` must be a string with static storage (a literal).
+  void pe_op(uint32_t pe, const char* name, uint64_t start_ps, uint64_t end_ps);
 
   size_t events() const { return events_.size(); }
   uint64_t dropped() const { return dropped_; }
@@ -45,7 +48,7 @@ class Tracer {
   std::string json() const;
 
  private:
-  enum class Kind : uint8_t { kCpStep, kPacket, kDma };
+  enum class Kind : uint8_t { kCpStep, kPacket, kDma, kPe };
   struct Event {
     uint64_t ts_ps;
     uint64_t dur_ps;
@@ -67,6 +70,7 @@ class Tracer {
   size_t max_events_;
   std::vector<Event> events_;
   uint64_t dropped_ = 0;
+  uint32_t pe_tracks_ = 0;  // PE tracks used so far (named in json())
 };
 
 }  // namespace mtia::sim::detail

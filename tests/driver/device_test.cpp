@@ -387,14 +387,16 @@ TEST_CASE("a failing queue reports a clear error, aborts its backlog and recover
     CHECK(contains(c.message, "not inside host memory registered with map_host"));
     CHECK(dev->wait(6, dev->submit(6, isa::NopPacket{})).ok);
   }
-  SECTION("launch is not supported by this firmware yet") {
+  SECTION("a launch whose image is not a kernel ELF") {
     isa::LaunchPacket l{};
+    l.image_addr = buf;  // random bytes, not an ELF file
     l.grid_rows = 1;
     l.grid_cols = 1;
     const Completion c = dev->wait(7, dev->submit(7, l));
     CHECK_FALSE(c.ok);
-    CHECK(c.error == isa::ErrorCode::kUnsupported);
-    CHECK(contains(c.message, "launch (seq 1, packet 0 on queue 7) failed: unsupported"));
+    CHECK(c.error == isa::ErrorCode::kBadKernelImage);
+    CHECK(c.error_arg0 == buf);
+    CHECK(contains(c.message, "launch (seq 1, packet 0 on queue 7) failed: bad kernel image"));
   }
   dev->unmap_host(src_bus);
   dev->unmap_host(back_bus);

@@ -1,5 +1,5 @@
 // A fake Platform for the firmware unit tests: plain byte vectors for device and host memory,
-// a clock the test sets, DMA jobs that wait for the test to finish them, and a log of
+// a clock the test sets, DMA jobs and launches that wait for the test to finish them, and a log of
 // interrupts. Nothing here models timing.
 #pragma once
 
@@ -31,8 +31,9 @@ class FakePlatform : public Platform {
   // Device ranges [lo, hi) that are not backed, to model holes in the address map.
   std::vector<std::pair<uint64_t, uint64_t>> holes;
   uint64_t time_ps = 0;
-  std::vector<StartedJob> started;   // every dma_start, in order
-  std::vector<uint64_t> interrupts;  // every raise_interrupt mask, in order
+  std::vector<StartedJob> started;          // every dma_start, in order
+  std::vector<uint64_t> interrupts;         // every raise_interrupt mask, in order
+  std::vector<isa::LaunchPacket> launches;  // every launch_start, in order
 
   bool device_backed(uint64_t addr, uint64_t bytes) const {
     if (addr > kDeviceBytes || bytes > kDeviceBytes - addr) return false;
@@ -66,6 +67,8 @@ class FakePlatform : public Platform {
   }
   unsigned dma_engine_count() const override { return engines_; }
   void dma_start(unsigned engine, const DmaJob& job) override { started.push_back({engine, job}); }
+  // Like DMA jobs, launches wait for the test to report them done (on_launch_done).
+  void launch_start(const isa::LaunchPacket& launch) override { launches.push_back(launch); }
   uint64_t now_ps() const override { return time_ps; }
   void raise_interrupt(uint64_t queue_mask) override { interrupts.push_back(queue_mask); }
 

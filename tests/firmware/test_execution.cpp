@@ -366,12 +366,41 @@ TEST_CASE("an error stops only its own queue", "[firmware][exec][errors]") {
     want_arg0 = 0x10'0000'0000ull;
     want_arg1 = 8;
   }
-  SECTION("a kernel launch, which this firmware cannot run yet") {
+  SECTION("a kernel launch whose PE faults") {
     h.submit(0, launch(3, 0xABC00));
-    want = isa::ErrorCode::kUnsupported;
+    REQUIRE(h.cp.step());
+    REQUIRE(h.platform.launches.size() == 1);
+    h.cp.on_launch_done({isa::ErrorCode::kKernelFault, 0x10040, 5});
+    want = isa::ErrorCode::kKernelFault;
     want_seq = 3;
     want_opcode = op(isa::Opcode::kLaunch);
-    want_arg0 = 0xABC00;
+    want_arg0 = 0x10040;  // pc
+    want_arg1 = 5;        // PE
+  }
+  SECTION("a kernel launch whose grid does not fit the chip") {
+    isa::LaunchPacket p = launch(8, 0xABC00);
+    p.grid_rows = 8;  // valid for the packet format, but the chip below has only 4 columns
+    p.grid_cols = 8;
+    Harness small(2, [] {
+      FirmwareConfig c = test_config();
+      c.pe_cols = 4;
+      return c;
+    }());
+    small.setup_queue(0);
+    small.submit(0, p);
+    small.run();
+    CHECK(small.platform.launches.empty());
+    const isa::CompletionRecord r = small.record(0, 0);
+    CHECK(r.error == code(isa::ErrorCode::kBadDims));
+    CHECK(r.error_arg0 == 8);
+    CHECK(r.error_arg1 == 8);
+    h.submit(0, launch(3, 0xABC00));  // the shared checks below use the main harness
+    REQUIRE(h.cp.step());
+    h.cp.on_launch_done({isa::ErrorCode::kWatchdog, 0x10100, 0});
+    want = isa::ErrorCode::kWatchdog;
+    want_seq = 3;
+    want_opcode = op(isa::Opcode::kLaunch);
+    want_arg0 = 0x10100;
   }
   SECTION("a DMA the engine reports as faulting") {
     h.submit(0, fill_bytes(4, FakePlatform::kDeviceBytes - 8, 16, 0xFF));  // runs off the end
@@ -427,7 +456,7 @@ TEST_CASE("an error stops only its own queue", "[firmware][exec][errors]") {
 TEST_CASE("reset brings a failed queue back", "[firmware][exec][reset]") {
   Harness h;
   h.setup_queue(0);
-  h.submit(0, launch(1, 0x1000));
+  h.submit(0, signal(1, FakePlatform::kDeviceBytes, 1));  // fails: outside memory
   h.submit(0, nop(2));
   h.run();
   REQUIRE(h.state(0) == isa::QueueState::kError);
@@ -586,7 +615,7 @@ TEST_CASE("interrupts follow the packet flag, failures and the enable mask",
   h.finish_dma(0);
   CHECK(h.platform.interrupts.size() == 2);  // at completion
 
-  h.submit(0, launch(5, 0));  // fails without the flag
+  h.submit(0, signal(5, FakePlatform::kDeviceBytes, 1));  // fails without the flag
   h.run();
   CHECK(h.platform.interrupts == std::vector<uint64_t>{0b01, 0b01, 0b01});
   CHECK(h.cp.stats().interrupts_raised == 3);
@@ -622,4 +651,62 @@ TEST_CASE("memory that disappears under a running queue stops that queue",
   }
   CHECK(h.state(1) == isa::QueueState::kRunning);
   CHECK(h.record(1, 0).seq == 2);
+}
+
+TEST_CASE("one launch runs at a time device-wide; a second waits in its ring",
+          "[firmware][exec][launch]") {
+  Harness h;
+  h.setup_queue(0);
+  h.setup_queue(1);
+  h.platform.time_ps = 1000;
+  h.submit(0, launch(1, 0x1000));
+  h.submit(1, launch(2, 0x2000));
+  h.submit(1, nop(3));
+  h.run();
+  // Queue 0's launch started; queue 1's waits (nothing behind it runs either).
+  REQUIRE(h.platform.launches.size() == 1);
+  CHECK(h.platform.launches[0].image_addr == 0x1000);
+  CHECK(h.qreg(0, reg::kQueueCompleted) == 0);
+  CHECK(h.qreg(1, reg::kQueueHead) == 0);
+  CHECK(h.cp.stats().launches_started == 1);
+
+  h.platform.time_ps = 9000;
+  h.cp.on_launch_done({});
+  const isa::CompletionRecord first = h.record(0, 0);
+  CHECK(first.status == kOk);
+  CHECK(first.start_ps == 1000);
+  CHECK(first.end_ps == 9000);
+  h.run();
+  REQUIRE(h.platform.launches.size() == 2);
+  CHECK(h.platform.launches[1].image_addr == 0x2000);
+  CHECK(h.qreg(1, reg::kQueueCompleted) == 0);
+  h.cp.on_launch_done({});
+  h.run();
+  CHECK(h.qreg(1, reg::kQueueCompleted) == 2);  // the launch, then the NOP behind it
+  CHECK(h.record(1, 0).status == kOk);
+  CHECK(h.record(1, 1).seq == 3);
+}
+
+TEST_CASE("a launch of a queue reset mid-launch is dropped and the grid freed",
+          "[firmware][exec][launch]") {
+  Harness h;
+  h.setup_queue(0);
+  h.setup_queue(1);
+  h.submit(0, launch(1, 0x1000));
+  h.run();
+  REQUIRE(h.platform.launches.size() == 1);
+  h.set_reg(reg::queue_reg(0, reg::kQueueControl), isa::kQueueReset);
+  h.submit(1, launch(2, 0x2000));
+  h.run();
+  CHECK(h.platform.launches.size() == 1);  // the grid is still running the old launch
+  h.cp.on_launch_done({isa::ErrorCode::kKernelFault, 1, 2});  // belongs to nobody now
+  CHECK(h.cp.stats().packets_failed == 0);
+  h.run();
+  REQUIRE(h.platform.launches.size() == 2);
+  h.cp.on_launch_done({});
+  CHECK(h.record(1, 0).status == kOk);
+  CHECK(h.record(1, 0).seq == 2);
+  // A stray completion with nothing running is ignored (logged).
+  h.cp.on_launch_done({});
+  CHECK(h.cp.stats().packets_completed == 1);
 }

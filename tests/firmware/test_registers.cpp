@@ -208,7 +208,7 @@ TEST_CASE("queue configuration is frozen while the queue is enabled",
     CHECK(h.qreg(1, field) == before);
   }
   // Still frozen in the error state; a reset makes it writable again.
-  h.submit(1, launch(1, 0x1000));
+  h.submit(1, signal(1, FakePlatform::kDeviceBytes, 1));  // fails: outside memory
   h.run();
   REQUIRE(h.state(1) == isa::QueueState::kError);
   CHECK_FALSE(h.cp.write_register(reg::queue_reg(1, reg::kQueueBase), 0).ok());
@@ -225,7 +225,7 @@ TEST_CASE("queue control rejects unknown bits and enabling a failed queue",
                    isa::ErrorCode::kReservedNotZero, "unknown bits");
   CHECK(h.qreg(0, reg::kQueueControl) == 0);  // write-only: reads as zero
 
-  h.submit(0, launch(1, 0x1000));
+  h.submit(0, signal(1, FakePlatform::kDeviceBytes, 1));  // fails: outside memory
   h.run();
   REQUIRE(h.state(0) == isa::QueueState::kError);
   require_rejected(h.cp.write_register(reg::queue_reg(0, reg::kQueueControl), isa::kQueueEnable),

@@ -46,6 +46,7 @@
 
 #include "mtia/device_properties.h"
 #include "mtia/device_ptr.h"
+#include "mtia/kernel.h"
 #include "mtia/layout.h"
 #include "mtia/memory_stats.h"
 #include "mtia/stream.h"
@@ -169,6 +170,26 @@ class Device {
 
   // Waits for every stream's work; throws the first pending device error (and clears it).
   void synchronize();
+
+  // --- kernels ----------------------------------------------------------------------------
+  // Loads a kernel module (a static RISC-V ELF64 image, docs/pe-isa.md) from a file or from
+  // bytes into device memory, and parses its kernel metadata. Throws kInvalidArgument for a
+  // missing file or a malformed image or metadata (the message says what), kOutOfMemory if
+  // device memory is full. The image stays loaded until the Device is closed.
+  KernelModule load_module(const std::string& path);
+  KernelModule load_module(const void* elf, size_t bytes);
+  // Runs `kernel` on grid.rows x grid.cols PEs with `args` (one per parameter, in order),
+  // queued on `stream`; returns once queued. Checked before anything is queued, throwing
+  // kInvalidArgument: the grid against the chip, the argument count and kinds against the
+  // kernel's signature, and the device limits properties().max_kernel_args and
+  // max_kernel_buffers (the message names the limit and by how much it was exceeded).
+  // Pointer arguments are not checked against allocations (a kernel may compute any address);
+  // an access outside device memory faults the launch on the device. A kernel that faults,
+  // exits with a non-zero status or trips the watchdog fails like any device command: the
+  // stream's next synchronize()/query() throws kDeviceFault naming the kernel, PE and pc.
+  // `watchdog_cycles` = 0 uses the device's default limit.
+  void launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& args, Stream stream = {},
+              uint64_t watchdog_cycles = 0);
 
   // --- diagnostics ----------------------------------------------------------------------
   // Simulated time now, picoseconds.

@@ -29,6 +29,13 @@ struct DeviceProperties {
   uint32_t dma_engines = 0;
   uint32_t hardware_queues = 0;  // command queues the firmware serves
   bool timing = true;            // whether the timing model is on
+  // Launch limits (Device::launch). The argument block holds one 8-byte slot per argument:
+  // at most 64, the kernel metadata's limit (kernel_meta.h, MTIA_KMETA_MAX_ARGS).
+  uint32_t max_kernel_args = 64;
+  // Distinct device allocations the pointer arguments of one launch may point into (a pointer
+  // outside every allocation counts as its own buffer): 32, the emulator's model of the PE
+  // DMA's buffer table. What TorchInductor's max_fusion_unique_io_buffers guards against.
+  uint32_t max_kernel_buffers = 32;
 };
 
 }  // namespace mtia

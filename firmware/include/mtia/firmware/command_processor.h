@@ -38,6 +38,7 @@ struct FirmwareStats {
   uint64_t packets_failed = 0;
   uint64_t interrupts_raised = 0;
   uint64_t dma_jobs_started = 0;
+  uint64_t launches_started = 0;
 };
 
 class CommandProcessor {
@@ -54,6 +55,8 @@ class CommandProcessor {
 
   // The platform reports that the job started on `engine` has finished.
   void on_dma_done(unsigned engine, const DmaStatus& status);
+  // The platform reports that the launch started with Platform::launch_start has finished.
+  void on_launch_done(const LaunchStatus& status);
 
   const FirmwareStats& stats() const { return stats_; }
   const FirmwareConfig& config() const { return config_; }
@@ -97,6 +100,11 @@ class CommandProcessor {
   // Whether each engine is running a job. An engine can be busy without an owner when its
   // queue was reset mid-transfer: the job's completion must then be dropped.
   std::vector<bool> engine_busy_;
+  // The PE grid runs one launch at a time, device-wide; a queue whose next packet is a launch
+  // waits (its packet stays in the ring) while another is running. As with the engines, the
+  // grid can be busy without an owner when the owning queue was reset mid-launch.
+  bool launch_busy_ = false;
+  std::optional<uint32_t> launch_owner_;
   FirmwareStats stats_;
 };
 

@@ -1,6 +1,7 @@
 // The firmware's view of the chip. The firmware calls these; the simulator (sim/) and the
-// unit tests' fake platform implement them. Nothing here may block: long work (DMA) is
-// started here and reported back through CommandProcessor::on_dma_done.
+// unit tests' fake platform implement them. Nothing here may block: long work (DMA, kernel
+// launches) is started here and reported back through CommandProcessor::on_dma_done /
+// on_launch_done.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +25,14 @@ struct DmaJob {
   isa::FillPacket fill{};
 };
 
+// Outcome of a kernel launch, reported by the platform when every PE of the launch has
+// finished (or the launch failed).
+struct LaunchStatus {
+  isa::ErrorCode error = isa::ErrorCode::kNone;  // kBadKernelImage, kKernelFault, kWatchdog...
+  uint64_t arg0 = 0;  // detail: the faulting pc (kernel faults) or the image address
+  uint64_t arg1 = 0;  // detail: the faulting PE index (row * grid_cols + col)
+};
+
 class Platform {
  public:
   virtual ~Platform() = default;
@@ -42,6 +51,11 @@ class Platform {
   // through CommandProcessor::on_dma_done(engine, status), never from inside dma_start.
   virtual unsigned dma_engine_count() const = 0;
   virtual void dma_start(unsigned engine, const DmaJob& job) = 0;
+
+  // The PE grid: runs one validated launch (its grid fits the chip) and reports back through
+  // CommandProcessor::on_launch_done(status), never from inside launch_start. The firmware
+  // starts at most one launch at a time.
+  virtual void launch_start(const isa::LaunchPacket& launch) = 0;
 
   // Current simulated time in picoseconds.
   virtual uint64_t now_ps() const = 0;

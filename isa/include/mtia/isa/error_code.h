@@ -20,6 +20,9 @@ enum class ErrorCode : uint16_t {
   kUnsupported = 11,        // well-formed but not implemented by this firmware (e.g. launch)
   kBadQueueConfig = 12,     // ring base / size / completion base invalid
   kBadRegister = 13,        // access to an unmapped or read-only register
+  kBadKernelImage = 14,     // launch image is not a loadable kernel ELF (arg0 = image address)
+  kKernelFault = 15,        // a PE faulted or exited non-zero (arg0 = pc, arg1 = PE index)
+  kWatchdog = 16,           // a PE ran past the launch's cycle limit (arg0 = pc, arg1 = PE index)
   kCount
 };
 

@@ -1,0 +1,290 @@
+// Kernel modules and launches: see mtia/kernel.h and Device::launch in mtia/device.h.
+#include <spdlog/fmt/fmt.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include "device_impl.h"
+#include "mtia/isa/address_map.h"
+#include "mtia/isa/pe/kernel_meta.h"
+#include "mtia/kernel.h"
+
+namespace mtia {
+
+struct KernelModule::State {
+  uint64_t addr = 0;
+  uint64_t bytes = 0;
+  uint64_t elf_entry = 0;
+  bool has_metadata = false;
+  std::vector<Kernel> kernels;
+};
+
+const char* arg_kind_name(ArgKind kind) {
+  switch (kind) {
+    case ArgKind::kPointer:
+      return "ptr";
+    case ArgKind::kI64:
+      return "i64";
+    case ArgKind::kF32:
+      return "f32";
+    case ArgKind::kF64:
+      return "f64";
+    case ArgKind::kDtype:
+      return "dtype";
+  }
+  return "?";
+}
+
+Arg::Arg(float v) : kind_(ArgKind::kF32), bits_(std::bit_cast<uint32_t>(v)) {}
+Arg::Arg(double v) : kind_(ArgKind::kF64), bits_(std::bit_cast<uint64_t>(v)) {}
+Arg Arg::dtype(uint8_t code) {
+  return Arg(ArgKind::kDtype, code);
+}
+
+std::string Kernel::describe() const {
+  if (!checked) return name + "(unchecked arguments)";
+  std::string s = name + "(";
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (i != 0) s += ", ";
+    s += params[i].name + ":" + arg_kind_name(params[i].kind);
+  }
+  return s + ")";
+}
+
+namespace {
+const KernelModule::State& state_of(const std::shared_ptr<const KernelModule::State>& s) {
+  if (!s) throw Error(ErrorKind::kInvalidHandle, "the kernel module was never loaded");
+  return *s;
+}
+}  // namespace
+
+const Kernel& KernelModule::kernel(std::string_view name) const {
+  const State& s = state_of(state_);
+  for (const Kernel& k : s.kernels) {
+    if (k.name == name) return k;
+  }
+  if (!s.has_metadata) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("kernel '{}': this module has no kernel metadata (no .mtia.meta "
+                            "section); declare kernels with MTIA_KERNEL, or launch its ELF entry "
+                            "with entry_kernel()",
+                            name));
+  }
+  std::string names;
+  for (const Kernel& k : s.kernels) names += (names.empty() ? "" : ", ") + k.name;
+  throw Error(ErrorKind::kInvalidArgument,
+              fmt::format("the module has no kernel '{}'; it has: {}", name, names));
+}
+
+std::vector<std::string> KernelModule::kernel_names() const {
+  std::vector<std::string> out;
+  for (const Kernel& k : state_of(state_).kernels) out.push_back(k.name);
+  return out;
+}
+bool KernelModule::has_metadata() const {
+  return state_of(state_).has_metadata;
+}
+uint64_t KernelModule::device_address() const {
+  return state_of(state_).addr;
+}
+uint64_t KernelModule::image_bytes() const {
+  return state_of(state_).bytes;
+}
+Kernel KernelModule::entry_kernel() const {
+  const State& s = state_of(state_);
+  Kernel k;
+  k.name = "<elf entry>";
+  k.image_addr = s.addr;
+  k.entry = s.elf_entry;
+  k.checked = false;
+  return k;
+}
+
+KernelModule Device::load_module(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("cannot open kernel module '{}': {}", path, std::strerror(errno)));
+  }
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  try {
+    return load_module(bytes.data(), bytes.size());
+  } catch (const Error& e) {
+    throw Error(e.kind(), fmt::format("kernel module '{}': {}", path, e.what()));
+  }
+}
+
+KernelModule Device::load_module(const void* elf, size_t bytes) {
+  const auto* p = static_cast<const uint8_t*>(elf);
+  if (bytes < 64 ||
+      std::memcmp(p,
+                  "\x7f"
+                  "ELF",
+                  4) != 0 ||
+      p[4] != 2 || p[5] != 1) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "not a kernel module: expected a little-endian ELF64 file built by kernels/");
+  }
+  auto state = std::make_shared<KernelModule::State>();
+  std::memcpy(&state->elf_entry, p + 24, 8);
+  auto info = isa::parse_kernel_module(std::span<const uint8_t>(p, bytes));
+  if (info.ok()) {
+    state->has_metadata = true;
+  } else if (info.error().code != isa::ErrorCode::kBadOpcode ||
+             info.error().reason.find("no " MTIA_KMETA_SECTION) == std::string::npos) {
+    throw Error(ErrorKind::kInvalidArgument, "bad kernel metadata: " + info.error().reason);
+  }  // else: an image without metadata (entry_kernel() only)
+  const DevicePtr image = malloc(bytes);
+  state->addr = image.address();
+  state->bytes = bytes;
+  {
+    // Runtime-owned: user calls may not address it as a malloc() allocation.
+    std::lock_guard lock(impl_->mu);
+    impl_->allocated -= bytes;
+    impl_->live_allocations -= 1;
+    impl_->total_allocations -= 1;
+    impl_->runtime_blocks.insert(image.address());
+    impl_->runtime_bytes += bytes;
+  }
+  // Written through the memory window before any launch is queued; the launch's doorbell
+  // orders it before the PEs read it.
+  impl_->dev->backend().write_memory(image.address(), p, bytes);
+  if (state->has_metadata) {
+    for (const isa::KernelInfo& k : info.value().kernels) {
+      Kernel kernel;
+      kernel.name = k.name;
+      kernel.image_addr = state->addr;
+      kernel.entry = k.entry;
+      for (const isa::KernelArg& a : k.args) {
+        ArgKind kind = ArgKind::kI64;
+        switch (a.kind) {
+          case isa::KernelArgKind::kPointer:
+            kind = ArgKind::kPointer;
+            break;
+          case isa::KernelArgKind::kI64:
+            kind = ArgKind::kI64;
+            break;
+          case isa::KernelArgKind::kF32:
+            kind = ArgKind::kF32;
+            break;
+          case isa::KernelArgKind::kF64:
+            kind = ArgKind::kF64;
+            break;
+          case isa::KernelArgKind::kDtype:
+            kind = ArgKind::kDtype;
+            break;
+        }
+        kernel.params.push_back({a.name, kind});
+      }
+      state->kernels.push_back(std::move(kernel));
+    }
+  }
+  return KernelModule(std::move(state));
+}
+
+void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& args, Stream stream,
+                    uint64_t watchdog_cycles) {
+  Impl& d = *impl_;
+  const DeviceProperties& props = d.props;
+  const std::string what = "launch of " + kernel.describe();
+  if (grid.rows < 1 || grid.cols < 1 || grid.rows > props.pe_rows || grid.cols > props.pe_cols) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: grid {}x{} is not within 1x1 .. {}x{} PEs", what, grid.rows,
+                            grid.cols, props.pe_rows, props.pe_cols));
+  }
+  if (kernel.entry < MTIA_PE_IMAGE_BASE || kernel.image_addr == 0) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: not a kernel of a loaded module", what));
+  }
+  if (args.size() > props.max_kernel_args) {
+    throw Error(
+        ErrorKind::kInvalidArgument,
+        fmt::format("{}: {} arguments exceed the device limit max_kernel_args = {} by {}", what,
+                    args.size(), props.max_kernel_args, args.size() - props.max_kernel_args));
+  }
+  if (kernel.checked) {
+    if (args.size() != kernel.params.size()) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: takes {} arguments, {} given", what,
+                                                           kernel.params.size(), args.size()));
+    }
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i].kind() != kernel.params[i].kind) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("{}: argument {} '{}' is {}, but a {} was given", what, i,
+                                kernel.params[i].name, arg_kind_name(kernel.params[i].kind),
+                                arg_kind_name(args[i].kind())));
+      }
+    }
+  }
+  // Distinct buffers: the allocations the pointer arguments point into.
+  std::set<uint64_t> buffers;
+  for (const Arg& a : args) {
+    if (a.kind() != ArgKind::kPointer) continue;
+    const auto alloc = d.dev->allocator().find(a.bits(), 1);
+    buffers.insert(alloc ? alloc->address : a.bits());
+  }
+  if (buffers.size() > props.max_kernel_buffers) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: its pointer arguments touch {} distinct buffers, exceeding the "
+                            "device limit max_kernel_buffers = {} by {}",
+                            what, buffers.size(), props.max_kernel_buffers,
+                            buffers.size() - props.max_kernel_buffers));
+  }
+  auto s = d.stream_state(stream);
+
+  // The argument block: one 8-byte little-endian slot per argument, in a runtime block freed
+  // when the launch completes.
+  std::vector<uint8_t> block(args.size() * 8);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const uint64_t bits = args[i].bits();
+    std::memcpy(block.data() + 8 * i, &bits, 8);
+  }
+  uint64_t args_addr = 0;
+  if (!block.empty()) {
+    try {
+      args_addr = d.dev->allocator().allocate(block.size());
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::kOutOfMemory,
+                  fmt::format("{}: no device memory for its argument block: {}", what, e.what()));
+    }
+    d.dev->backend().write_memory(args_addr, block.data(), block.size());
+  }
+
+  isa::LaunchPacket p{};
+  p.image_addr = kernel.image_addr;
+  p.entry_offset = kernel.entry - MTIA_PE_IMAGE_BASE;
+  p.args_addr = args_addr;
+  p.args_bytes = static_cast<uint32_t>(block.size());
+  p.grid_rows = static_cast<uint16_t>(grid.rows);
+  p.grid_cols = static_cast<uint16_t>(grid.cols);
+  p.watchdog_cycles = watchdog_cycles;
+  const std::string name = kernel.name;
+  std::weak_ptr<StreamState> weak = s;
+  d.submit(s, p, [&d, args_addr, name, grid, weak](const driver::Completion& c) {
+    if (args_addr != 0) d.dev->allocator().free(args_addr);
+    if (c.ok || c.aborted) return;
+    const bool kernel_error =
+        c.error == isa::ErrorCode::kKernelFault || c.error == isa::ErrorCode::kWatchdog;
+    if (!kernel_error && c.error != isa::ErrorCode::kBadKernelImage) return;
+    // Say which kernel, PE and pc; the device log has the fault's full reason.
+    std::string detail =
+        kernel_error ? fmt::format(
+                           "kernel '{}' on a {}x{} grid failed: {} on PE {} at pc 0x{:x} (the "
+                           "device log \"sim.pe\" has the reason)",
+                           name, grid.rows, grid.cols, isa::error_code_name(c.error), c.error_arg1,
+                           c.error_arg0)
+                     : fmt::format("kernel '{}': the device rejected the image at 0x{:x} ({})",
+                                   name, c.error_arg0, c.message);
+    if (auto st = weak.lock()) {
+      std::lock_guard lock(d.mu);
+      if (st->has_error && st->error == c.message) st->error = detail + "; " + c.message;
+    }
+  });
+}
+
+}  // namespace mtia

@@ -1,0 +1,492 @@
+#include "pe_grid.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+#include "log.h"
+#include "model.h"
+#include "mtia/isa/address_map.h"
+#include "mtia/sim/pe/descriptors.h"
+#include "mtia/sim/pe/elf.h"
+
+namespace mtia::sim::detail {
+namespace {
+
+namespace pe = mtia::sim::pe;
+using pe::UnitOp;
+using pe::UnitResponse;
+
+constexpr size_t kThreadStackBytes = 1 << 20;  // as the other SC_THREADs (model.cpp)
+constexpr uint64_t kPsPerSecond = 1'000'000'000'000ull;
+
+template <typename T>
+T read_le(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+// ---- one PE ---------------------------------------------------------------------------------
+
+class PeGrid::Pe : public pe::UnitPort {
+ public:
+  Pe(PeGrid& grid, uint32_t chip_index, std::span<uint8_t> local_store,
+     const pe::UnitTiming& timing)
+      : grid_(grid),
+        chip_index_(chip_index),
+        ls_device_base_(isa::kLocalStoreBase + uint64_t{chip_index} * isa::kLocalStoreStride),
+        units_(local_store, timing),
+        core_(pe::CoreConfig{}, local_store, *this) {}
+
+  // Forgets the previous launch's tags; `t0_ps` is the launch's start (its cycle 0).
+  void begin(uint64_t t0_ps, uint32_t launch_index) {
+    t0_ps_ = t0_ps;
+    launch_index_ = launch_index;
+    tag_done_.clear();
+    all_done_ = 0;
+    std::fill(std::begin(unit_free_), std::end(unit_free_), 0);
+    at_barrier = false;
+    barrier_arrival = 0;
+  }
+
+  pe::RiscvCore& core() { return core_; }
+  bool at_barrier = false;
+  uint64_t barrier_arrival = 0;  // core cycle at which it reached the barrier
+
+  UnitResponse issue(pe::RiscvCore& core, const pe::UnitRequest& r) override {
+    switch (r.op) {
+      case UnitOp::kBarrier:
+        at_barrier = true;
+        barrier_arrival = r.cycle;
+        return UnitResponse::stall();
+      case UnitOp::kWait: {
+        if (r.rs1 == 0) return UnitResponse::done(0);  // tag 0 is always complete
+        if (r.rs1 > tag_done_.size()) {
+          return UnitResponse::fault(
+              fmt::format("pe.wait on tag {}, which was never issued ({} operations issued so far)",
+                          r.rs1, tag_done_.size()));
+        }
+        const uint64_t done = tag_done_[r.rs1 - 1];
+        return UnitResponse::done(0, done > r.cycle ? done - r.cycle : 0);
+      }
+      case UnitOp::kWaitAll:
+        return UnitResponse::done(0, all_done_ > r.cycle ? all_done_ - r.cycle : 0);
+      case UnitOp::kPoll: {
+        if (r.rs1 == 0) return UnitResponse::done(1);
+        if (r.rs1 > tag_done_.size()) {
+          return UnitResponse::fault(
+              fmt::format("pe.poll on tag {}, which was never issued ({} operations issued so far)",
+                          r.rs1, tag_done_.size()));
+        }
+        return UnitResponse::done(tag_done_[r.rs1 - 1] <= r.cycle ? 1 : 0);
+      }
+      case UnitOp::kDma:
+        return dma(core, r);
+      case UnitOp::kMatmul:
+      case UnitOp::kEltwise:
+      case UnitOp::kReduce:
+      case UnitOp::kLayout: {
+        auto outcome = units_.execute(core, r);
+        if (!outcome.ok()) return UnitResponse::fault(outcome.error().reason);
+        const auto kind = pe::FunctionalUnits::unit_of(r.op);
+        uint64_t& free = unit_free_[static_cast<size_t>(kind)];
+        uint64_t done = 0;
+        uint64_t start = 0;
+        if (grid_.timing_) {
+          start = std::max(r.cycle, free);
+          done = start + outcome.value().busy_cycles;
+          free = done;
+        }
+        ++grid_.stats_.unit_ops;
+        grid_.trace_unit(launch_index_, pe::unit_kind_name(kind),
+                         t0_ps_ + grid_.cycles_to_ps(start), t0_ps_ + grid_.cycles_to_ps(done));
+        return UnitResponse::done(add_tag(done));
+      }
+      default:
+        return UnitResponse::fault(
+            fmt::format("unit instruction {} is not implemented", pe::unit_op_name(r.op)));
+    }
+  }
+
+ private:
+  uint64_t add_tag(uint64_t done_cycle) {
+    tag_done_.push_back(done_cycle);
+    all_done_ = std::max(all_done_, done_cycle);
+    return tag_done_.size();
+  }
+
+  // A core address in this PE's local store, as a device address (its window in DeviceMemory).
+  uint64_t device_address(uint8_t space, uint64_t addr) const {
+    if (space == MTIA_PE_SPACE_LOCAL) return ls_device_base_ + (addr - MTIA_PE_LS_BASE);
+    return addr;
+  }
+
+  UnitResponse dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
+    auto desc = pe::read_descriptor<mtia_pe_dma_desc>(core, r.rs1);
+    if (!desc.ok()) return UnitResponse::fault("dma.start rejected: " + desc.error().reason);
+    const mtia_pe_dma_desc& d = desc.value();
+    // The same job as a host DMA packet, so it goes through the shared memory system: its
+    // address checks, its bandwidth timelines (contention with the other PEs and the host
+    // DMA engines) and its copy loops.
+    isa::DmaCopyPacket p{};
+    p.ndims = d.ndims;
+    p.elem_size = d.elem_size;
+    for (int i = 0; i < d.ndims; ++i) {
+      p.sizes[i] = d.sizes[i];
+      p.src.strides[i] = d.src_strides[i];
+      p.dst.strides[i] = d.dst_strides[i];
+    }
+    p.src.addr = device_address(d.src_space, d.src);
+    p.dst.addr = device_address(d.dst_space, d.dst);
+    p.src.space = p.dst.space = static_cast<uint8_t>(isa::AddressSpace::kDevice);
+    MemorySystem& memory = *grid_.shared_.memory;
+    const uint64_t now = t0_ps_ + grid_.cycles_to_ps(r.cycle);
+    const DmaPlan plan = memory.plan_copy(p, now);
+    DmaResult result{plan.error, plan.error_arg0, plan.error_arg1};
+    if (plan.error == isa::ErrorCode::kNone) result = memory.perform(plan);
+    if (result.error != isa::ErrorCode::kNone) {
+      return UnitResponse::fault(fmt::format(
+          "dma.start: {}: device range 0x{:x} + {} bytes is not inside one device memory "
+          "(source {} 0x{:x}, destination {} 0x{:x})",
+          isa::error_code_name(result.error), result.arg0, result.arg1,
+          d.src_space == MTIA_PE_SPACE_LOCAL ? "local" : "device", d.src,
+          d.dst_space == MTIA_PE_SPACE_LOCAL ? "local" : "device", d.dst));
+    }
+    ++grid_.stats_.dma_ops;
+    grid_.stats_.dma_bytes += plan.payload_bytes;
+    uint64_t done = 0;
+    if (grid_.timing_ && plan.end_ps > t0_ps_) done = grid_.ps_to_cycles(plan.end_ps - t0_ps_);
+    grid_.trace_unit(launch_index_, "dma", now, std::max(now, plan.end_ps));
+    return UnitResponse::done(add_tag(done));
+  }
+
+  PeGrid& grid_;
+  uint32_t chip_index_;
+  uint64_t ls_device_base_;
+  pe::FunctionalUnits units_;
+  pe::RiscvCore core_;
+  uint64_t t0_ps_ = 0;
+  uint32_t launch_index_ = 0;
+  std::vector<uint64_t> tag_done_;  // completion cycle of tag i + 1
+  uint64_t all_done_ = 0;
+  uint64_t unit_free_[static_cast<size_t>(pe::UnitKind::kCount)] = {};
+};
+
+// ---- the grid -------------------------------------------------------------------------------
+
+PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared, PeGridParams params)
+    : sc_core::sc_module(name),
+      shared_(shared),
+      params_(params),
+      timing_(shared.config.timing),
+      unit_timing_(pe::UnitTiming::for_generation(shared.config.generation)) {
+  pes_.resize(size_t{shared.config.pe_rows} * shared.config.pe_cols);
+  SC_HAS_PROCESS(PeGrid);
+  SC_THREAD(run);
+  set_stack_size(kThreadStackBytes);
+}
+
+PeGrid::~PeGrid() = default;
+
+uint64_t PeGrid::cycles_to_ps(uint64_t cycles) const {
+  if (!timing_) return 0;
+  const unsigned __int128 num = static_cast<unsigned __int128>(cycles) * kPsPerSecond;
+  return static_cast<uint64_t>((num + shared_.config.clock_hz - 1) / shared_.config.clock_hz);
+}
+
+uint64_t PeGrid::ps_to_cycles(uint64_t ps) const {
+  const unsigned __int128 num = static_cast<unsigned __int128>(ps) * shared_.config.clock_hz;
+  return static_cast<uint64_t>((num + kPsPerSecond - 1) / kPsPerSecond);
+}
+
+void PeGrid::trace_unit(uint32_t pe, const char* unit, uint64_t start_ps, uint64_t end_ps) {
+  if (unit_events_ >= params_.max_unit_trace_events) return;
+  ++unit_events_;
+  shared_.tracer->pe_op(pe, unit, start_ps, end_ps);
+}
+
+void PeGrid::submit(const isa::LaunchPacket& launch) {
+  assert(!job_);
+  job_ = launch;
+  start_.notify(sc_core::SC_ZERO_TIME);
+}
+
+void PeGrid::sync_to(uint64_t ps) {
+  const uint64_t now = sc_core::sc_time_stamp().value();
+  if (ps <= now) return;
+  ++stats_.syncs;
+  wait(sc_core::sc_time::from_value(ps - now));
+  shared_.sync_time();
+}
+
+void PeGrid::run() {
+  for (;;) {
+    while (!job_) wait(start_);
+    shared_.sync_time();
+    const uint64_t begin = sc_core::sc_time_stamp().value();
+    const isa::LaunchPacket launch = *job_;
+    const std::optional<Failure> failure = execute(launch);
+    ++stats_.launches;
+    stats_.busy_ps += sc_core::sc_time_stamp().value() - begin;
+    firmware::LaunchStatus status;
+    if (failure) {
+      ++stats_.failed_launches;
+      status = {failure->error, failure->arg0, failure->arg1};
+      // The completion record has room for two numbers; the log has the whole story.
+      logger("sim.pe")->warn("launch of image 0x{:x} failed: {}", launch.image_addr,
+                             failure->message);
+    }
+    job_.reset();
+    cp_->launch_done(status);
+  }
+}
+
+std::optional<PeGrid::Failure> PeGrid::load_program(const isa::LaunchPacket& launch,
+                                                    std::shared_ptr<const pe::Program>& out) {
+  const DeviceMemory& mem = shared_.memory->device();
+  const uint64_t addr = launch.image_addr;
+  auto bad = [&](std::string why) {
+    return Failure{isa::ErrorCode::kBadKernelImage, addr, 0,
+                   fmt::format("kernel image at 0x{:x}: {}", addr, why)};
+  };
+  // The file's extent, from its headers: the program header table and every segment's bytes
+  // (sections are not needed to run it).
+  constexpr uint64_t kEhdr = 64, kPhdr = 56;
+  const uint8_t* ehdr = mem.translate(addr, kEhdr);
+  if (ehdr == nullptr) {
+    return Failure{isa::ErrorCode::kDeviceAddressFault, addr, kEhdr,
+                   fmt::format("kernel image header at 0x{:x} is not in device memory", addr)};
+  }
+  if (std::memcmp(ehdr,
+                  "\x7f"
+                  "ELF",
+                  4) != 0 ||
+      ehdr[4] != 2 || ehdr[5] != 1) {
+    return bad("not a little-endian ELF64 file (bad magic or class)");
+  }
+  const uint64_t phoff = read_le<uint64_t>(ehdr + 32);
+  const uint16_t phentsize = read_le<uint16_t>(ehdr + 54);
+  const uint16_t phnum = read_le<uint16_t>(ehdr + 56);
+  if (phentsize != kPhdr || phoff > params_.max_image_bytes ||
+      phoff + uint64_t{phnum} * kPhdr > params_.max_image_bytes) {
+    return bad(
+        fmt::format("program header table (offset {}, {} entries of {} bytes) is not a "
+                    "valid ELF64 table within {} bytes",
+                    phoff, phnum, phentsize, params_.max_image_bytes));
+  }
+  uint64_t size = std::max(kEhdr, phoff + uint64_t{phnum} * kPhdr);
+  const uint8_t* phdrs = mem.translate(addr + phoff, uint64_t{phnum} * kPhdr);
+  if (phdrs == nullptr) return bad("program header table lies outside device memory");
+  for (uint16_t i = 0; i < phnum; ++i) {
+    const uint8_t* ph = phdrs + uint64_t{i} * kPhdr;
+    const uint64_t off = read_le<uint64_t>(ph + 8);
+    const uint64_t filesz = read_le<uint64_t>(ph + 32);
+    if (off > params_.max_image_bytes || filesz > params_.max_image_bytes - off) {
+      return bad(
+          fmt::format("segment {} (offset {}, {} bytes) extends past the {}-byte image "
+                      "limit",
+                      i, off, filesz, params_.max_image_bytes));
+    }
+    size = std::max(size, off + filesz);
+  }
+  const uint8_t* bytes = mem.translate(addr, size);
+  if (bytes == nullptr) {
+    return Failure{
+        isa::ErrorCode::kDeviceAddressFault, addr, size,
+        fmt::format("kernel image 0x{:x} + {} bytes is not in device memory", addr, size)};
+  }
+  if (launch.entry_offset >= MTIA_PE_IMAGE_MAX_BYTES || launch.entry_offset % 4 != 0) {
+    return bad(
+        fmt::format("entry offset {} is not a 4-byte aligned offset inside the {}-byte "
+                    "image window",
+                    launch.entry_offset, MTIA_PE_IMAGE_MAX_BYTES));
+  }
+  const uint64_t entry = MTIA_PE_IMAGE_BASE + launch.entry_offset;
+
+  // Decoding is the expensive part; relaunching the same bytes reuses it.
+  const auto key = std::make_pair(addr, entry);
+  if (auto it = cache_.find(key); it != cache_.end() && it->second.bytes.size() == size &&
+                                  std::memcmp(it->second.bytes.data(), bytes, size) == 0) {
+    ++stats_.program_cache_hits;
+    out = it->second.program;
+    return std::nullopt;
+  }
+  auto elf = pe::parse_elf(std::span<const uint8_t>(bytes, size));
+  if (!elf.ok()) return bad(elf.error().reason);
+  pe::ElfImage image = std::move(elf.value());
+  image.entry = entry;  // the launched kernel's entry, which need not be the ELF's
+  auto program = pe::Program::create(image);
+  if (!program.ok()) return bad(program.error().reason);
+  ++stats_.program_loads;
+  if (cache_.size() >= params_.max_cached_programs) cache_.clear();
+  cache_[key] = CachedProgram{std::vector<uint8_t>(bytes, bytes + size), entry, program.value()};
+  out = program.value();
+  return std::nullopt;
+}
+
+std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) {
+  const uint64_t t0 = sc_core::sc_time_stamp().value();
+  unit_events_ = 0;
+  std::shared_ptr<const pe::Program> program;
+  if (auto f = load_program(launch, program)) return f;
+
+  if (launch.args_bytes > MTIA_PE_ARGS_MAX_BYTES) {
+    return Failure{isa::ErrorCode::kBadDims, launch.args_bytes, MTIA_PE_ARGS_MAX_BYTES,
+                   fmt::format("argument block of {} bytes exceeds the {}-byte window",
+                               launch.args_bytes, MTIA_PE_ARGS_MAX_BYTES)};
+  }
+  std::vector<uint8_t> args(launch.args_bytes);
+  if (!args.empty()) {
+    const uint8_t* p = shared_.memory->device().translate(launch.args_addr, args.size());
+    if (p == nullptr) {
+      return Failure{isa::ErrorCode::kDeviceAddressFault, launch.args_addr, args.size(),
+                     fmt::format("argument block 0x{:x} + {} bytes is not in device memory",
+                                 launch.args_addr, args.size())};
+    }
+    std::memcpy(args.data(), p, args.size());
+  }
+
+  // Launch PE (row, col) runs on chip PE (row, col): its local store is that PE's window.
+  const uint32_t rows = launch.grid_rows, cols = launch.grid_cols;
+  const uint32_t n = rows * cols;
+  const uint64_t watchdog =
+      launch.watchdog_cycles != 0 ? launch.watchdog_cycles : params_.default_watchdog_cycles;
+  std::vector<Pe*> pes;
+  pes.reserve(n);
+  for (uint32_t r = 0; r < rows; ++r) {
+    for (uint32_t c = 0; c < cols; ++c) {
+      const uint32_t chip = r * shared_.config.pe_cols + c;
+      const uint32_t index = r * cols + c;
+      std::unique_ptr<Pe>& slot = pes_.at(chip);
+      if (!slot) {
+        uint8_t* ls = shared_.memory->device().translate(
+            isa::kLocalStoreBase + uint64_t{chip} * isa::kLocalStoreStride,
+            shared_.config.local_store_bytes);
+        assert(ls != nullptr && "DeviceMemory maps every PE's local store");
+        slot = std::make_unique<Pe>(
+            *this, chip, std::span<uint8_t>(ls, shared_.config.local_store_bytes), unit_timing_);
+      }
+      slot->begin(t0, index);
+      pe::LaunchContext ctx;
+      ctx.grid_rows = rows;
+      ctx.grid_cols = cols;
+      ctx.pe_row = r;
+      ctx.pe_col = c;
+      ctx.args = args;
+      ctx.watchdog_cycles = watchdog;
+      if (auto why = slot->core().start(program, ctx)) {
+        return Failure{isa::ErrorCode::kBadKernelImage, launch.image_addr, index,
+                       fmt::format("PE {} cannot start the kernel: {}", index, why->reason)};
+      }
+      pes.push_back(slot.get());
+    }
+  }
+
+  auto finish = [&](std::optional<Failure> failure) {
+    uint64_t end = 0;
+    for (Pe* p : pes) {
+      end = std::max(end, p->core().cycles());
+      stats_.pe_cycles += p->core().cycles();
+      stats_.instructions += p->core().instret();
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+      shared_.tracer->pe_op(i, "kernel", t0, t0 + cycles_to_ps(pes[i]->core().cycles()));
+    }
+    sync_to(t0 + cycles_to_ps(end));
+    return failure;
+  };
+  auto kernel_failure = [&](uint32_t i) {
+    pe::RiscvCore& core = pes[i]->core();
+    const uint32_t r = i / cols, c = i % cols;
+    if (core.state() == pe::RiscvCore::State::kExited) {
+      return Failure{isa::ErrorCode::kKernelFault, core.pc(), i,
+                     fmt::format("kernel on PE {} (row {}, col {}) exited with status {} at pc "
+                                 "0x{:x}",
+                                 i, r, c, core.exit_status(), core.pc())};
+    }
+    const pe::Fault& f = core.fault();
+    const bool watchdog_hit = f.kind == pe::FaultKind::kWatchdog;
+    return Failure{watchdog_hit ? isa::ErrorCode::kWatchdog : isa::ErrorCode::kKernelFault, f.pc, i,
+                   fmt::format("kernel fault on PE {} (row {}, col {}) at pc 0x{:x}: {}: {}", i, r,
+                               c, f.pc, pe::fault_kind_name(f.kind), f.reason)};
+  };
+
+  uint64_t horizon = params_.quantum_cycles;
+  for (;;) {
+    // Lockstep slices up to the horizon: requests to the shared memories stay nearly in time
+    // order (a reservation timeline assumes requests arrive in order).
+    for (uint64_t h = horizon - params_.quantum_cycles;;) {
+      h = std::min(horizon, h + params_.slice_cycles);
+      for (uint32_t i = 0; i < n; ++i) {
+        pe::RiscvCore& core = pes[i]->core();
+        if (core.state() != pe::RiscvCore::State::kReady) continue;
+        const pe::RunResult res = core.run(~0ull, h);
+        switch (res.reason) {
+          case pe::StopReason::kExit:
+            if (core.exit_status() != 0) return finish(kernel_failure(i));
+            break;
+          case pe::StopReason::kFault:
+            return finish(kernel_failure(i));
+          case pe::StopReason::kUnitStall:  // a barrier; waits never stall
+          case pe::StopReason::kBudget:
+            break;
+        }
+      }
+      if (h == horizon) break;
+    }
+    // Release the barrier once every PE still running has reached it.
+    uint32_t running = 0, waiting = 0;
+    uint64_t release = 0;
+    for (Pe* p : pes) {
+      if (p->core().state() == pe::RiscvCore::State::kExited) continue;
+      ++running;
+      if (p->at_barrier) {
+        ++waiting;
+        release = std::max(release, p->barrier_arrival);
+      }
+    }
+    if (running == 0) break;
+    if (waiting == running) {
+      ++stats_.barriers;
+      for (Pe* p : pes) {
+        if (!p->at_barrier) continue;
+        p->at_barrier = false;
+        p->core().resume(0, release - p->barrier_arrival);
+      }
+      continue;  // the released cores may still be below the horizon
+    }
+    // Every core has reached the horizon or waits at the barrier: let simulated time catch up
+    // (the host DMA engines and the command processor run meanwhile).
+    sync_to(t0 + cycles_to_ps(horizon));
+    horizon += params_.quantum_cycles;
+  }
+  return finish(std::nullopt);
+}
+
+Json PeGrid::stats_json() const {
+  Json m = Json::object();
+  add_stat(m, "launches", stats_.launches, "launches", "kernel launches run (failed included)");
+  add_stat(m, "failed_launches", stats_.failed_launches, "launches",
+           "launches that ended in a fault, a bad image or a non-zero exit status (logged)");
+  add_stat(m, "busy_ps", stats_.busy_ps, "ps", "simulated time the grid spent running launches");
+  add_stat(m, "pe_cycles", stats_.pe_cycles, "cycles", "sum over PEs of their core cycles");
+  add_stat(m, "instructions", stats_.instructions, "instructions",
+           "RISC-V instructions retired, all PEs");
+  add_stat(m, "unit_ops", stats_.unit_ops, "operations", "DPE, SE, RE and MLU operations");
+  add_stat(m, "dma_ops", stats_.dma_ops, "operations", "local DMA operations");
+  add_stat(m, "dma_bytes", stats_.dma_bytes, "bytes", "payload bytes moved by local DMA");
+  add_stat(m, "barrier_releases", stats_.barriers, "barriers", "PE barriers released");
+  add_stat(m, "systemc_syncs", stats_.syncs, "waits",
+           "SystemC waits the grid scheduler took (one per quantum, not per PE)");
+  add_stat(m, "program_loads", stats_.program_loads, "images", "kernel images parsed and decoded");
+  add_stat(m, "program_cache_hits", stats_.program_cache_hits, "launches",
+           "launches that reused a decoded image");
+  return m;
+}
+
+}  // namespace mtia::sim::detail

@@ -1,0 +1,129 @@
+// The PE grid: runs kernel launches on RV64IM interpreter cores (sim/pe) inside the SystemC
+// model. Private to sim/.
+//
+// One SC_THREAD serves every PE of a launch. It runs each core with RiscvCore::run up to a
+// common cycle horizon, round-robin, then advances SystemC time by one quantum (one wait()
+// per quantum, however many PEs), so a 64-PE launch costs a handful of context switches.
+//
+// Unit instructions never wait in SystemC. Each operation takes effect in the PE's local store
+// (or device memory) at issue, in program order, and is given a completion cycle:
+//   DPE/SE/RE/MLU  done = max(issue cycle, unit free) + busy cycles of FunctionalUnits
+//   DMA            the MemorySystem's schedule (setup, bandwidth shared with the other PEs and
+//                  the host DMA engines, latency), converted to this PE's cycles
+// pe.wait / pe.waitall advance the core's cycle count to the tag's completion cycle; pe.poll
+// compares it with the core's cycle; pe.barrier stalls the core until every PE of the launch
+// still running is at a barrier, then resumes them all at the latest arrival.
+//
+// Known approximation: the PEs run one after the other in slices of slice_cycles, so their
+// DMA requests reach the memory timelines up to one slice out of time order (a later request
+// of PE 0 may reserve bandwidth before an earlier one of PE 1). Bandwidth is conserved.
+#pragma once
+
+#include <systemc>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mtia/firmware/platform.h"
+#include "mtia/isa/packets.h"
+#include "mtia/sim/pe/program.h"
+#include "mtia/sim/pe/riscv_core.h"
+#include "mtia/sim/pe/units.h"
+
+namespace mtia::sim::detail {
+
+struct SimShared;
+class CommandProcessorModule;
+
+// Parameters of the grid's scheduler.
+struct PeGridParams {
+  uint64_t quantum_cycles = 10'000;  // cycles each core runs between SystemC syncs
+  // Inside a quantum the cores advance in lockstep slices of this many cycles, so their DMA
+  // requests reach the shared memory timelines at most one slice out of time order.
+  uint64_t slice_cycles = 256;
+  uint64_t default_watchdog_cycles = 1'000'000'000;  // when LaunchPacket::watchdog_cycles is 0
+  uint64_t max_image_bytes = 16ull << 20;            // a larger ELF is rejected
+  size_t max_cached_programs = 16;                   // decoded images kept (cleared when full)
+  size_t max_unit_trace_events = 10'000;             // unit-op slices per launch, at most
+};
+
+class PeGrid : public sc_core::sc_module {
+ public:
+  PeGrid(sc_core::sc_module_name name, SimShared& shared, PeGridParams params = {});
+  ~PeGrid() override;
+  void connect(CommandProcessorModule* cp) { cp_ = cp; }
+
+  // From the firmware's launch_start: the launch starts in a later delta cycle, so its
+  // completion never re-enters the firmware from inside launch_start.
+  void submit(const isa::LaunchPacket& launch);
+  bool busy() const { return job_.has_value(); }
+
+  struct Stats {
+    uint64_t launches = 0;
+    uint64_t failed_launches = 0;
+    uint64_t busy_ps = 0;
+    uint64_t pe_cycles = 0;     // sum over PEs of their final cycle counts
+    uint64_t instructions = 0;  // retired, all PEs
+    uint64_t unit_ops = 0;      // DPE/SE/RE/MLU operations
+    uint64_t dma_ops = 0;       // local DMA operations
+    uint64_t dma_bytes = 0;     // payload bytes of local DMA
+    uint64_t barriers = 0;      // barrier releases
+    uint64_t syncs = 0;         // SystemC waits taken by the scheduler
+    uint64_t program_cache_hits = 0;
+    uint64_t program_loads = 0;
+  };
+  const Stats& stats() const { return stats_; }
+  nlohmann::ordered_json stats_json() const;
+
+  // Core cycles of a launch to picoseconds (0 with timing off), and back (rounded up).
+  uint64_t cycles_to_ps(uint64_t cycles) const;
+  uint64_t ps_to_cycles(uint64_t ps) const;
+
+  class Pe;  // one PE: core, units, tags (defined in pe_grid.cpp)
+
+ private:
+  struct Failure {
+    isa::ErrorCode error = isa::ErrorCode::kNone;
+    uint64_t arg0 = 0;
+    uint64_t arg1 = 0;
+    std::string message;
+  };
+  struct CachedProgram {
+    std::vector<uint8_t> bytes;
+    uint64_t entry = 0;
+    std::shared_ptr<const sim::pe::Program> program;
+  };
+
+  void run();
+  // Runs the launch to completion; returns its failure, if any.
+  std::optional<Failure> execute(const isa::LaunchPacket& launch);
+  // Reads, parses and decodes the image (cached), or explains why it cannot be run.
+  std::optional<Failure> load_program(const isa::LaunchPacket& launch,
+                                      std::shared_ptr<const sim::pe::Program>& out);
+  // Advances SystemC time to `ps` (no-op if already there).
+  void sync_to(uint64_t ps);
+  // A trace slice on launch PE `pe`'s track, while this launch's budget lasts.
+  void trace_unit(uint32_t pe, const char* unit, uint64_t start_ps, uint64_t end_ps);
+
+  SimShared& shared_;
+  PeGridParams params_;
+  bool timing_;
+  sim::pe::UnitTiming unit_timing_;
+  size_t unit_events_ = 0;  // unit slices traced in this launch
+  CommandProcessorModule* cp_ = nullptr;
+  std::optional<isa::LaunchPacket> job_;
+  sc_core::sc_event start_;
+  std::vector<std::unique_ptr<Pe>> pes_;  // one per chip PE, created on first use
+  std::map<std::pair<uint64_t, uint64_t>, CachedProgram> cache_;  // (image address, entry)
+  Stats stats_;
+
+  friend class Pe;
+};
+
+}  // namespace mtia::sim::detail
