@@ -289,8 +289,10 @@ TEST_CASE("launches on two queues run one after the other, each correct", "[laun
   int kernels = 0, dmas = 0, ses = 0;
   bool named = false;
   for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] == "M" && e["tid"] == 300 && e["args"]["name"] == "pe 0") named = true;
-    if (e["ph"] != "X" || e["tid"] < 300) continue;
+    // Not every event has a tid (process metadata does not): read it with a default.
+    const int tid = e.value("tid", -1);
+    if (e["ph"] == "M" && tid == 300 && e["args"].value("name", "") == "pe 0") named = true;
+    if (e["ph"] != "X" || tid < 300) continue;
     kernels += e["name"] == "kernel";
     dmas += e["name"] == "dma";
     ses += e["name"] == "se";
