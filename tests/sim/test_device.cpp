@@ -534,10 +534,12 @@ TEST_CASE("an idle device sleeps and its simulated time stands still", "[device]
   CHECK(sim_before > 0);
   timespec cpu0{}, cpu1{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
   const double cpu_ms = (cpu1.tv_sec - cpu0.tv_sec) * 1e3 + (cpu1.tv_nsec - cpu0.tv_nsec) / 1e6;
-  CHECK(cpu_ms < 100);  // a spinning simulator thread would burn ~300 ms
+  // A spinning simulator thread would burn ~1000 ms; the margin absorbs a busy machine's
+  // accounting noise (over 100 ms has been seen on a loaded CI box).
+  CHECK(cpu_ms < 400);
   CHECK(rig.dev->now_ps() == sim_before);
   // Host reads do not advance simulated time either.
   for (int i = 0; i < 100; ++i) rig.read(reg::queue_reg(0, reg::kQueueCompleted));
