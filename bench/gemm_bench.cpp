@@ -8,7 +8,9 @@
 //     max(FLOPs / peak fp32 FLOP/s, bytes / DRAM bandwidth);
 //  3. the largest error of the device's C against the BLAS result, relative to the largest
 //     |C| of its row (a plain element-wise ratio blows up where sums cancel to near zero).
-// Usage: bench_gemm [preset...]   (run from the build tree; the kernel library path is baked in)
+// Usage: bench_gemm [--trace DIR] [--size N]... [preset...]   (run from the build tree; the
+// kernel library path is baked in). --size replaces the default sizes; --trace writes each
+// preset's trace, stats and configuration to DIR/PRESET.
 #include <cblas.h>
 
 #include <nlohmann/json.hpp>
@@ -48,7 +50,8 @@ uint32_t dpe_fp32_macs_per_cycle(uint32_t generation) {
   return generation == 1 ? 128 : 256;
 }
 
-void run_preset(const std::string& preset) {
+void run_preset(const std::string& preset, const std::vector<int64_t>& sizes,
+                const std::string& trace_dir) {
   const int reps = 3;
   mtia::DeviceOptions options;
   options.preset = preset;
@@ -73,7 +76,7 @@ void run_preset(const std::string& preset) {
               "dev/BLAS", "simulated us", "roofline us", "sim/roof", "max rel err");
 
   mtia::Event e0 = device.create_event(), e1 = device.create_event();
-  for (const int64_t n : {int64_t{1024}, int64_t{2048}}) {
+  for (const int64_t n : sizes) {
     const int64_t m = n, k = n;
     std::vector<float> a(m * k), b(k * n), c_dev(m * n), c_blas(m * n);
     std::mt19937 rng(static_cast<uint32_t>(n));
@@ -133,14 +136,31 @@ void run_preset(const std::string& preset) {
   }
   device.destroy_event(e0);
   device.destroy_event(e1);
+  if (!trace_dir.empty()) {
+    device.write_artifacts(trace_dir + "/" + preset);
+    std::printf("trace: %s/%s\n", trace_dir.c_str(), preset.c_str());
+  }
   std::printf("\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> presets(argv + 1, argv + argc);
+  std::vector<std::string> presets;
+  std::vector<int64_t> sizes;
+  std::string trace_dir;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--trace" && i + 1 < argc) {
+      trace_dir = argv[++i];
+    } else if (arg == "--size" && i + 1 < argc) {
+      sizes.push_back(std::stoll(argv[++i]));
+    } else {
+      presets.push_back(arg);
+    }
+  }
   if (presets.empty()) presets.push_back("mtia-v2");
-  for (const std::string& preset : presets) run_preset(preset);
+  if (sizes.empty()) sizes = {1024, 2048};
+  for (const std::string& preset : presets) run_preset(preset, sizes, trace_dir);
   return 0;
 }

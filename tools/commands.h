@@ -14,6 +14,7 @@ struct DeviceFlags {
   std::string preset = "mtia-v2";
   std::vector<std::string> overrides;
   bool no_timing = false;
+  std::string trace;  // --trace LEVEL; empty: $MTIA_EMU_TRACE, else "kernels"
 
   void add_to(CLI::App& cmd);
   DeviceOptions options() const;
@@ -21,5 +22,6 @@ struct DeviceFlags {
 
 void add_info_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
+void add_trace_command(CLI::App& app);  // tools/trace.cpp
 
 }  // namespace mtia::tools

@@ -1,19 +1,18 @@
-// `mtia-emu demo`: the default workload.
-//
-// A host matrix A (rows x cols, fp32) is copied to the device *transposed*, straight from its
-// non-contiguous view A^T, into T (cols x rows). A second buffer P (cols x (rows + 2 * pad)) is
-// filled with a marker value, T is copied device-to-device into P's interior, and P is copied
-// back. The host checks every element against A and the marker, then the device's trace,
-// statistics and effective configuration are written to the output folder.
-#include <cmath>
+// `mtia-emu demo`: the README's workload. A two-layer MLP's forward pass (tools/mlp.h: addmm,
+// relu, addmm, softmax from the kernel library) runs on the emulated device, its output is
+// checked against a CPU reference, and the device's trace, statistics and effective
+// configuration are written to the output folder. Exits non-zero when the check fails.
+#include <charconv>
+#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "commands.h"
+#include "kernel_library.h"
+#include "mlp.h"
 #include "mtia/device.h"
 
 namespace mtia::tools {
@@ -21,125 +20,133 @@ namespace {
 
 struct DemoOptions {
   DeviceFlags device;
-  int64_t rows = 1024;
-  int64_t cols = 768;
-  int64_t pad = 16;
+  MlpShape shape;
+  std::string dtype = "fp32";
+  uint32_t seed = 1;
   std::string out = "out/demo";
 };
 
-float value_at(int64_t r, int64_t c) {
-  return static_cast<float>(r * 1000 + c) * 0.5f;
+double us(int64_t ps) {
+  return static_cast<double>(ps) / 1e6;
 }
 
-uint64_t float_bits(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits;
-}
-
-double gbps(uint64_t bytes, int64_t ps) {
-  return ps > 0 ? static_cast<double>(bytes) / (static_cast<double>(ps) * 1e-12) / 1e9 : 0.0;
+void print_step(const char* name, int64_t ps, double flops = 0) {
+  std::printf("  %-38s %10.3f us", name, us(ps));
+  if (flops > 0 && ps > 0) {
+    std::printf("  %8.3f TFLOP/s", flops / (static_cast<double>(ps) * 1e-12) / 1e12);
+  }
+  std::printf("\n");
 }
 
 void run_demo(const DemoOptions& o) {
-  if (o.rows < 1 || o.cols < 1 || o.pad < 0) {
-    throw std::invalid_argument("--rows and --cols must be >= 1 and --pad >= 0");
-  }
+  using Clock = std::chrono::steady_clock;
+  o.shape.validate();
+  const auto t_start = Clock::now();
+  const std::string library_path = kernel_library_path();
   Device device = Device::open(o.device.options());
-  const auto& props = device.properties();
-  std::printf("device %s: %u x %u PEs, %u DMA engines, timing %s\n", props.name.c_str(),
-              props.pe_rows, props.pe_cols, props.dma_engines, props.timing ? "on" : "off");
+  const DeviceProperties& props = device.properties();
+  const KernelModule library = device.load_module(library_path);
+  const MlpShape& s = o.shape;
+  const MlpDtype dtype = mlp_dtype_from_name(o.dtype);
+  const char* dt = mlp_dtype_name(dtype);
 
-  const int64_t rows = o.rows, cols = o.cols, pad = o.pad, prow = rows + 2 * pad;
-  const size_t fsz = sizeof(float);
-  const float marker = -7.25f;
+  std::printf("MLP forward pass on an emulated %s: %u x %u PEs at %.2f GHz, timing model %s\n",
+              props.name.c_str(), props.pe_rows, props.pe_cols,
+              static_cast<double>(props.clock_hz) / 1e9, props.timing ? "on" : "off");
+  std::printf("  kernels  %s\n", library_path.c_str());
+  std::printf(
+      "  model    x[%lld, %lld] -> Linear(%lld, %lld) -> ReLU -> Linear(%lld, %lld) -> "
+      "softmax(dim=1), %s, seed %u\n\n",
+      static_cast<long long>(s.batch), static_cast<long long>(s.in), static_cast<long long>(s.in),
+      static_cast<long long>(s.hidden), static_cast<long long>(s.hidden),
+      static_cast<long long>(s.classes), dt, o.seed);
 
-  // A lives in pinned host memory so the asynchronous copies read it in place.
-  auto* a = static_cast<float*>(device.host_alloc(rows * cols * fsz));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) a[r * cols + c] = value_at(r, c);
-  std::vector<float> back(static_cast<size_t>(cols * prow));
+  const MlpModel model = MlpModel::random(s, o.seed);
+  const MlpRun run = run_mlp(device, library, model, dtype);
+  const std::vector<double> reference = mlp_reference(model, dtype);
+  const MlpCheck check = mlp_compare(run.probs, reference, s, dtype);
 
-  DevicePtr t = device.malloc(cols * rows * fsz);
-  DevicePtr p = device.malloc(cols * prow * fsz);
-  Stream stream = device.create_stream();
-  Event start = device.create_event(), transposed = device.create_event(),
-        filled = device.create_event(), moved = device.create_event(), done = device.create_event();
-
-  device.record(start, stream);
-  // A^T as a view of A: sizes (cols, rows), strides (1, cols) - non-contiguous.
-  Layout a_transposed{{cols, rows}, {1, cols}, 0, fsz};
-  device.copy_async(t, Layout::contiguous({cols, rows}, fsz), a, a_transposed, stream);
-  device.record(transposed, stream);
-  device.fill_async(p, Layout::contiguous({cols, prow}, fsz), float_bits(marker), stream);
-  device.record(filled, stream);
-  // T into the interior of P: rows of P are prow long, T's rows start at column pad.
-  Layout interior{{cols, rows}, {prow, 1}, pad, fsz};
-  device.copy_async(p, interior, t, Layout::contiguous({cols, rows}, fsz), stream);
-  device.record(moved, stream);
-  device.copy(back.data(), Layout::contiguous({cols, prow}, fsz), p,
-              Layout::contiguous({cols, prow}, fsz), stream);
-  device.record(done, stream);
-  device.synchronize(stream);
-
-  int64_t errors = 0;
-  for (int64_t c = 0; c < cols; ++c) {
-    for (int64_t j = 0; j < prow; ++j) {
-      const bool inside = j >= pad && j < pad + rows;
-      const float want = inside ? value_at(j - pad, c) : marker;
-      if (back[c * prow + j] != want && errors++ < 5) {
-        std::fprintf(stderr, "mismatch at (%lld, %lld): got %g, want %g\n",
-                     static_cast<long long>(c), static_cast<long long>(j), back[c * prow + j],
-                     want);
-      }
-    }
+  const double flops1 = 2.0 * static_cast<double>(s.batch * s.in * s.hidden);
+  const double flops2 = 2.0 * static_cast<double>(s.batch * s.hidden * s.classes);
+  int64_t kernels_ps = 0;
+  for (int64_t ps : run.kernel_ps) kernels_ps += ps;
+  std::printf("  %-38s %13s\n", "step", "simulated");
+  print_step("upload x, W1, b1, W2, b2", run.upload_ps);
+  print_step(kMlpKernelSteps[0], run.kernel_ps[0], flops1);
+  print_step(kMlpKernelSteps[1], run.kernel_ps[1]);
+  print_step(kMlpKernelSteps[2], run.kernel_ps[2], flops2);
+  print_step(kMlpKernelSteps[3], run.kernel_ps[3]);
+  print_step("download probs", run.download_ps);
+  print_step("kernels", kernels_ps, s.matmul_flops());
+  print_step("total", run.total_ps);
+  if (props.timing) {
+    std::printf("  (%.3g matmul FLOPs; %.0f device cycles at %.2f GHz)\n\n", s.matmul_flops(),
+                static_cast<double>(run.total_ps) * 1e-12 * static_cast<double>(props.clock_hz),
+                static_cast<double>(props.clock_hz) / 1e9);
+  } else {
+    std::printf("  (timing model off: simulated times are 0)\n\n");
   }
 
-  const uint64_t tbytes = rows * cols * fsz, pbytes = cols * prow * fsz;
-  std::printf("host->device transposed copy  %8.3f us simulated  %7.2f GB/s  (%llu bytes)\n",
-              device.elapsed_ps(start, transposed) / 1e6,
-              gbps(tbytes, device.elapsed_ps(start, transposed)),
-              static_cast<unsigned long long>(tbytes));
-  std::printf("fill                          %8.3f us simulated  %7.2f GB/s\n",
-              device.elapsed_ps(transposed, filled) / 1e6,
-              gbps(pbytes, device.elapsed_ps(transposed, filled)));
-  std::printf("device->device strided copy   %8.3f us simulated  %7.2f GB/s\n",
-              device.elapsed_ps(filled, moved) / 1e6,
-              gbps(tbytes, device.elapsed_ps(filled, moved)));
-  std::printf("device->host copy             %8.3f us simulated  %7.2f GB/s\n",
-              device.elapsed_ps(moved, done) / 1e6, gbps(pbytes, device.elapsed_ps(moved, done)));
-  std::printf("total                         %8.3f us simulated\n",
-              device.elapsed_ps(start, done) / 1e6);
-
-  for (Event e : {start, transposed, filled, moved, done}) device.destroy_event(e);
-  device.destroy_stream(stream);
-  device.free(t);
-  device.free(p);
-  device.host_free(a);
+  std::printf("check    probs[%lld, %lld] against the CPU reference (double sums, %s inputs)\n",
+              static_cast<long long>(s.batch), static_cast<long long>(s.classes), dt);
+  std::printf("         max abs error %.3g at [%lld, %lld], tolerance %.3g: %s\n",
+              check.max_abs_error, static_cast<long long>(check.worst_row),
+              static_cast<long long>(check.worst_col), check.tolerance,
+              check.passed ? "PASS" : "FAIL");
+  std::printf("         most probable class agrees in %lld of %lld rows\n",
+              static_cast<long long>(check.top1_agree), static_cast<long long>(s.batch));
 
   std::filesystem::create_directories(o.out);
   device.write_artifacts(o.out);
+  const double wall_total = std::chrono::duration<double>(Clock::now() - t_start).count();
+  std::printf("host     %.3f s wall for the forward pass (uploads to download), %.2f s in all\n",
+              run.wall_seconds, wall_total);
   const auto dir = std::filesystem::absolute(o.out).lexically_normal().string();
-  std::printf("trace:  %s/trace.json  (open in https://ui.perfetto.dev)\n", dir.c_str());
-  std::printf("config: %s/config.json   stats: %s/stats.json\n", dir.c_str(), dir.c_str());
-  if (errors != 0) {
-    throw std::runtime_error("demo verification failed: " + std::to_string(errors) +
-                             " elements differ from the host reference");
+  std::printf("trace    %s/trace.json  (open in https://ui.perfetto.dev)\n", dir.c_str());
+  std::printf("         config.json (the chip configuration) and stats.json beside it\n");
+  if (!check.passed) {
+    throw std::runtime_error(
+        "demo check failed: the device's probabilities differ from the CPU "
+        "reference by more than the tolerance (see above)");
   }
-  std::printf("verified %lld elements against the host reference: OK\n",
-              static_cast<long long>(cols * prow));
 }
 
 }  // namespace
 
 void add_demo_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "demo", "copy a transposed matrix to the device, fill, copy on device, copy back, verify");
+      "demo",
+      "run an MLP forward pass (addmm, relu, addmm, softmax) on the device, check it against "
+      "a CPU reference and write its trace");
   auto o = std::make_shared<DemoOptions>();
   o->device.add_to(*cmd);
-  cmd->add_option("--rows", o->rows, "rows of the host matrix")->capture_default_str();
-  cmd->add_option("--cols", o->cols, "columns of the host matrix")->capture_default_str();
-  cmd->add_option("--pad", o->pad, "fill-valued padding around each copied row")
+  // CLI11's PositiveNumber prints a range up to DBL_MAX; this names what is wanted.
+  const CLI::Validator at_least_one(
+      [](std::string& value) -> std::string {
+        int64_t n = 0;
+        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+        if (ec != std::errc() || end != value.data() + value.size() || n < 1) {
+          return "must be an integer >= 1, got '" + value + "'";
+        }
+        return {};
+      },
+      "INT>=1");
+  cmd->add_option("--batch", o->shape.batch, "rows of the input x")
+      ->capture_default_str()
+      ->check(at_least_one);
+  cmd->add_option("--in", o->shape.in, "input features")
+      ->capture_default_str()
+      ->check(at_least_one);
+  cmd->add_option("--hidden", o->shape.hidden, "hidden units")
+      ->capture_default_str()
+      ->check(at_least_one);
+  cmd->add_option("--classes", o->shape.classes, "outputs of the softmax")
+      ->capture_default_str()
+      ->check(at_least_one);
+  cmd->add_option("--dtype", o->dtype, "element type of every tensor")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));  // what mlp_dtype_from_name takes
+  cmd->add_option("--seed", o->seed, "seed of the pseudo-random weights and input")
       ->capture_default_str();
   cmd->add_option("--out", o->out, "folder for trace.json, stats.json and config.json")
       ->capture_default_str();

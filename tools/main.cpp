@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "commands.h"
@@ -17,6 +18,10 @@ void DeviceFlags::add_to(CLI::App& cmd) {
       "--set", overrides,
       "override a preset field, KEY=VALUE (repeatable; `mtia-emu info --config` lists the keys)");
   cmd.add_flag("--no-timing", no_timing, "functional only: simulated time stays zero");
+  cmd.add_option("--trace", trace,
+                 "performance trace: off, kernels (packets, copies, launches; the default) or "
+                 "units (every PE unit operation too); default $MTIA_EMU_TRACE if set")
+      ->check(CLI::IsMember({"off", "kernels", "units"}));
 }
 
 DeviceOptions DeviceFlags::options() const {
@@ -24,6 +29,12 @@ DeviceOptions DeviceFlags::options() const {
   o.preset = preset;
   o.overrides = overrides;
   o.timing = !no_timing;
+  // Commands that run work trace kernels unless told otherwise (the library's default is off).
+  if (!trace.empty()) {
+    o.trace = parse_trace_level(trace);
+  } else if (const char* env = std::getenv("MTIA_EMU_TRACE"); env == nullptr || *env == 0) {
+    o.trace = TraceLevel::kKernels;
+  }
   return o;
 }
 
@@ -38,6 +49,7 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   mtia::tools::add_info_command(app);
   mtia::tools::add_demo_command(app);
+  mtia::tools::add_trace_command(app);
   try {
     CLI11_PARSE(app, argc, argv);
   } catch (const mtia::Error& e) {

@@ -3,6 +3,7 @@
 // Device memory layout the driver sets up at open():
 //   [kDramBase, + nq * kRingSlots * kPacketSlotBytes)      packet rings, one per queue
 //   [..., + nq * kRingSlots * kCompletionRecordBytes)      completion rings, one per queue
+//   [..., + nq * kErrorRecordBytes)                         error records, one per queue
 //   rounded up to 1 MiB: the end of the driver's region; the Allocator owns the rest of DRAM.
 //
 // Threads: host threads submit and wait; completions arrive on the backend's thread through
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "mtia/isa/address_map.h"
+#include "mtia/isa/error_record.h"
 #include "mtia/isa/registers.h"
 
 namespace mtia::driver {
@@ -58,8 +60,9 @@ struct Pending {
 
 struct Queue {
   uint32_t id = 0;
-  uint64_t ring_addr = 0;        // device address of the packet ring
-  uint64_t completion_addr = 0;  // device address of the completion ring
+  uint64_t ring_addr = 0;          // device address of the packet ring
+  uint64_t completion_addr = 0;    // device address of the completion ring
+  uint64_t error_record_addr = 0;  // device address of the queue's error record
 
   std::mutex mu;
   std::condition_variable space_cv;  // a ring slot was freed (or the queue was reset)
@@ -92,6 +95,9 @@ std::string describe_error(isa::ErrorCode error, uint64_t arg0, uint64_t arg1) {
                          name, arg0, arg1);
     case isa::ErrorCode::kUnsupported:
       return fmt::format("{}: this firmware does not implement the packet", name);
+    case isa::ErrorCode::kKernelFault:
+    case isa::ErrorCode::kWatchdog:
+      return fmt::format("{} on PE {} at pc 0x{:x}", name, arg1, arg0);
     default:
       if (arg0 == 0 && arg1 == 0) return fmt::format("{}: the packet was rejected", name);
       return fmt::format("{} (detail 0x{:x}, 0x{:x})", name, arg0, arg1);
@@ -275,7 +281,8 @@ class DeviceImpl final : public Device {
     const uint64_t nq = info_.num_queues;
     const uint64_t rings = nq * kRingSlots * isa::kPacketSlotBytes;
     const uint64_t records = nq * kRingSlots * isa::kCompletionRecordBytes;
-    reserved_end_ = align_up(isa::kDramBase + rings + records, kDriverRegionAlign);
+    const uint64_t error_records = nq * isa::kErrorRecordBytes;
+    reserved_end_ = align_up(isa::kDramBase + rings + records + error_records, kDriverRegionAlign);
     if (reserved_end_ - isa::kDramBase >= info_.dram_bytes) {
       throw std::runtime_error(fmt::format(
           "the device has {} bytes of DRAM, too little for the driver's {} queue rings ({} "
@@ -292,8 +299,12 @@ class DeviceImpl final : public Device {
       q->id = i;
       q->ring_addr = isa::kDramBase + i * kRingSlots * isa::kPacketSlotBytes;
       q->completion_addr = isa::kDramBase + rings + i * kRingSlots * isa::kCompletionRecordBytes;
+      q->error_record_addr = isa::kDramBase + rings + records + i * isa::kErrorRecordBytes;
+      static_assert(isa::kCompletionRecordBytes % isa::kErrorRecordAlign == 0 &&
+                    isa::kErrorRecordBytes % isa::kErrorRecordAlign == 0);
       // Stale records from an earlier user of the device must never match a new seq.
       be_->write_memory(q->completion_addr, zeros.data(), zeros.size());
+      be_->write_memory(q->error_record_addr, zeros.data(), isa::kErrorRecordBytes);
       queues_.push_back(std::move(q));
     }
   }
@@ -305,6 +316,7 @@ class DeviceImpl final : public Device {
     be_->write_register(reg(isa::reg::kQueueBase), q.ring_addr);
     be_->write_register(reg(isa::reg::kQueueSize), kRingSlots);
     be_->write_register(reg(isa::reg::kQueueCompletion), q.completion_addr);
+    be_->write_register(reg(isa::reg::kQueueErrorRecord), q.error_record_addr);
     be_->write_register(reg(isa::reg::kQueueControl), isa::kQueueEnable);
   }
 
@@ -411,11 +423,41 @@ class DeviceImpl final : public Device {
     c.error_arg0 = r.error_arg0;
     c.error_arg1 = r.error_arg1;
     if (!c.ok) {
-      c.message = fmt::format("{} failed: {}", describe_packet(p.opcode, p.seq, q.id),
-                              describe_error(c.error, c.error_arg0, c.error_arg1));
+      read_error_record(q, r, c);
+      const std::string what = c.reason.empty()
+                                   ? describe_error(c.error, c.error_arg0, c.error_arg1)
+                                   : fmt::format("{}: {}", isa::error_code_name(c.error), c.reason);
+      c.message = fmt::format("{} failed: {}", describe_packet(p.opcode, p.seq, q.id), what);
       logger()->debug("{}", c.message);
     }
     return c;
+  }
+
+  // The firmware wrote the queue's error record before the failed completion `r`: takes its
+  // reason and exit status into `c` when the record describes that very packet.
+  void read_error_record(const Queue& q, const isa::CompletionRecord& r, Completion& c) {
+    uint8_t raw[isa::kErrorRecordBytes];
+    be_->read_memory(q.error_record_addr, raw, sizeof raw);
+    uint32_t magic;
+    std::memcpy(&magic, raw, sizeof magic);
+    if (magic == 0) return;  // the firmware has written no record since the queue was set up
+    auto decoded = isa::decode_error_record(raw, sizeof raw);
+    if (!decoded) {
+      logger()->warn(
+          "queue {}: the error record for seq {} is malformed ({}); the failure is "
+          "reported without the device's reason",
+          q.id, r.seq, decoded.error().reason);
+      return;
+    }
+    const isa::ErrorRecord& e = decoded.value();
+    if (e.seq != r.seq || e.index != r.index || e.error != r.error) {
+      // Firmware that writes no record for this failure: what is there is older.
+      logger()->debug("queue {}: the error record describes seq {}, not seq {}; ignored", q.id,
+                      e.seq, r.seq);
+      return;
+    }
+    c.reason = std::string(isa::error_record_text(e));
+    if (e.flags & isa::kErrorExitStatus) c.exit_status = e.exit_status;
   }
 
   // Called with q.mu held, after the failed packet's record was consumed. The queue has

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "mtia/isa/error_record.h"
+
 namespace mtia::firmware {
 namespace {
 
@@ -139,6 +141,8 @@ isa::Result<uint64_t> CommandProcessor::read_register(uint64_t offset) const {
           return static_cast<uint64_t>(queue.state);
         case reg::kQueueCompleted:
           return queue.completed;
+        case reg::kQueueErrorRecord:
+          return queue.error_record;
         default:
           break;
       }
@@ -180,18 +184,21 @@ isa::Result<bool> CommandProcessor::write_queue_register(uint32_t q, uint64_t fi
   switch (field) {
     case reg::kQueueBase:
     case reg::kQueueSize:
-    case reg::kQueueCompletion: {
+    case reg::kQueueCompletion:
+    case reg::kQueueErrorRecord: {
       if (queue.state != QueueState::kDisabled) {
         return isa::reject(
             ErrorCode::kBadQueueConfig,
-            fmt::format("queue {}: base, size and completion can only be written while the "
-                        "queue is disabled (BAR0 offset 0x{:04x}); reset the queue first",
+            fmt::format("queue {}: base, size, completion and error record can only be written "
+                        "while the queue is disabled (BAR0 offset 0x{:04x}); reset the queue "
+                        "first",
                         q, offset));
       }
-      // Checked as a whole on kQueueEnable: the three are written one at a time.
+      // Checked as a whole on kQueueEnable: they are written one at a time.
       if (field == reg::kQueueBase) queue.base = value;
       if (field == reg::kQueueSize) queue.size = value;
       if (field == reg::kQueueCompletion) queue.completion = value;
+      if (field == reg::kQueueErrorRecord) queue.error_record = value;
       return true;
     }
     case reg::kQueueTail: {
@@ -276,6 +283,20 @@ std::string CommandProcessor::queue_config_problem(const Queue& queue) const {
   if (queue.base < queue.completion + completion_bytes &&
       queue.completion < queue.base + ring_bytes) {
     return "the packet ring and the completion ring overlap";
+  }
+  if (queue.error_record != 0) {
+    const uint64_t at = queue.error_record, bytes = isa::kErrorRecordBytes;
+    if (at % isa::kErrorRecordAlign != 0) {
+      return fmt::format("error record 0x{:x} is not {}-byte aligned", at, isa::kErrorRecordAlign);
+    }
+    if (at > UINT64_MAX - bytes || !range_backed(platform_, at, bytes)) {
+      return fmt::format("error record [0x{:x}, +{}) is not inside device memory", at, bytes);
+    }
+    if ((at < queue.base + ring_bytes && queue.base < at + bytes) ||
+        (at < queue.completion + completion_bytes && queue.completion < at + bytes)) {
+      return fmt::format("error record [0x{:x}, +{}) overlaps the packet or completion ring", at,
+                         bytes);
+    }
   }
   return {};
 }
@@ -474,11 +495,11 @@ void CommandProcessor::on_launch_done(const LaunchStatus& status) {
     logger()->debug("a launch of a queue that was reset has finished; dropped");
     return;
   }
-  complete(*owner, status.error, status.arg0, status.arg1);
+  complete(*owner, status.error, status.arg0, status.arg1, status.message, status.exit_status);
 }
 
 void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0, uint64_t arg1,
-                                std::string_view detail) {
+                                std::string_view detail, std::optional<int64_t> exit_status) {
   Queue& queue = queues_[q];
   assert(queue.busy && queue.state == QueueState::kRunning);
   const bool failed = error != ErrorCode::kNone;
@@ -498,6 +519,15 @@ void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0,
   record.error_arg1 = arg1;
 
   queue.busy = false;
+  // The error record goes first: once the driver sees the failed completion, it is there.
+  if (failed && queue.error_record != 0) {
+    const isa::ErrorRecord why =
+        isa::make_error_record(record.seq, index, record.opcode, error, detail, exit_status);
+    if (!platform_.write_device(queue.error_record, &why, sizeof why)) {
+      logger()->error("queue {} packet {}: cannot write its error record at 0x{:x}", q, index,
+                      queue.error_record);
+    }
+  }
   const uint64_t record_addr =
       queue.completion + (index % queue.size) * isa::kCompletionRecordBytes;
   const bool written = platform_.write_device(record_addr, &record, sizeof(record));

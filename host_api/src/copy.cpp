@@ -120,11 +120,18 @@ void Device::Impl::return_staging(const std::shared_ptr<HostRegion>& r) {
 
 void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, const Layout& sl,
                         Stream stream, bool async) {
+  ApiCall call(*trace, async ? "copy_async" : "copy");
+  const char* what = dir == Dir::kHostToDevice   ? "host to device"
+                     : dir == Dir::kDeviceToHost ? "device to host"
+                                                 : "device to device";
+  call.set_label(std::string("copy ") + what);
   // The host side's bursts cross PCIe, the slowest link: walk it contiguously.
   const CopyPlan plan = plan_copy(
       dl, sl,
       dir == Dir::kHostToDevice ? LoopOrder::kSourceContiguous : LoopOrder::kDestinationContiguous);
   auto s = stream_state(stream);
+  call.set_detail(fmt::format("{}, {} bytes, stream {}", what, plan.elements * plan.elem_size,
+                              s->id));
   if (plan.elements == 0) return;
   const size_t elem = plan.elem_size;
   const uint64_t npieces = plan.pieces.size();
@@ -249,6 +256,8 @@ void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, c
 
 void Device::Impl::fill(DevicePtr dst, const Layout& layout, uint64_t pattern, Stream stream,
                         bool async) {
+  ApiCall call(*trace, async ? "fill_async" : "fill");
+  call.set_label("fill");
   const CopyPlan plan = plan_fill(layout);
   if (plan.elem_size < 8 && (pattern >> (8 * plan.elem_size)) != 0) {
     throw Error(ErrorKind::kInvalidArgument,
@@ -257,6 +266,8 @@ void Device::Impl::fill(DevicePtr dst, const Layout& layout, uint64_t pattern, S
                             pattern, plan.elem_size));
   }
   auto s = stream_state(stream);
+  call.set_detail(fmt::format("{} bytes at 0x{:x}, stream {}", plan.elements * plan.elem_size,
+                              dst.address(), s->id));
   if (plan.elements == 0) return;
   check_device_span(dst, plan.dst_span, plan.elem_size, "dst");
   uint64_t last_seq = 0;

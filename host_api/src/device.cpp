@@ -3,8 +3,10 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 
 #include "device_impl.h"
@@ -18,6 +20,34 @@ constexpr size_t kRememberFreed = 4096;  // freed addresses kept for error messa
 
 constexpr uint64_t round_up(uint64_t v, uint64_t a) {
   return (v + a - 1) / a * a;
+}
+
+// DeviceOptions::trace, else $MTIA_EMU_TRACE, else off.
+TraceLevel resolve_trace_level(const DeviceOptions& o) {
+  if (o.trace) return *o.trace;
+  const char* env = std::getenv("MTIA_EMU_TRACE");
+  if (env == nullptr || *env == 0) return TraceLevel::kOff;
+  if (auto level = parse_trace_level(env)) return *level;
+  throw Error(ErrorKind::kInvalidArgument,
+              fmt::format("MTIA_EMU_TRACE={} is not a trace level; use off, kernels (packets, "
+                          "copies, launches) or units (every PE unit operation too)",
+                          env));
+}
+
+// DeviceOptions::trace_max_events, else $MTIA_EMU_TRACE_MAX_EVENTS, else the default.
+uint64_t resolve_trace_max_events(const DeviceOptions& o) {
+  if (o.trace_max_events != 0) return o.trace_max_events;
+  const char* env = std::getenv("MTIA_EMU_TRACE_MAX_EVENTS");
+  if (env == nullptr || *env == 0) return kDefaultTraceMaxEvents;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(env, &end, 10);
+  if (errno != 0 || end == env || *end != 0 || n == 0 || env[0] == '-') {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("MTIA_EMU_TRACE_MAX_EVENTS={} is not a positive number of events",
+                            env));
+  }
+  return n;
 }
 
 }  // namespace
@@ -46,6 +76,9 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   bo.preset = o.preset;
   bo.overrides = o.overrides;
   bo.timing = o.timing;
+  const TraceLevel trace_level = resolve_trace_level(o);
+  bo.trace.level = static_cast<driver::TraceLevel>(trace_level);
+  bo.trace.max_events = resolve_trace_max_events(o);
   try {
     dev = driver::Device::open(o.backend, bo);
   } catch (const std::invalid_argument& e) {
@@ -55,6 +88,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
     throw Error(ErrorKind::kDeviceUnavailable,
                 fmt::format("cannot open the '{}' device: {}", o.backend, e.what()));
   }
+  trace = std::make_unique<HostTrace>(dev->backend(), trace_level);
   const driver::DeviceInfo& info = dev->info();
   props.backend = o.backend;
   props.name = info.preset_name;
@@ -196,6 +230,30 @@ void Device::write_artifacts(const std::string& dir) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("cannot write the device's artifacts to '{}': {}", dir, e.what()));
   }
+  // The summary is computed from the trace file alone, as `mtia-emu trace summarize` does.
+  const std::string path = dir + "/summary.json";
+  const std::string text = summarize_trace_file(dir + "/trace.json").to_json();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  }
+}
+
+void Device::set_trace_level(TraceLevel level) {
+  try {
+    impl_->dev->backend().set_trace_level(static_cast<driver::TraceLevel>(level));
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kDeviceUnavailable,
+                fmt::format("cannot change the trace level: {}", e.what()));
+  }
+  impl_->trace->set_level(level);
+}
+
+TraceLevel Device::trace_level() const {
+  return impl_->trace->level();
 }
 
 std::string Device::config_json() {
@@ -205,6 +263,8 @@ std::string Device::config_json() {
 // --- device memory ------------------------------------------------------------------------
 
 DevicePtr Device::malloc(uint64_t bytes) {
+  ApiCall call(*impl_->trace, "malloc");
+  call.set_detail(fmt::format("{} bytes", bytes));
   if (bytes == 0) {
     throw Error(ErrorKind::kInvalidArgument,
                 "malloc(0): cannot allocate 0 bytes of device memory; skip the allocation for "
@@ -230,6 +290,8 @@ DevicePtr Device::malloc(uint64_t bytes) {
 
 void Device::free(DevicePtr ptr) {
   Impl& d = *impl_;
+  ApiCall call(*d.trace, "free");
+  call.set_detail(fmt::format("0x{:x}", ptr.address()));
   const uint64_t addr = ptr.address();
   {
     std::lock_guard lock(d.mu);

@@ -24,6 +24,7 @@
 #include "mtia/device.h"
 #include "mtia/driver/device.h"
 #include "mtia/error.h"
+#include "host_trace.h"
 
 namespace mtia {
 
@@ -123,6 +124,7 @@ struct Device::Impl {
   DeviceOptions options;
   DeviceProperties props;
   std::unique_ptr<driver::Device> dev;
+  std::unique_ptr<HostTrace> trace;  // host API calls for the device's trace (host_trace.h)
   uint32_t repair_queue = 0;      // queue for fence repairs (never carries user work)
   uint32_t first_user_queue = 0;  // created streams use [first_user_queue, last_user_queue]
   uint32_t last_user_queue = 0;

@@ -10,6 +10,7 @@
 
 #include "device_impl.h"
 #include "mtia/isa/address_map.h"
+#include "mtia/isa/error_record.h"
 #include "mtia/isa/pe/kernel_meta.h"
 #include "mtia/kernel.h"
 
@@ -120,6 +121,8 @@ KernelModule Device::load_module(const std::string& path) {
 }
 
 KernelModule Device::load_module(const void* elf, size_t bytes) {
+  ApiCall call(*impl_->trace, "load_module");
+  call.set_detail(fmt::format("{} bytes", bytes));
   const auto* p = static_cast<const uint8_t*>(elf);
   if (bytes < 64 ||
       std::memcmp(p,
@@ -190,6 +193,10 @@ KernelModule Device::load_module(const void* elf, size_t bytes) {
 void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& args, Stream stream,
                     uint64_t watchdog_cycles) {
   Impl& d = *impl_;
+  ApiCall call(*d.trace, "launch");
+  call.set_label(kernel.name);  // names the launch in the trace and its summary
+  call.set_detail(fmt::format("{} on {}x{} PEs, stream {}", kernel.name, grid.rows, grid.cols,
+                              stream.id));
   const DeviceProperties& props = d.props;
   const std::string what = "launch of " + kernel.describe();
   if (grid.rows < 1 || grid.cols < 1 || grid.rows > props.pe_rows || grid.cols > props.pe_cols) {
@@ -271,18 +278,30 @@ void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& arg
     const bool kernel_error =
         c.error == isa::ErrorCode::kKernelFault || c.error == isa::ErrorCode::kWatchdog;
     if (!kernel_error && c.error != isa::ErrorCode::kBadKernelImage) return;
-    // Say which kernel, PE and pc; the device log has the fault's full reason.
-    std::string detail =
-        kernel_error ? fmt::format(
-                           "kernel '{}' on a {}x{} grid failed: {} on PE {} at pc 0x{:x} (the "
-                           "device log \"sim.pe\" has the reason)",
-                           name, grid.rows, grid.cols, isa::error_code_name(c.error), c.error_arg1,
-                           c.error_arg0)
-                     : fmt::format("kernel '{}': the device rejected the image at 0x{:x} ({})",
-                                   name, c.error_arg0, c.message);
+    // Name the kernel, the PE, the pc and why. The device's reason (its error record) names
+    // the PE's row and column and the fault; an exit status is named after the library ABI.
+    const std::string head =
+        fmt::format("kernel '{}' on a {}x{} grid failed: ", name, grid.rows, grid.cols);
+    std::string error;
+    if (kernel_error && c.exit_status) {
+      const char* status = isa::kernel_status_name(*c.exit_status);
+      error = head + fmt::format("PE {} (row {}, col {}) returned status {} ({}) at pc 0x{:x}",
+                                 c.error_arg1, c.error_arg1 / grid.cols, c.error_arg1 % grid.cols,
+                                 *c.exit_status,
+                                 status != nullptr ? status : "not a kernel library status",
+                                 c.error_arg0);
+    } else if (kernel_error && !c.reason.empty()) {
+      error = head + c.reason;
+    } else if (kernel_error) {
+      error = head + fmt::format("{} on PE {} at pc 0x{:x} (the device gave no reason)",
+                                 isa::error_code_name(c.error), c.error_arg1, c.error_arg0);
+    } else {
+      error = fmt::format("kernel '{}': the device rejected the image at 0x{:x}; {}", name,
+                          c.error_arg0, c.message);
+    }
     if (auto st = weak.lock()) {
       std::lock_guard lock(d.mu);
-      if (st->has_error && st->error == c.message) st->error = detail + "; " + c.message;
+      if (st->has_error && st->error == c.message) st->error = std::move(error);
     }
   });
 }

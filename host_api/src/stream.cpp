@@ -67,6 +67,7 @@ uint64_t Device::Impl::submit(const std::shared_ptr<StreamState>& s, const isa::
     throw Error(ErrorKind::kDeviceUnavailable,
                 fmt::format("cannot submit to hardware queue {}: {}", s->queue, e.what()));
   }
+  ApiCall::submitted(*trace, s->queue, seq);
   std::lock_guard lock(mu);
   s->last_seq = std::max(s->last_seq, seq);
   return seq;
@@ -75,7 +76,8 @@ uint64_t Device::Impl::submit(const std::shared_ptr<StreamState>& s, const isa::
 void Device::Impl::wait_seq(const StreamState& s, uint64_t seq) {
   if (seq == 0) return;
   try {
-    dev->wait(s.queue, seq);  // returns after the packet's callback has run
+    const driver::Completion c = dev->wait(s.queue, seq);  // after the packet's callback ran
+    trace->observed(c.end_ps);  // the host clock of the trace (host_trace.h)
   } catch (const std::exception& e) {
     throw Error(ErrorKind::kDeviceUnavailable,
                 fmt::format("waiting for hardware queue {} failed: {}", s.queue, e.what()));
@@ -118,6 +120,7 @@ Stream Device::create_stream() {
 
 void Device::destroy_stream(Stream stream) {
   Impl& d = *impl_;
+  ApiCall call(*d.trace, "destroy_stream");
   if (stream.is_default()) {
     throw Error(ErrorKind::kInvalidHandle, "the default stream (stream 0) cannot be destroyed");
   }
@@ -138,20 +141,25 @@ void Device::destroy_stream(Stream stream) {
 
 bool Device::query(Stream stream) {
   Impl& d = *impl_;
+  ApiCall call(*d.trace, "query");
   auto s = d.stream_state(stream);
+  call.set_detail(fmt::format("stream {}", s->id));
   uint64_t last;
   {
     std::lock_guard lock(d.mu);
     last = s->last_seq;
   }
   if (last != 0 && !d.dev->is_done(s->queue, last)) return false;
+  if (last != 0 && call.active()) d.trace->observed(d.dev->wait(s->queue, last).end_ps);
   d.throw_pending(*s);
   return true;
 }
 
 void Device::synchronize(Stream stream) {
   Impl& d = *impl_;
+  ApiCall call(*d.trace, "synchronize");
   auto s = d.stream_state(stream);
+  call.set_detail(fmt::format("stream {}", s->id));
   d.drain_stream(s);
   d.throw_pending(*s);
 }
@@ -162,6 +170,8 @@ uint32_t Device::hardware_queue(Stream stream) const {
 
 void Device::synchronize() {
   Impl& d = *impl_;
+  ApiCall call(*d.trace, "synchronize");
+  call.set_detail("every stream");
   std::vector<std::shared_ptr<StreamState>> all;
   {
     std::lock_guard lock(d.mu);
@@ -184,8 +194,10 @@ void Device::synchronize() {
 
 void Device::wait_event(Stream stream, Event event) {
   Impl& d = *impl_;
+  ApiCall call(*d.trace, "wait_event");
   auto s = d.stream_state(stream);
   auto ev = d.event_state(event);
+  call.set_detail(fmt::format("stream {} waits for event {}", s->id, ev->id));
   isa::WaitPacket w{};
   {
     std::lock_guard lock(d.mu);
@@ -245,6 +257,7 @@ Event Device::create_event() {
 
 void Device::destroy_event(Event event) {
   Impl& d = *impl_;
+  ApiCall call(*d.trace, "destroy_event");
   auto ev = d.event_state(event);
   std::unique_lock lock(d.mu);
   if (d.events.erase(event.id) == 0) {
@@ -287,8 +300,10 @@ void Device::Impl::repair_fence(std::shared_ptr<EventState> ev, uint64_t value,
 }
 
 void Device::Impl::record(Event event, Stream stream) {
+  ApiCall call(*trace, "record");
   auto s = stream_state(stream);
   auto ev = event_state(event);
+  call.set_detail(fmt::format("event {} on stream {}", ev->id, s->id));
   std::unique_lock lock(mu);
   // Fence values must only grow. A new record on another queue could overtake the pending
   // one and be overwritten by it, so wait for the pending one first (rare in practice).
@@ -327,16 +342,30 @@ void Device::record(Event event, Stream stream) {
 
 bool Device::query(Event event) {
   Impl& d = *impl_;
+  ApiCall call(*d.trace, "query");
   auto ev = d.event_state(event);
-  std::lock_guard lock(d.mu);
-  return ev->done_value >= ev->value;
+  call.set_detail(fmt::format("event {}", ev->id));
+  uint64_t time_ps = 0;
+  {
+    std::lock_guard lock(d.mu);
+    if (ev->done_value < ev->value) return false;
+    time_ps = ev->time_ps;
+  }
+  d.trace->observed(time_ps);
+  return true;
 }
 
 void Device::synchronize(Event event) {
   Impl& d = *impl_;
+  ApiCall call(*d.trace, "synchronize");
   auto ev = d.event_state(event);
+  call.set_detail(fmt::format("event {}", ev->id));
   std::unique_lock lock(d.mu);
   d.cv.wait(lock, [&] { return ev->done_value >= ev->value; });
+  const uint64_t time_ps = ev->time_ps;
+  lock.unlock();
+  d.trace->observed(time_ps);
+  lock.lock();
   if (ev->failed) {
     throw Error(ErrorKind::kDeviceFault,
                 fmt::format("event {} recorded on stream {} did not complete normally: {}", ev->id,

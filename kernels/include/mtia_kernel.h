@@ -55,6 +55,8 @@ MTIA_DEFINE_INFO_(mtia_args_ptr, MTIA_PE_INFO_ARGS_PTR)
 MTIA_DEFINE_INFO_(mtia_args_bytes, MTIA_PE_INFO_ARGS_BYTES)
 MTIA_DEFINE_INFO_(mtia_ls_base, MTIA_PE_INFO_LS_BASE)
 MTIA_DEFINE_INFO_(mtia_ls_bytes, MTIA_PE_INFO_LS_BYTES)
+MTIA_DEFINE_INFO_(mtia_sram_base, MTIA_PE_INFO_SRAM_BASE)
+MTIA_DEFINE_INFO_(mtia_sram_bytes, MTIA_PE_INFO_SRAM_BYTES)
 #undef MTIA_DEFINE_INFO_
 
 /* The counters change on every read, so these are volatile. */

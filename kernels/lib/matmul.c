@@ -11,10 +11,16 @@
  * linear layer) are loaded as they lie and multiplied with the DPE's TRANS_A / TRANS_B flags,
  * so the DMA moves contiguous runs; any other layout is gathered by the DMA.
  *
+ * A large product whose operands fit the on-chip SRAM is staged there first (see "SRAM
+ * staging" below), so that A and B cross LPDDR once instead of once per tile row / column.
+ *
  * dtypes: in fp32 -> out fp32; fp16 / bf16 -> out the same or fp32; int8 -> out int32.
  * Accumulation is fp32 (int32 for int8); the result is rounded to the output dtype once. */
 #include "klib.h"
 #include "ksig.h"
+
+/* Staged chunks whose copies run ahead of the one the PEs need next. */
+#define MM_STAGE_AHEAD 8
 
 typedef struct mmjob {
   uint8_t in_dt, out_dt, acc_dt;
@@ -33,10 +39,22 @@ typedef struct mmjob {
   void* S[2]; /* output staging when the output dtype is not the accumulator's */
   void* bias_raw;
   void* bias_f;
+  /* SRAM staging (staged != 0): operand copies, block rounds and the panels every PE has
+   * finished copying. */
+  int staged;
+  uint64_t sram_a, sram_b;   /* device addresses of the staged A and B */
+  uint64_t gr, gc, row, col; /* launch grid and this PE's place in it */
+  uint64_t nbi, nbj;         /* block rows and columns of tiles (gr x gc tiles a block) */
+  uint64_t my_nbi, my_nbj;   /* blocks in which this PE has a tile */
+  uint64_t chunks;           /* staged (round, panel) chunks, in order */
+  uint64_t synced;           /* chunks every PE has finished (barriers passed) */
+  uint64_t issued;           /* chunks whose own share this PE has issued */
+  mtia_tag_t share[MM_STAGE_AHEAD + 1][2]; /* own DMA tags of chunks issued..synced, a ring */
 } mmjob;
 
 typedef struct mmtile {
   uint64_t bi, i0, j0, mlen, nlen;
+  uint64_t rbi, rbj; /* staged: the block round (block row, block column) */
 } mmtile;
 
 static void mm_tile(const mmjob* j, uint64_t t, mmtile* o) {
@@ -60,8 +78,9 @@ static uint64_t mm_need(const mmjob* j, uint64_t tm, uint64_t tn, uint64_t tk) {
 }
 
 static int mm_plan(mmjob* j) {
-  static const uint16_t cand[][3] = {{128, 128, 64}, {128, 128, 32}, {128, 64, 32}, {64, 64, 64},
-                                     {64, 64, 32},   {32, 32, 32},   {16, 16, 16},  {8, 8, 8}};
+  static const uint16_t cand[][3] = {{128, 128, 96}, {128, 128, 64}, {128, 128, 32},
+                                     {128, 64, 32},  {64, 64, 64},   {64, 64, 32},
+                                     {32, 32, 32},   {16, 16, 16},   {8, 8, 8}};
   karena a;
   karena_init(&a);
   const uint64_t left = karena_left(&a);
@@ -108,11 +127,159 @@ static int mm_plan(mmjob* j) {
   return MTIA_KSTATUS_OK;
 }
 
+/* ---- SRAM staging ----------------------------------------------------------------------------
+ * Tiles are dealt in block rounds: round (bi, bj) gives launch PE (r, c) the tile
+ * (bi * gr + r, bj * gc + c), so one round needs gr tile rows of A and gc tile columns of B.
+ * The first round of block row bi brings A's rows for it, the rounds of block row 0 bring B's
+ * columns: "data rounds" d = 0 .. nbj-1 are (0, d), d = nbj .. are (d - nbj + 1, 0). Each data
+ * round is copied k-panel by k-panel (tk columns of A, tk rows of B); chunk d * nk + p is data
+ * round d's panel p, and every PE copies a share of it (a slice of its outer dimension).
+ * Before a PE loads a tile from a panel, every PE must have finished its share of that chunk:
+ * each PE waits for its own copies and meets the others at a barrier, once per chunk, in chunk
+ * order, so all PEs pass the same barriers. Copies are issued MM_STAGE_AHEAD chunks ahead.
+ *
+ * Staged layouts (A rows m, B columns n, panel p of klen = min(tk, k - p * tk)):
+ *   A, not transposed: panel p at sram_a + p * m * tk, row i at + i * klen (rows of klen)
+ *   A, transposed:     panel p at sram_a + p * m * tk, k row kk at + kk * m (runs along m)
+ *   B, not transposed: panel p at sram_b + p * tk * n, k row kk at + kk * n
+ *   B, transposed:     panel p at sram_b + p * tk * n, column j at + j * klen
+ * (in elements), so every tile load from SRAM is a few long contiguous runs. */
+
+static uint64_t mm_klen(const mmjob* j, uint64_t p) {
+  return KMIN(j->tk, j->k - p * j->tk);
+}
+
+/* Issues this PE's share of the copy [lo, hi) of the outer dimension of a 2-D box. */
+static mtia_tag_t mm_share(const mmjob* j, uint64_t dst, const int64_t* dst_st, uint64_t src,
+                           const int64_t* src_st, uint64_t outer, uint64_t inner) {
+  const uint64_t pes = j->gr * j->gc, me = j->row * j->gc + j->col;
+  const uint64_t lo = outer * me / pes, hi = outer * (me + 1) / pes;
+  if (hi <= lo) return 0;
+  const uint64_t sizes[2] = {hi - lo, inner};
+  return kdma(dst + lo * (uint64_t)dst_st[0], MTIA_PE_SPACE_DEVICE, dst_st,
+              src + lo * (uint64_t)src_st[0], MTIA_PE_SPACE_DEVICE, src_st, sizes, 2, j->ies);
+}
+
+/* Issues this PE's shares of chunk c: A rows and/or B columns of data round d, panel p. */
+static void mm_stage_issue(mmjob* j, uint64_t c) {
+  const uint64_t d = c / j->nk, p = c % j->nk;
+  const uint64_t k0 = p * j->tk, klen = mm_klen(j, p);
+  const int64_t es = (int64_t)j->ies;
+  mtia_tag_t* tags = j->share[c % (MM_STAGE_AHEAD + 1)];
+  tags[0] = tags[1] = 0;
+  if (d == 0 || d >= j->nbj) { /* A rows of block row bi */
+    const uint64_t bi = d == 0 ? 0 : d - j->nbj + 1;
+    const uint64_t i0 = bi * j->gr * j->tm, rows = KMIN(j->gr * j->tm, j->m - i0);
+    const uint64_t src = j->a + (i0 * (uint64_t)j->sa[1] + k0 * (uint64_t)j->sa[2]) * j->ies;
+    const uint64_t panel = j->sram_a + p * j->m * j->tk * j->ies;
+    if (j->trans_a) {
+      const int64_t ss[2] = {j->sa[2] * es, j->sa[1] * es}, ds[2] = {(int64_t)j->m * es, es};
+      tags[0] = mm_share(j, panel + i0 * j->ies, ds, src, ss, klen, rows);
+    } else {
+      const int64_t ss[2] = {j->sa[1] * es, j->sa[2] * es}, ds[2] = {(int64_t)klen * es, es};
+      tags[0] = mm_share(j, panel + i0 * klen * j->ies, ds, src, ss, rows, klen);
+    }
+  }
+  if (d < j->nbj) { /* B columns of block column bj = d */
+    const uint64_t j0 = d * j->gc * j->tn, cols = KMIN(j->gc * j->tn, j->n - j0);
+    const uint64_t src = j->b + (k0 * (uint64_t)j->sb[1] + j0 * (uint64_t)j->sb[2]) * j->ies;
+    const uint64_t panel = j->sram_b + p * j->tk * j->n * j->ies;
+    if (j->trans_b) {
+      const int64_t ss[2] = {j->sb[2] * es, j->sb[1] * es}, ds[2] = {(int64_t)klen * es, es};
+      tags[1] = mm_share(j, panel + j0 * klen * j->ies, ds, src, ss, cols, klen);
+    } else {
+      const int64_t ss[2] = {j->sb[1] * es, j->sb[2] * es}, ds[2] = {(int64_t)j->n * es, es};
+      tags[1] = mm_share(j, panel + j0 * j->ies, ds, src, ss, klen, cols);
+    }
+  }
+}
+
+/* Returns once chunks [0, need) are in the SRAM on every PE's behalf. */
+static void mm_stage_sync(mmjob* j, uint64_t need) {
+  need = KMIN(need, j->chunks);
+  while (j->synced < need) {
+    const uint64_t c = j->synced;
+    for (; j->issued < KMIN(j->chunks, c + MM_STAGE_AHEAD + 1); ++j->issued) {
+      mm_stage_issue(j, j->issued);
+    }
+    const mtia_tag_t* tags = j->share[c % (MM_STAGE_AHEAD + 1)];
+    mtia_wait(tags[0]);
+    mtia_wait(tags[1]);
+    mtia_barrier();
+    ++j->synced;
+  }
+}
+
+/* Chunks that must be staged before panel p of tile t can be loaded. */
+static uint64_t mm_stage_need(const mmjob* j, const mmtile* t, uint64_t p) {
+  const uint64_t da = t->rbi == 0 ? 0 : j->nbj + t->rbi - 1; /* the round that brought A */
+  const uint64_t db = t->rbj;                                /* ... and B */
+  return KMAX(da, db) * j->nk + p + 1;
+}
+
+/* Chooses staging for one large product whose operands fit the SRAM. */
+static void mm_stage_plan(mmjob* j) {
+  const uint64_t pes = mtia_num_pes();
+  const uint64_t bytes = (j->m + j->n) * j->nk * j->tk * j->ies;
+  if (j->batch != 1 || pes < 2 || j->k == 0 || j->ntm * j->ntn < 2 || bytes > mtia_sram_bytes()) {
+    return;
+  }
+  j->staged = 1;
+  j->sram_a = mtia_sram_base();
+  j->sram_b = j->sram_a + j->m * j->nk * j->tk * j->ies;
+  j->gr = mtia_grid_rows();
+  j->gc = mtia_grid_cols();
+  j->row = mtia_pe_row();
+  j->col = mtia_pe_col();
+  j->nbi = kceil_div(j->ntm, j->gr);
+  j->nbj = kceil_div(j->ntn, j->gc);
+  j->my_nbi = j->ntm > j->row ? kceil_div(j->ntm - j->row, j->gr) : 0;
+  j->my_nbj = j->ntn > j->col ? kceil_div(j->ntn - j->col, j->gc) : 0;
+  j->chunks = (j->nbj + j->nbi - 1) * j->nk;
+}
+
+/* This PE's q-th tile, and how many it has. */
+static uint64_t mm_my_tiles(const mmjob* j) {
+  if (j->staged) return j->my_nbi * j->my_nbj;
+  const uint64_t pe = mtia_pe_id(), pes = mtia_num_pes();
+  return j->ntiles > pe ? kceil_div(j->ntiles - pe, pes) : 0;
+}
+static void mm_my_tile(const mmjob* j, uint64_t q, mmtile* o) {
+  if (!j->staged) {
+    mm_tile(j, mtia_pe_id() + q * mtia_num_pes(), o);
+    return;
+  }
+  o->rbi = q / j->my_nbj;
+  o->rbj = q % j->my_nbj;
+  o->bi = 0;
+  o->i0 = (o->rbi * j->gr + j->row) * j->tm;
+  o->j0 = (o->rbj * j->gc + j->col) * j->tn;
+  o->mlen = KMIN(j->tm, j->m - o->i0);
+  o->nlen = KMIN(j->tn, j->n - o->j0);
+}
+
 /* Issues the DMA of the A and B tiles of k-step kk of tile t into buffer set s. */
-static void mm_load(const mmjob* j, const mmtile* t, uint64_t kk, int s, mtia_tag_t* la,
-                    mtia_tag_t* lb) {
+static void mm_load(mmjob* j, const mmtile* t, uint64_t kk, int s, mtia_tag_t* la, mtia_tag_t* lb) {
   const uint64_t k0 = kk * j->tk;
   const uint64_t klen = KMIN(j->tk, j->k - k0);
+  if (j->staged) {
+    const uint64_t need = mm_stage_need(j, t, kk);
+    mm_stage_sync(j, need);
+    const uint64_t pa = j->sram_a + kk * j->m * j->tk * j->ies;
+    const uint64_t pb = j->sram_b + kk * j->tk * j->n * j->ies;
+    *la = j->trans_a
+              ? ktile_in(j->A[s], pa + t->i0 * j->ies, (int64_t)j->m, 1, klen, t->mlen, j->ies)
+              : ktile_in(j->A[s], pa + t->i0 * klen * j->ies, (int64_t)klen, 1, t->mlen, klen,
+                         j->ies);
+    *lb =
+        j->trans_b
+            ? ktile_in(j->B[s], pb + t->j0 * klen * j->ies, (int64_t)klen, 1, t->nlen, klen, j->ies)
+            : ktile_in(j->B[s], pb + t->j0 * j->ies, (int64_t)j->n, 1, klen, t->nlen, j->ies);
+    /* Meet the others for the next chunk now, while these loads and the DPE run: a barrier
+     * just before a load would make every PE's loads start together and queue on the SRAM. */
+    mm_stage_sync(j, need + 1);
+    return;
+  }
   const uint64_t a0 = j->a + (t->bi * j->sa[0] + t->i0 * j->sa[1] + k0 * j->sa[2]) * j->ies;
   const uint64_t b0 = j->b + (t->bi * j->sb[0] + k0 * j->sb[1] + t->j0 * j->sb[2]) * j->ies;
   *la = j->trans_a ? ktile_in(j->A[s], a0, j->sa[2], j->sa[1], klen, t->mlen, j->ies)
@@ -160,15 +327,15 @@ static int mm_run(mmjob* j) {
   const int s = mm_plan(j);
   if (s != MTIA_KSTATUS_OK) return s;
 
-  const uint64_t pe = mtia_pe_id(), pes = mtia_num_pes();
-  const uint64_t mine = j->ntiles > pe ? kceil_div(j->ntiles - pe, pes) : 0;
+  mm_stage_plan(j);
+  const uint64_t mine = mm_my_tiles(j);
   mtia_tag_t st[2] = {0, 0};
   mtia_tag_t bias_tag = 0;
   if (j->k == 0) {
     /* An empty product: the output is alpha * 0 + beta * bias. */
     for (uint64_t q = 0; q < mine; ++q) {
       mmtile t;
-      mm_tile(j, pe + q * pes, &t);
+      mm_my_tile(j, q, &t);
       const int cs = (int)(q & 1);
       mtia_wait(st[cs]);
       kse_fill(j->acc_dt, j->C[cs], 0, (uint32_t)(t.mlen * t.nlen));
@@ -183,19 +350,12 @@ static int mm_run(mmjob* j) {
   mtia_tag_t la[2] = {0, 0}, lb[2] = {0, 0}, dpe[2] = {0, 0};
   mmtile tiles[2]; /* the tile of the step in each buffer set */
   if (steps > 0) {
-    mm_tile(j, pe, &tiles[0]);
+    mm_my_tile(j, 0, &tiles[0]);
     mm_load(j, &tiles[0], 0, 0, &la[0], &lb[0]);
   }
   for (uint64_t s = 0; s < steps; ++s) {
     const int cur = (int)(s & 1), nxt = cur ^ 1;
     const uint64_t q = s / j->nk, kk = s % j->nk;
-    if (s + 1 < steps) {
-      /* Buffer set nxt was read by the DPE at step s-1: wait for it, then refill. */
-      mtia_wait(dpe[nxt]);
-      const uint64_t q1 = (s + 1) / j->nk;
-      mm_tile(j, pe + q1 * pes, &tiles[nxt]);
-      mm_load(j, &tiles[nxt], (s + 1) % j->nk, nxt, &la[nxt], &lb[nxt]);
-    }
     const mmtile* t = &tiles[cur];
     const int cs = (int)(q & 1);
     if (kk == 0) {
@@ -204,6 +364,8 @@ static int mm_run(mmjob* j) {
     }
     mtia_wait(la[cur]);
     mtia_wait(lb[cur]);
+    /* Queue step s behind step s-1 on the DPE before anything can block, so that the DPE
+     * goes from one step to the next without a gap. */
     const uint64_t klen = KMIN(j->tk, j->k - kk * j->tk);
     uint16_t flags = kk > 0 ? MTIA_PE_MM_ACCUMULATE : 0;
     if (j->trans_a) flags |= MTIA_PE_MM_TRANS_A;
@@ -212,11 +374,18 @@ static int mm_run(mmjob* j) {
                            (uint32_t)(j->trans_a ? t->mlen : klen), j->B[cur],
                            (uint32_t)(j->trans_b ? klen : t->nlen), (uint32_t)t->mlen,
                            (uint32_t)t->nlen, (uint32_t)klen);
+    if (s + 1 < steps) {
+      /* Buffer set nxt was read by the DPE at step s-1: wait for it, then refill. */
+      mtia_wait(dpe[nxt]);
+      mm_my_tile(j, (s + 1) / j->nk, &tiles[nxt]);
+      mm_load(j, &tiles[nxt], (s + 1) % j->nk, nxt, &la[nxt], &lb[nxt]);
+    }
     if (kk == j->nk - 1) {
       mtia_wait(dpe[cur]);
       st[cs] = mm_epilogue(j, t, cs, bias_tag);
     }
   }
+  if (j->staged) mm_stage_sync(j, j->chunks); /* meet the others at every remaining barrier */
   mtia_wait_all();
   return MTIA_KSTATUS_OK;
 }

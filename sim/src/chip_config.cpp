@@ -51,10 +51,40 @@ const std::vector<Field>& fields() {
       {{"clock_hz", "Hz", "PE and firmware clock"}, &ChipConfig::clock_hz},
       {{"local_store_bytes", "bytes", "local store per PE, at most 1 MiB (its address window)"},
        &ChipConfig::local_store_bytes},
+      {{"local_store_bandwidth_GBps", "GB/s",
+        "a PE's local-store port (10^9 bytes/s): the most a DMA into or out of one PE's local "
+        "store moves; private to the PE"},
+       &ChipConfig::local_store_bandwidth_GBps},
+      {{"dpe_int8_macs_per_cycle", "MAC/cycle", "DPE int8 multiply-accumulates per cycle per PE"},
+       &ChipConfig::dpe_int8_macs_per_cycle},
+      {{"dpe_fp16_macs_per_cycle", "MAC/cycle",
+        "DPE fp16 and bf16 multiply-accumulates per cycle per PE"},
+       &ChipConfig::dpe_fp16_macs_per_cycle},
+      {{"dpe_fp32_macs_per_cycle", "MAC/cycle", "DPE fp32 multiply-accumulates per cycle per PE"},
+       &ChipConfig::dpe_fp32_macs_per_cycle},
+      {{"dpe_issue_cycles", "cycles", "DPE fixed cost per matmul (decode, array fill and drain)"},
+       &ChipConfig::dpe_issue_cycles},
+      {{"se_vector_bytes", "bytes", "SE vector width: bytes of elements processed per cycle"},
+       &ChipConfig::se_vector_bytes},
+      {{"se_simple_cycles", "cycles",
+        "SE cycles per vector: arithmetic, compare, logic, select, clamp, cast"},
+       &ChipConfig::se_simple_cycles},
+      {{"se_divide_cycles", "cycles", "SE cycles per vector: div, sqrt, rsqrt"},
+       &ChipConfig::se_divide_cycles},
+      {{"se_transcendental_cycles", "cycles",
+        "SE cycles per vector: exp, log, tanh, erf, sigmoid, silu"},
+       &ChipConfig::se_transcendental_cycles},
+      {{"se_issue_cycles", "cycles", "SE fixed cost per operation"}, &ChipConfig::se_issue_cycles},
+      {{"re_elements_per_cycle", "elements/cycle", "RE input elements consumed per cycle"},
+       &ChipConfig::re_elements_per_cycle},
+      {{"re_issue_cycles", "cycles", "RE fixed cost per operation"}, &ChipConfig::re_issue_cycles},
+      {{"mlu_bytes_per_cycle", "bytes/cycle", "MLU bytes moved per cycle (copy and transpose)"},
+       &ChipConfig::mlu_bytes_per_cycle},
+      {{"mlu_issue_cycles", "cycles", "MLU fixed cost per operation"},
+       &ChipConfig::mlu_issue_cycles},
       {{"sram_bytes", "bytes", "on-chip SRAM shared by the PEs"}, &ChipConfig::sram_bytes},
       {{"sram_bandwidth_GBps", "GB/s",
-        "on-chip SRAM bandwidth (10^9 bytes/s), shared by every DMA engine; local stores use it "
-        "too"},
+        "on-chip SRAM bandwidth (10^9 bytes/s), shared by every DMA engine and every PE"},
        &ChipConfig::sram_bandwidth_GBps},
       {{"sram_latency_ns", "ns", "SRAM access latency added once per DMA job"},
        &ChipConfig::sram_latency_ns},
@@ -364,6 +394,7 @@ void validate(const ChipConfig& c) {
   }
   // Bandwidths are used at 1 MB/s resolution (see memory_system.h), so 0.001 GB/s is the floor.
   const std::pair<const char*, double> bandwidths[] = {
+      {"local_store_bandwidth_GBps", c.local_store_bandwidth_GBps},
       {"sram_bandwidth_GBps", c.sram_bandwidth_GBps},
       {"dram_bandwidth_GBps", c.dram_bandwidth_GBps},
       {"pcie_h2d_bandwidth_GBps", c.pcie_h2d_bandwidth_GBps},
@@ -397,6 +428,24 @@ void validate(const ChipConfig& c) {
     if (!is_power_of_two(v) || v > 65536) {
       fail(std::string(key) + " is " + std::to_string(v) +
            "; must be a power of two from 1 to 65536");
+    }
+  }
+  // Unit rates divide work; fixed costs may be 0.
+  const std::pair<const char*, uint32_t> rates[] = {
+      {"dpe_int8_macs_per_cycle", c.dpe_int8_macs_per_cycle},
+      {"dpe_fp16_macs_per_cycle", c.dpe_fp16_macs_per_cycle},
+      {"dpe_fp32_macs_per_cycle", c.dpe_fp32_macs_per_cycle},
+      {"se_vector_bytes", c.se_vector_bytes},
+      {"se_simple_cycles", c.se_simple_cycles},
+      {"se_divide_cycles", c.se_divide_cycles},
+      {"se_transcendental_cycles", c.se_transcendental_cycles},
+      {"re_elements_per_cycle", c.re_elements_per_cycle},
+      {"mlu_bytes_per_cycle", c.mlu_bytes_per_cycle},
+  };
+  for (const auto& [key, v] : rates) {
+    if (v < 1 || v > (1u << 20)) {
+      fail(std::string(key) + " is " + std::to_string(v) + "; must be 1.." +
+           std::to_string(1u << 20));
     }
   }
   if (c.dma_engines < 1 || c.dma_engines > 64) {

@@ -127,7 +127,8 @@ void Device::Impl::run_on_sim(const std::function<void()>& fn, const char* what)
   if (!done) throw std::runtime_error(std::string(what) + ": " + done.error().reason);
 }
 
-Device::Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt) {
+Device::Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt,
+               TraceOptions trace) {
   validate(config);
   bool expected = false;
   if (!g_device_alive.compare_exchange_strong(expected, true)) {
@@ -142,8 +143,8 @@ Device::Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandl
     s.config = config;
     s.memory = std::make_unique<MemorySystem>(config, host_memory);
     s.on_interrupt = std::move(on_interrupt);
-    s.tracer = std::make_unique<detail::Tracer>("mtia-emu device 0 (" + config.name + ")",
-                                                config.num_queues, config.dma_engines);
+    s.tracer =
+        std::make_unique<detail::Tracer>("mtia-emu device 0 (" + config.name + ")", config, trace);
     std::promise<void> started;
     auto ready = started.get_future();
     Impl* impl = impl_.get();
@@ -219,7 +220,7 @@ void Device::write_artifacts(const std::string& dir) {
   Impl* impl = impl_.get();
   impl_->run_on_sim(
       [impl, &trace, &stats] {
-        trace = impl->shared.tracer->json();
+        trace = impl->shared.tracer->json(sc_core::sc_time_stamp().value());
         stats = impl->model->stats_json();
       },
       "cannot snapshot the device for write_artifacts");
@@ -230,6 +231,27 @@ void Device::write_artifacts(const std::string& dir) {
   write_file(base / "trace.json", trace);
   write_file(base / "stats.json", stats);
   write_file(base / "config.json", to_json(impl_->shared.config));
+  const detail::Tracer& tracer = *impl_->shared.tracer;
+  if (tracer.dropped() > 0) {
+    detail::logger("sim.trace")
+        ->warn("{}/trace.json: {} events dropped at the limit of {} events ({} of them unit "
+               "operations); see otherData in the trace",
+               dir, tracer.dropped(), tracer.max_events(), tracer.dropped_detail());
+  }
+}
+
+void Device::set_trace_level(TraceLevel level) {
+  Impl* impl = impl_.get();
+  impl_->run_on_sim([impl, level] { impl->shared.tracer->set_level(level); },
+                    "cannot change the trace level");
+}
+
+TraceLevel Device::trace_level() const {
+  return impl_->shared.tracer->level();
+}
+
+void Device::trace_host_call(HostCall call) {
+  impl_->shared.tracer->host_call(std::move(call));
 }
 
 std::string Device::stats_json() {

@@ -358,7 +358,8 @@ MemorySystem::MemorySystem(const ChipConfig& config, HostMemory& host)
     : device_(config),
       host_(host),
       timing_(config.timing),
-      setup_ps_(config.timing ? ns_to_ps(config.dma_setup_ns) : 0) {
+      setup_ps_(config.timing ? ns_to_ps(config.dma_setup_ns) : 0),
+      local_store_MBps_(gbps_to_mbps(config.local_store_bandwidth_GBps)) {
   auto set = [&](Resource r, double gbps, double latency_ns, uint32_t burst) {
     params_[static_cast<int>(r)] = {gbps_to_mbps(gbps), timing_ ? ns_to_ps(latency_ns) : 0, burst};
   };
@@ -412,6 +413,10 @@ bool MemorySystem::check_side(const uint64_t* sizes, int ndims, uint32_t elem,
 }
 
 void MemorySystem::charge(DmaPlan& plan, const SideInfo& side, bool is_source) {
+  if (!side.host && side.memory == MemoryKind::kLocalStore) {
+    plan.local_store_bytes += plan.payload_bytes;  // the PE's own port: no shared timeline
+    return;
+  }
   Resource r;
   if (side.host) {
     r = is_source ? Resource::kPcieH2D : Resource::kPcieD2H;
@@ -427,24 +432,31 @@ void MemorySystem::charge(DmaPlan& plan, const SideInfo& side, bool is_source) {
 
 void MemorySystem::schedule(DmaPlan& plan, uint64_t now_ps) {
   plan.ready_ps = now_ps + setup_ps_;
-  uint64_t start = plan.ready_ps;
-  uint64_t longest = 0;
+  // Each resource on the path is its own FIFO: the job takes its turn on each independently
+  // and ends when the last of them has moved its bytes. (One start for all of them would let
+  // a job queued far ahead on LPDDR hold the SRAM idle until then.)
+  uint64_t start = ~0ull;
+  uint64_t end = plan.ready_ps;
   uint64_t latency = 0;
   for (int i = 0; i < kNumResources; ++i) {
     if (plan.effective_bytes[i] == 0) continue;
-    start = std::max(start, timing_ ? free_at_[i] : 0);
+    const uint64_t begin = std::max(plan.ready_ps, timing_ ? free_at_[i] : 0);
     plan.busy_ps[i] = timing_ ? transfer_ps(plan.effective_bytes[i], params_[i].bandwidth_MBps) : 0;
-    longest = std::max(longest, plan.busy_ps[i]);
+    plan.resource_start_ps[i] = begin;
+    start = std::min(start, begin);
+    end = std::max(end, begin + plan.busy_ps[i]);
     latency = std::max(latency, params_[i].latency_ps);
-  }
-  plan.start_ps = start;
-  plan.end_ps = start + longest + latency;
-  for (int i = 0; i < kNumResources; ++i) {
-    if (plan.effective_bytes[i] == 0) continue;
-    free_at_[i] = start + plan.busy_ps[i];
+    if (timing_) free_at_[i] = begin + plan.busy_ps[i];
     stats_[i].jobs += 1;
     stats_[i].busy_ps += plan.busy_ps[i];
   }
+  if (start == ~0ull) start = plan.ready_ps;
+  // A local-store side streams at the PE's port rate at most; nobody else queues on it.
+  if (timing_ && plan.local_store_bytes > 0) {
+    end = std::max(end, start + transfer_ps(plan.local_store_bytes, local_store_MBps_));
+  }
+  plan.start_ps = start;
+  plan.end_ps = end + latency;
 }
 
 DmaPlan MemorySystem::plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps) {

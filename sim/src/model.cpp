@@ -121,7 +121,8 @@ CommandProcessorModule::CommandProcessorModule(sc_core::sc_module_name name, Sim
       fw_(*this, firmware_config(shared.config)),
       packet_time_(shared.config.timing ? ps(ns_to_ps(shared.config.cp_packet_ns))
                                         : sc_core::SC_ZERO_TIME),
-      seen_completed_(shared.config.num_queues, 0) {
+      seen_completed_(shared.config.num_queues, 0),
+      heads_before_step_(shared.config.num_queues, 0) {
   SC_HAS_PROCESS(CommandProcessorModule);
   SC_THREAD(run);
   set_stack_size(kThreadStackBytes);
@@ -131,6 +132,12 @@ void CommandProcessorModule::run() {
   // Each step that made progress occupies the command processor for cp_packet_ns; with
   // nothing to do it sleeps until a register write or a DMA completion.
   for (;;) {
+    if (shared_.tracer->on()) {
+      for (uint32_t q = 0; q < heads_before_step_.size(); ++q) {
+        const auto head = fw_.read_register(isa::reg::queue_reg(q, isa::reg::kQueueHead));
+        heads_before_step_[q] = head ? head.value() : 0;
+      }
+    }
     const bool progressed = fw_.step();
     observe_completions();
     if (progressed) {
@@ -183,6 +190,14 @@ void CommandProcessorModule::observe_completions() {
   }
 }
 
+uint32_t CommandProcessorModule::dispatching_queue() const {
+  for (uint32_t q = 0; q < heads_before_step_.size(); ++q) {
+    const auto head = fw_.read_register(isa::reg::queue_reg(q, isa::reg::kQueueHead));
+    if (head && head.value() != heads_before_step_[q]) return q;
+  }
+  return Tracer::kNoQueue;
+}
+
 bool CommandProcessorModule::read_device(uint64_t addr, void* dst, size_t bytes) {
   const uint8_t* p = shared_.memory->device().translate(addr, bytes);
   if (p == nullptr) return false;
@@ -214,15 +229,27 @@ unsigned CommandProcessorModule::dma_engine_count() const {
 
 void CommandProcessorModule::dma_start(unsigned engine, const firmware::DmaJob& job) {
   assert(engine < engines_.size() && !engines_[engine]->busy());
-  engines_[engine]->submit(job);
+  engines_[engine]->submit(job, shared_.tracer->on() ? dispatching_queue() : Tracer::kNoQueue);
 }
 
 void CommandProcessorModule::launch_start(const isa::LaunchPacket& launch) {
   assert(!grid_.busy());
+  if (shared_.tracer->on()) {
+    Tracer::LaunchInfo info;
+    info.queue = dispatching_queue();
+    info.seq = launch.header.seq;
+    info.image_addr = launch.image_addr;
+    info.entry_offset = launch.entry_offset;
+    info.grid_rows = launch.grid_rows;
+    info.grid_cols = launch.grid_cols;
+    info.start_ps = sc_core::sc_time_stamp().value();
+    shared_.tracer->launch_begin(info);
+  }
   grid_.submit(launch);
 }
 
 void CommandProcessorModule::launch_done(const firmware::LaunchStatus& status) {
+  shared_.tracer->launch_end(sc_core::sc_time_stamp().value(), static_cast<uint16_t>(status.error));
   fw_.on_launch_done(status);
   observe_completions();
   notify_work();
@@ -278,9 +305,10 @@ DmaEngine::DmaEngine(sc_core::sc_module_name name, unsigned index, SimShared& sh
   set_stack_size(kThreadStackBytes);
 }
 
-void DmaEngine::submit(const firmware::DmaJob& job) {
+void DmaEngine::submit(const firmware::DmaJob& job, uint32_t queue) {
   assert(!job_);
   job_ = job;
+  job_queue_ = queue;
   start_.notify(sc_core::SC_ZERO_TIME);
 }
 
@@ -329,7 +357,10 @@ void DmaEngine::run() {
     ev.dst_space = fill ? plan.fill.dst.space : plan.copy.dst.space;
     ev.effective_bytes = eff;
     ev.error = static_cast<uint16_t>(result.error);
+    ev.queue = job_queue_;
+    ev.seq = fill ? plan.fill.header.seq : plan.copy.header.seq;
     shared_.tracer->dma(index_, ev);
+    shared_.tracer->reservations(plan);
     if (result.error != isa::ErrorCode::kNone) {
       logger("sim.dma")->info("dma {}: {} failed: {} (arg0 0x{:x}, arg1 {})", index_,
                               fill ? "fill" : "copy", isa::error_code_name(result.error),

@@ -141,6 +141,9 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
 
  private:
   void run();
+  // The queue whose packet the firmware is dispatching: the one whose head moved since
+  // heads_before_step_ (the firmware dispatches one packet per step). For the trace only.
+  uint32_t dispatching_queue() const;
 
   SimShared& shared_;
   std::vector<DmaEngine*> engines_;  // before fw_: its constructor asks for the engine count
@@ -149,6 +152,7 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   sc_core::sc_event work_;
   sc_core::sc_time packet_time_;
   std::vector<uint64_t> seen_completed_;  // per queue: completion count already traced
+  std::vector<uint64_t> heads_before_step_;  // per queue: QUEUE_HEAD before this step
   uint64_t busy_steps_ = 0;
   uint64_t busy_ps_ = 0;
   uint64_t interrupts_ = 0;
@@ -163,8 +167,9 @@ class DmaEngine : public sc_core::sc_module {
   DmaEngine(sc_core::sc_module_name name, unsigned index, SimShared& shared);
   void connect(CommandProcessorModule* cp) { cp_ = cp; }
   // Called from the firmware's dma_start; the job starts in a later delta cycle, so the
-  // completion never re-enters the firmware from inside dma_start.
-  void submit(const firmware::DmaJob& job);
+  // completion never re-enters the firmware from inside dma_start. `queue` is the queue of
+  // the packet it runs, for the trace (Tracer::kNoQueue when unknown).
+  void submit(const firmware::DmaJob& job, uint32_t queue);
   bool busy() const { return job_.has_value(); }
   Json stats_json() const;
 
@@ -175,6 +180,7 @@ class DmaEngine : public sc_core::sc_module {
   SimShared& shared_;
   CommandProcessorModule* cp_ = nullptr;
   std::optional<firmware::DmaJob> job_;
+  uint32_t job_queue_ = Tracer::kNoQueue;
   sc_core::sc_event start_;
   uint64_t jobs_ = 0;
   uint64_t bytes_ = 0;

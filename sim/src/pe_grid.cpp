@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "log.h"
 #include "model.h"
 #include "mtia/isa/address_map.h"
 #include "mtia/sim/pe/descriptors.h"
 #include "mtia/sim/pe/elf.h"
+#include "mtia/sim/pe/unit_workers.h"
 
 namespace mtia::sim::detail {
 namespace {
@@ -29,11 +32,31 @@ T read_le(const uint8_t* p) {
   return v;
 }
 
+pe::UnitTiming unit_timing(const ChipConfig& c) {
+  pe::UnitTiming t;
+  t.dpe_int8_macs_per_cycle = c.dpe_int8_macs_per_cycle;
+  t.dpe_fp16_macs_per_cycle = c.dpe_fp16_macs_per_cycle;
+  t.dpe_fp32_macs_per_cycle = c.dpe_fp32_macs_per_cycle;
+  t.dpe_issue_cycles = c.dpe_issue_cycles;
+  t.se_vector_bytes = c.se_vector_bytes;
+  t.se_simple_cycles = c.se_simple_cycles;
+  t.se_divide_cycles = c.se_divide_cycles;
+  t.se_transcendental_cycles = c.se_transcendental_cycles;
+  t.se_issue_cycles = c.se_issue_cycles;
+  t.re_elements_per_cycle = c.re_elements_per_cycle;
+  t.re_issue_cycles = c.re_issue_cycles;
+  t.mlu_bytes_per_cycle = c.mlu_bytes_per_cycle;
+  t.mlu_issue_cycles = c.mlu_issue_cycles;
+  return t;
+}
+
 }  // namespace
 
 // ---- one PE ---------------------------------------------------------------------------------
 
 class PeGrid::Pe : public pe::UnitPort {
+  using Extent = pe::FunctionalUnits::Extent;
+
  public:
   Pe(PeGrid& grid, uint32_t chip_index, std::span<uint8_t> local_store,
      const pe::UnitTiming& timing)
@@ -41,7 +64,43 @@ class PeGrid::Pe : public pe::UnitPort {
         chip_index_(chip_index),
         ls_device_base_(isa::kLocalStoreBase + uint64_t{chip_index} * isa::kLocalStoreStride),
         units_(local_store, timing),
-        core_(pe::CoreConfig{}, local_store, *this) {}
+        core_(pe::CoreConfig{}, local_store, *this) {
+    // DPE math goes to the grid's helper threads; settle() keeps the results in order.
+    units_.set_matmul_deferral([this](const std::array<Extent, 3>& touched,
+                                      std::function<void()> math) {
+      const uint64_t number = grid_.workers_->post(chip_index_, std::move(math));
+      pending_.push_back({number, touched});
+      for (const Extent& e : touched) {
+        guard_.lo = std::min(guard_.lo, e.lo);
+        guard_.hi = std::max(guard_.hi, e.hi);
+      }
+      core_.guard(guard_.lo, guard_.hi);
+    });
+  }
+
+  // Finishes this PE's deferred unit work that uses any byte of `bytes` (local-store offsets),
+  // and the work queued before it: before anything else touches those bytes.
+  void settle(Extent bytes) {
+    uint64_t upto = 0;
+    for (const PendingOp& op : pending_) {
+      for (const Extent& e : op.touched) {
+        if (bytes.lo < e.hi && bytes.hi > e.lo) upto = op.number;
+      }
+    }
+    if (upto == 0) return;
+    grid_.workers_->join(chip_index_, upto);
+    std::erase_if(pending_, [&](const PendingOp& op) { return op.number <= upto; });
+    if (pending_.empty()) {
+      guard_ = kNoGuard;
+      core_.clear_guard();
+    }
+  }
+  // Finishes all of it: before simulated time moves on, and at the end of the launch.
+  void join() { settle({0, ~0ull}); }
+
+  void guarded_access(pe::RiscvCore&) override { join(); }
+
+  uint32_t chip_index() const { return chip_index_; }
 
   // Forgets the previous launch's tags; `t0_ps` is the launch's start (its cycle 0).
   void begin(uint64_t t0_ps, uint32_t launch_index) {
@@ -91,6 +150,14 @@ class PeGrid::Pe : public pe::UnitPort {
       case UnitOp::kEltwise:
       case UnitOp::kReduce:
       case UnitOp::kLayout: {
+        // A matmul queues behind the deferred ones (in order); the other units run here and
+        // now, so they wait for them. The descriptor itself must be settled either way.
+        const uint64_t desc = r.rs1 - MTIA_PE_LS_BASE;
+        if (r.op == UnitOp::kMatmul) {
+          settle({desc, desc + sizeof(mtia_pe_matmul_desc)});
+        } else {
+          join();
+        }
         auto outcome = units_.execute(core, r);
         if (!outcome.ok()) return UnitResponse::fault(outcome.error().reason);
         const auto kind = pe::FunctionalUnits::unit_of(r.op);
@@ -103,8 +170,11 @@ class PeGrid::Pe : public pe::UnitPort {
           free = done;
         }
         ++grid_.stats_.unit_ops;
-        grid_.trace_unit(launch_index_, pe::unit_kind_name(kind),
-                         t0_ps_ + grid_.cycles_to_ps(start), t0_ps_ + grid_.cycles_to_ps(done));
+        if (grid_.tracing()) {
+          grid_.trace_unit(chip_index_, kind, t0_ps_ + grid_.cycles_to_ps(start),
+                           t0_ps_ + grid_.cycles_to_ps(done), outcome.value().work,
+                           r.op == UnitOp::kMatmul ? matmul_dtype(core, r.rs1) : 0);
+        }
         return UnitResponse::done(add_tag(done));
       }
       default:
@@ -126,10 +196,36 @@ class PeGrid::Pe : public pe::UnitPort {
     return addr;
   }
 
+  // Finishes deferred DPE work on local-store bytes one side of a DMA touches: this PE's
+  // (a local address) or any PE's (a device address in the local-store windows).
+  void settle_dma_side(uint8_t space, uint64_t addr, const uint64_t* strides,
+                       const mtia_pe_dma_desc& d) {
+    __int128 lo = 0, hi = d.elem_size;
+    for (int i = 0; i < d.ndims && i < MTIA_PE_DMA_MAX_DIMS; ++i) {
+      if (d.sizes[i] == 0) return;  // an empty copy touches nothing
+      const __int128 ext = static_cast<__int128>(d.sizes[i] - 1) * static_cast<int64_t>(strides[i]);
+      (ext < 0 ? lo : hi) += ext;
+    }
+    if (space == MTIA_PE_SPACE_LOCAL) {
+      const __int128 base = static_cast<__int128>(addr) - MTIA_PE_LS_BASE;
+      if (base + hi <= 0) return;
+      const __int128 l = std::max<__int128>(0, base + lo);
+      settle({static_cast<uint64_t>(l), static_cast<uint64_t>(base + hi)});
+      return;
+    }
+    if (addr < isa::kLocalStoreBase) return;
+    const uint64_t owner = (addr - isa::kLocalStoreBase) / isa::kLocalStoreStride;
+    if (owner < grid_.pes_.size() && grid_.pes_[owner]) grid_.pes_[owner]->join();
+  }
+
   UnitResponse dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
+    const uint64_t at = r.rs1 - MTIA_PE_LS_BASE;
+    settle({at, at + sizeof(mtia_pe_dma_desc)});
     auto desc = pe::read_descriptor<mtia_pe_dma_desc>(core, r.rs1);
     if (!desc.ok()) return UnitResponse::fault("dma.start rejected: " + desc.error().reason);
     const mtia_pe_dma_desc& d = desc.value();
+    settle_dma_side(d.src_space, d.src, d.src_strides, d);
+    settle_dma_side(d.dst_space, d.dst, d.dst_strides, d);
     // The same job as a host DMA packet, so it goes through the shared memory system: its
     // address checks, its bandwidth timelines (contention with the other PEs and the host
     // DMA engines) and its copy loops.
@@ -161,7 +257,7 @@ class PeGrid::Pe : public pe::UnitPort {
     grid_.stats_.dma_bytes += plan.payload_bytes;
     uint64_t done = 0;
     if (grid_.timing_ && plan.end_ps > t0_ps_) done = grid_.ps_to_cycles(plan.end_ps - t0_ps_);
-    grid_.trace_unit(launch_index_, "dma", now, std::max(now, plan.end_ps));
+    if (grid_.tracing()) grid_.trace_dma(chip_index_, plan, now);
     return UnitResponse::done(add_tag(done));
   }
 
@@ -175,6 +271,15 @@ class PeGrid::Pe : public pe::UnitPort {
   std::vector<uint64_t> tag_done_;  // completion cycle of tag i + 1
   uint64_t all_done_ = 0;
   uint64_t unit_free_[static_cast<size_t>(pe::UnitKind::kCount)] = {};
+  // Deferred DPE operations that may still be running, and the hull of their bytes, which the
+  // core guards.
+  struct PendingOp {
+    uint64_t number;  // UnitWorkers' number for it
+    std::array<Extent, 3> touched;
+  };
+  static constexpr Extent kNoGuard{~0ull, 0};
+  std::vector<PendingOp> pending_;
+  Extent guard_ = kNoGuard;
 };
 
 // ---- the grid -------------------------------------------------------------------------------
@@ -184,14 +289,36 @@ PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared, PeGridParams par
       shared_(shared),
       params_(params),
       timing_(shared.config.timing),
-      unit_timing_(pe::UnitTiming::for_generation(shared.config.generation)) {
+      unit_timing_(unit_timing(shared.config)) {
   pes_.resize(size_t{shared.config.pe_rows} * shared.config.pe_cols);
+  workers_ = std::make_unique<pe::UnitWorkers>(params_.unit_threads,
+                                               static_cast<uint32_t>(pes_.size()));
   SC_HAS_PROCESS(PeGrid);
   SC_THREAD(run);
   set_stack_size(kThreadStackBytes);
 }
 
 PeGrid::~PeGrid() = default;
+
+unsigned PeGridParams::default_unit_threads() {
+  // MTIA_EMU_UNIT_THREADS overrides (0 = everything on the simulator thread).
+  if (const char* env = std::getenv("MTIA_EMU_UNIT_THREADS"); env != nullptr && *env != 0) {
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(env, &end, 10);
+    if (end != nullptr && *end == 0 && n <= 256) return static_cast<unsigned>(n);
+    logger("sim.pe")->warn("MTIA_EMU_UNIT_THREADS={} is not a number of threads 0..256; ignored",
+                           env);
+  }
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores > 1 ? cores - 1 : 0;
+}
+
+void PeGrid::join_units() {
+  workers_->join_all();  // the simulator thread helps while it waits
+  for (auto& p : pes_) {
+    if (p) p->join();
+  }
+}
 
 uint64_t PeGrid::cycles_to_ps(uint64_t cycles) const {
   if (!timing_) return 0;
@@ -204,10 +331,31 @@ uint64_t PeGrid::ps_to_cycles(uint64_t ps) const {
   return static_cast<uint64_t>((num + kPsPerSecond - 1) / kPsPerSecond);
 }
 
-void PeGrid::trace_unit(uint32_t pe, const char* unit, uint64_t start_ps, uint64_t end_ps) {
-  if (unit_events_ >= params_.max_unit_trace_events) return;
-  ++unit_events_;
-  shared_.tracer->pe_op(pe, unit, start_ps, end_ps);
+bool PeGrid::tracing() const {
+  return shared_.tracer->on();
+}
+
+uint8_t PeGrid::matmul_dtype(const pe::RiscvCore& core, uint64_t desc_addr) {
+  auto d = pe::read_descriptor<mtia_pe_matmul_desc>(core, desc_addr);
+  return d.ok() ? d.value().in_dtype : 0;
+}
+
+void PeGrid::trace_unit(uint32_t pe, pe::UnitKind kind, uint64_t start_ps, uint64_t end_ps,
+                        uint64_t work, uint8_t matmul_dtype) {
+  static_assert(static_cast<int>(Tracer::Unit::kDpe) == static_cast<int>(pe::UnitKind::kDpe) &&
+                static_cast<int>(Tracer::Unit::kMlu) == static_cast<int>(pe::UnitKind::kMlu));
+  Tracer::DpeClass dpe = Tracer::DpeClass::kFp32;
+  if (matmul_dtype == MTIA_PE_DT_INT8) dpe = Tracer::DpeClass::kInt8;
+  if (matmul_dtype == MTIA_PE_DT_FP16 || matmul_dtype == MTIA_PE_DT_BF16) {
+    dpe = Tracer::DpeClass::k16Bit;
+  }
+  shared_.tracer->pe_unit(pe, static_cast<Tracer::Unit>(kind), start_ps, end_ps, work, dpe);
+}
+
+void PeGrid::trace_dma(uint32_t pe, const DmaPlan& plan, uint64_t issue_ps) {
+  shared_.tracer->pe_unit(pe, Tracer::Unit::kDma, issue_ps, std::max(issue_ps, plan.end_ps),
+                          plan.payload_bytes);
+  shared_.tracer->reservations(plan);
 }
 
 void PeGrid::submit(const isa::LaunchPacket& launch) {
@@ -217,6 +365,7 @@ void PeGrid::submit(const isa::LaunchPacket& launch) {
 }
 
 void PeGrid::sync_to(uint64_t ps) {
+  join_units();  // the rest of the device may look at any memory once time moves
   const uint64_t now = sc_core::sc_time_stamp().value();
   if (ps <= now) return;
   ++stats_.syncs;
@@ -236,8 +385,10 @@ void PeGrid::run() {
     firmware::LaunchStatus status;
     if (failure) {
       ++stats_.failed_launches;
-      status = {failure->error, failure->arg0, failure->arg1};
-      // The completion record has room for two numbers; the log has the whole story.
+      status = {failure->error, failure->arg0, failure->arg1, failure->message,
+                failure->exit_status};
+      // The completion record has room for two numbers; the message reaches the host through
+      // the queue's error record (isa/error_record.h).
       logger("sim.pe")->warn("launch of image 0x{:x} failed: {}", launch.image_addr,
                              failure->message);
     }
@@ -331,7 +482,6 @@ std::optional<PeGrid::Failure> PeGrid::load_program(const isa::LaunchPacket& lau
 
 std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) {
   const uint64_t t0 = sc_core::sc_time_stamp().value();
-  unit_events_ = 0;
   std::shared_ptr<const pe::Program> program;
   if (auto f = load_program(launch, program)) return f;
 
@@ -379,6 +529,8 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
       ctx.pe_col = c;
       ctx.args = args;
       ctx.watchdog_cycles = watchdog;
+      ctx.sram_base = isa::kSramBase;
+      ctx.sram_bytes = shared_.config.sram_bytes;
       if (auto why = slot->core().start(program, ctx)) {
         return Failure{isa::ErrorCode::kBadKernelImage, launch.image_addr, index,
                        fmt::format("PE {} cannot start the kernel: {}", index, why->reason)};
@@ -388,6 +540,7 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
   }
 
   auto finish = [&](std::optional<Failure> failure) {
+    join_units();
     uint64_t end = 0;
     for (Pe* p : pes) {
       end = std::max(end, p->core().cycles());
@@ -395,7 +548,8 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
       stats_.instructions += p->core().instret();
     }
     for (uint32_t i = 0; i < n; ++i) {
-      shared_.tracer->pe_op(i, "kernel", t0, t0 + cycles_to_ps(pes[i]->core().cycles()));
+      shared_.tracer->pe_kernel(pes[i]->chip_index(), t0,
+                                t0 + cycles_to_ps(pes[i]->core().cycles()));
     }
     sync_to(t0 + cycles_to_ps(end));
     return failure;
@@ -405,15 +559,14 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
     const uint32_t r = i / cols, c = i % cols;
     if (core.state() == pe::RiscvCore::State::kExited) {
       return Failure{isa::ErrorCode::kKernelFault, core.pc(), i,
-                     fmt::format("kernel on PE {} (row {}, col {}) exited with status {} at pc "
-                                 "0x{:x}",
-                                 i, r, c, core.exit_status(), core.pc())};
+                     fmt::format("PE {} (row {}, col {}) exited with status {} at pc 0x{:x}", i,
+                                 r, c, core.exit_status(), core.pc()),
+                     core.exit_status()};
     }
     const pe::Fault& f = core.fault();
     const bool watchdog_hit = f.kind == pe::FaultKind::kWatchdog;
     return Failure{watchdog_hit ? isa::ErrorCode::kWatchdog : isa::ErrorCode::kKernelFault, f.pc, i,
-                   fmt::format("kernel fault on PE {} (row {}, col {}) at pc 0x{:x}: {}: {}", i, r,
-                               c, f.pc, pe::fault_kind_name(f.kind), f.reason)};
+                   fmt::format("PE {} (row {}, col {}): {}", i, r, c, f.reason)};
   };
 
   uint64_t horizon = params_.quantum_cycles;

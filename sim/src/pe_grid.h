@@ -32,8 +32,10 @@
 
 #include "mtia/firmware/platform.h"
 #include "mtia/isa/packets.h"
+#include "mtia/sim/memory_system.h"
 #include "mtia/sim/pe/program.h"
 #include "mtia/sim/pe/riscv_core.h"
+#include "mtia/sim/pe/unit_workers.h"
 #include "mtia/sim/pe/units.h"
 
 namespace mtia::sim::detail {
@@ -50,7 +52,12 @@ struct PeGridParams {
   uint64_t default_watchdog_cycles = 1'000'000'000;  // when LaunchPacket::watchdog_cycles is 0
   uint64_t max_image_bytes = 16ull << 20;            // a larger ELF is rejected
   size_t max_cached_programs = 16;                   // decoded images kept (cleared when full)
-  size_t max_unit_trace_events = 10'000;             // unit-op slices per launch, at most
+  // Host threads that run DPE math beside the simulator thread (pe::UnitWorkers); the
+  // default leaves one host core to the simulator thread, and the environment variable
+  // MTIA_EMU_UNIT_THREADS overrides it. 0 runs it all on that thread.
+  // Results and simulated time do not depend on it, only wall time does.
+  unsigned unit_threads = default_unit_threads();
+  static unsigned default_unit_threads();
 };
 
 class PeGrid : public sc_core::sc_module {
@@ -93,6 +100,7 @@ class PeGrid : public sc_core::sc_module {
     uint64_t arg0 = 0;
     uint64_t arg1 = 0;
     std::string message;
+    std::optional<int64_t> exit_status = std::nullopt;  // a PE that exited non-zero
   };
   struct CachedProgram {
     std::vector<uint8_t> bytes;
@@ -108,18 +116,25 @@ class PeGrid : public sc_core::sc_module {
                                       std::shared_ptr<const sim::pe::Program>& out);
   // Advances SystemC time to `ps` (no-op if already there).
   void sync_to(uint64_t ps);
-  // A trace slice on launch PE `pe`'s track, while this launch's budget lasts.
-  void trace_unit(uint32_t pe, const char* unit, uint64_t start_ps, uint64_t end_ps);
+  // Finishes every PE's deferred unit work (see pe::UnitWorkers).
+  void join_units();
+  // The trace (sim/src/trace.h): whether it records, and a unit operation or local DMA of chip
+  // PE `pe` (`work` and the matmul's input dtype as the tracer counts them).
+  bool tracing() const;
+  static uint8_t matmul_dtype(const sim::pe::RiscvCore& core, uint64_t desc_addr);
+  void trace_unit(uint32_t pe, sim::pe::UnitKind kind, uint64_t start_ps, uint64_t end_ps,
+                  uint64_t work, uint8_t matmul_dtype);
+  void trace_dma(uint32_t pe, const DmaPlan& plan, uint64_t issue_ps);
 
   SimShared& shared_;
   PeGridParams params_;
   bool timing_;
   sim::pe::UnitTiming unit_timing_;
-  size_t unit_events_ = 0;  // unit slices traced in this launch
   CommandProcessorModule* cp_ = nullptr;
   std::optional<isa::LaunchPacket> job_;
   sc_core::sc_event start_;
   std::vector<std::unique_ptr<Pe>> pes_;  // one per chip PE, created on first use
+  std::unique_ptr<sim::pe::UnitWorkers> workers_;
   std::map<std::pair<uint64_t, uint64_t>, CachedProgram> cache_;  // (image address, entry)
   Stats stats_;
 

@@ -19,6 +19,7 @@
 
 #include "mtia/driver/device.h"
 #include "mtia/isa/address_map.h"
+#include "mtia/isa/error_record.h"
 #include "mtia/isa/registers.h"
 
 using namespace mtia;
@@ -340,6 +341,8 @@ TEST_CASE("a failing queue reports a clear error, aborts its backlog and recover
         fmt::format("DMA copy (seq {}, packet {} on queue 3) failed: device address fault: 0x{:x} "
                     "+ 4096 bytes is outside device memory",
                     bad, bad - 1, dram - 2048));
+  CHECK(failed.reason.empty());  // a DMA fault has its numbers, and no more to say
+  CHECK_FALSE(failed.exit_status);
   for (uint64_t seq : after) {
     const Completion c = dev->wait(3, seq);
     CHECK_FALSE(c.ok);
@@ -373,6 +376,9 @@ TEST_CASE("a failing queue reports a clear error, aborts its backlog and recover
     CHECK_FALSE(c.ok);
     CHECK(c.error == isa::ErrorCode::kBadDims);
     CHECK(contains(c.message, "fill (seq 1, packet 0 on queue 5) failed: bad dimensions"));
+    // The decoder's reason reached the driver through the queue's error record.
+    CHECK(c.reason == "ndims is 0, must be 1..6");
+    CHECK(contains(c.message, "failed: bad dimensions: ndims is 0, must be 1..6"));
     CHECK(dev->wait(5, dev->submit(5, isa::NopPacket{})).ok);
   }
   SECTION("unregistered host memory") {
@@ -397,6 +403,8 @@ TEST_CASE("a failing queue reports a clear error, aborts its backlog and recover
     CHECK(c.error == isa::ErrorCode::kBadKernelImage);
     CHECK(c.error_arg0 == buf);
     CHECK(contains(c.message, "launch (seq 1, packet 0 on queue 7) failed: bad kernel image"));
+    CHECK(contains(c.reason,
+                   fmt::format("kernel image at 0x{:x}: not a little-endian ELF64 file", buf)));
   }
   dev->unmap_host(src_bus);
   dev->unmap_host(back_bus);
@@ -700,4 +708,23 @@ TEST_CASE("spurious and repeated interrupts are harmless", "[device]") {
   const Completion c = dev->wait(0, dev->submit(0, bad));
   CHECK(c.error == isa::ErrorCode::kDeviceAddressFault);
   CHECK(dev->wait(0, dev->submit(0, isa::NopPacket{})).ok);
+}
+
+TEST_CASE("every queue has its own error record in the driver's region", "[device]") {
+  auto dev = open("mtia-v1");
+  const uint64_t heap = dev->allocator().allocate(256);  // the lowest address users get
+  std::set<uint64_t> records;
+  for (uint32_t q = 0; q < dev->num_queues(); ++q) {
+    const uint64_t addr =
+        dev->backend().read_register(isa::reg::queue_reg(q, isa::reg::kQueueErrorRecord));
+    INFO("queue " << q << " error record at 0x" << std::hex << addr);
+    CHECK(addr % isa::kErrorRecordAlign == 0);
+    CHECK(addr + isa::kErrorRecordBytes <= heap);  // in the driver's region
+    records.insert(addr);
+  }
+  CHECK(records.size() == dev->num_queues());
+  for (auto it = records.begin(); std::next(it) != records.end(); ++it) {
+    CHECK(*std::next(it) - *it >= isa::kErrorRecordBytes);
+  }
+  dev->allocator().free(heap);
 }

@@ -34,6 +34,7 @@ class FakePlatform : public Platform {
   std::vector<StartedJob> started;          // every dma_start, in order
   std::vector<uint64_t> interrupts;         // every raise_interrupt mask, in order
   std::vector<isa::LaunchPacket> launches;  // every launch_start, in order
+  std::vector<uint64_t> device_writes;      // the address of every write_device, in order
 
   bool device_backed(uint64_t addr, uint64_t bytes) const {
     if (addr > kDeviceBytes || bytes > kDeviceBytes - addr) return false;
@@ -56,6 +57,7 @@ class FakePlatform : public Platform {
     return true;
   }
   bool write_device(uint64_t addr, const void* src, size_t bytes) override {
+    device_writes.push_back(addr);
     if (!device_backed(addr, bytes)) return false;
     std::memcpy(device.data() + addr, src, bytes);
     return true;

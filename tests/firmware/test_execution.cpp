@@ -370,7 +370,7 @@ TEST_CASE("an error stops only its own queue", "[firmware][exec][errors]") {
     h.submit(0, launch(3, 0xABC00));
     REQUIRE(h.cp.step());
     REQUIRE(h.platform.launches.size() == 1);
-    h.cp.on_launch_done({isa::ErrorCode::kKernelFault, 0x10040, 5});
+    h.cp.on_launch_done({isa::ErrorCode::kKernelFault, 0x10040, 5, "PE 5: a fault", {}});
     want = isa::ErrorCode::kKernelFault;
     want_seq = 3;
     want_opcode = op(isa::Opcode::kLaunch);
@@ -396,7 +396,7 @@ TEST_CASE("an error stops only its own queue", "[firmware][exec][errors]") {
     CHECK(r.error_arg1 == 8);
     h.submit(0, launch(3, 0xABC00));  // the shared checks below use the main harness
     REQUIRE(h.cp.step());
-    h.cp.on_launch_done({isa::ErrorCode::kWatchdog, 0x10100, 0});
+    h.cp.on_launch_done({isa::ErrorCode::kWatchdog, 0x10100, 0, "PE 0: watchdog", {}});
     want = isa::ErrorCode::kWatchdog;
     want_seq = 3;
     want_opcode = op(isa::Opcode::kLaunch);
@@ -699,7 +699,7 @@ TEST_CASE("a launch of a queue reset mid-launch is dropped and the grid freed",
   h.submit(1, launch(2, 0x2000));
   h.run();
   CHECK(h.platform.launches.size() == 1);  // the grid is still running the old launch
-  h.cp.on_launch_done({isa::ErrorCode::kKernelFault, 1, 2});  // belongs to nobody now
+  h.cp.on_launch_done({isa::ErrorCode::kKernelFault, 1, 2, "", {}});  // belongs to nobody now
   CHECK(h.cp.stats().packets_failed == 0);
   h.run();
   REQUIRE(h.platform.launches.size() == 2);

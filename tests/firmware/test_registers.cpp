@@ -35,7 +35,7 @@ TEST_CASE("identity registers report the configuration", "[firmware][registers]"
 
   CHECK(h.reg(reg::kDeviceId) == 0x4D54'4941'0000'0001ull);
   CHECK(h.reg(reg::kIsaVersion) == 1);
-  CHECK(h.reg(reg::kFirmwareVer) == 0x0001'0000);
+  CHECK(h.reg(reg::kFirmwareVer) == 0x0001'0001);  // 1.1: the queue error record
   CHECK(h.reg(reg::kNumQueues) == 12);
   CHECK(h.reg(reg::kDramBytes) == 0x10'0000'0000ull);
   CHECK(h.reg(reg::kSramBytes) == 0x800'0000ull);
@@ -82,7 +82,7 @@ TEST_CASE("unmapped and misaligned offsets are rejected", "[firmware][registers]
       reg::kPresetName1 + 8,    // past the identity block
       0x0110,                   // past the interrupt registers
       0x0800,                   // between blocks
-      reg::queue_reg(0, 0x40),  // past a queue block's registers
+      reg::queue_reg(0, 0x48),  // past a queue block's registers
       reg::queue_reg(0, reg::kQueueTail) + 4,
       reg::queue_reg(4, reg::kQueueBase),  // queue 4 of 4 does not exist
       reg::queue_reg(15, reg::kQueueBase),
@@ -201,7 +201,8 @@ TEST_CASE("queue configuration is frozen while the queue is enabled",
           "[firmware][registers][queue]") {
   Harness h;
   h.setup_queue(1);
-  for (uint64_t field : {reg::kQueueBase, reg::kQueueSize, reg::kQueueCompletion}) {
+  for (uint64_t field :
+       {reg::kQueueBase, reg::kQueueSize, reg::kQueueCompletion, reg::kQueueErrorRecord}) {
     const uint64_t before = h.qreg(1, field);
     require_rejected(h.cp.write_register(reg::queue_reg(1, field), 0x1000),
                      isa::ErrorCode::kBadQueueConfig, "reset the queue first");

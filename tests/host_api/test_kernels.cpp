@@ -202,8 +202,8 @@ TEST_CASE("a faulting launch fails its stream only; the device keeps working",
     const auto in = random_input(n, 5);
     CHECK(run_smoke(dev, m, {2, 2}, n, in, good) == reference(in));
     expect_error(ErrorKind::kDeviceFault,
-                 "kernel '<elf entry>' on a 1x4 grid failed: kernel "
-                 "fault on PE 0 at pc 0x",
+                 "kernel '<elf entry>' on a 1x4 grid failed: PE 0 (row 0, col 0): unit fault at "
+                 "pc 0x",
                  [&] { dev.synchronize(bad); });
   }
   SECTION("a corrupted image: an illegal instruction at the entry") {
@@ -231,7 +231,8 @@ TEST_CASE("a faulting launch fails its stream only; the device keeps working",
     dev.launch(broken.entry_kernel(), {2, 2}, {out, out, n}, bad);
     const auto in = random_input(n, 6);
     CHECK(run_smoke(dev, m, {1, 1}, n, in, good) == reference(in));
-    expect_error(ErrorKind::kDeviceFault, "on PE 0 at pc 0x10000", [&] { dev.synchronize(bad); });
+    expect_error(ErrorKind::kDeviceFault, "PE 0 (row 0, col 0): illegal instruction at pc 0x10000",
+                 [&] { dev.synchronize(bad); });
   }
   // The failed stream is usable again, and so is the device.
   const auto in = random_input(n, 7);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 
 #include "mtia/sim/pe/descriptors.h"
@@ -102,12 +103,25 @@ struct Pe {
   std::vector<uint8_t> ls;
   std::unique_ptr<FunctionalUnits> units;
   std::unique_ptr<RiscvCore> core;
-  uint64_t issued = 0;               // tags 1..issued have been handed out
-  std::set<uint64_t> dma_in_flight;  // DMA tags not yet waited for
+  uint64_t issued = 0;                        // tags 1..issued have been handed out
+  std::set<uint64_t> dma_in_flight;           // DMA tags not yet waited for
+  std::map<uint64_t, bool> matmul_in_flight;  // matmul tags not yet waited for: overlapped?
   bool at_barrier = false;
 };
 
 class TestPort : public mtia::sim::pe::UnitPort {
+  // A matmul leaves flight when its own tag is waited for (or at pe.waitall: all of them).
+  void settle_matmuls(Pe& pe, uint64_t tag, bool all) {
+    for (auto it = pe.matmul_in_flight.begin(); it != pe.matmul_in_flight.end();) {
+      if (!all && it->first != tag) {
+        ++it;
+        continue;
+      }
+      stats_.matmul_overlapping_dma += it->second ? 1 : 0;
+      it = pe.matmul_in_flight.erase(it);
+    }
+  }
+
  public:
   TestPort(std::vector<uint8_t>& dram, std::vector<Pe>& pes, UnitStats& stats)
       : dram_(dram), pes_(pes), stats_(stats) {}
@@ -121,6 +135,7 @@ class TestPort : public mtia::sim::pe::UnitPort {
         if (auto why = dma(core, d.value()); !why.empty()) return UnitResponse::fault(why);
         ++stats_.dma;
         pe.dma_in_flight.insert(pe.issued + 1);
+        for (auto& [tag, overlapped] : pe.matmul_in_flight) overlapped = true;
         return UnitResponse::done(++pe.issued);
       }
       case UnitOp::kMatmul:
@@ -134,7 +149,7 @@ class TestPort : public mtia::sim::pe::UnitPort {
         }
         if (r.op == UnitOp::kMatmul) {
           ++stats_.matmul;
-          if (!pe.dma_in_flight.empty()) ++stats_.matmul_overlapping_dma;
+          pe.matmul_in_flight[pe.issued + 1] = !pe.dma_in_flight.empty();
           mtia_pe_matmul_desc d;
           if (core.read_memory(r.rs1, {reinterpret_cast<uint8_t*>(&d), sizeof d})) {
             stats_.matmul_trans_a += (d.hdr.flags & MTIA_PE_MM_TRANS_A) != 0;
@@ -152,9 +167,11 @@ class TestPort : public mtia::sim::pe::UnitPort {
               fmt::format("pe.wait on tag {}, which was never issued (last {})", r.rs1, pe.issued));
         }
         pe.dma_in_flight.erase(r.rs1);
+        settle_matmuls(pe, r.rs1, false);
         return UnitResponse::done(0);
       case UnitOp::kWaitAll:
         pe.dma_in_flight.clear();
+        settle_matmuls(pe, 0, true);
         return UnitResponse::done(0);
       case UnitOp::kPoll:
         if (r.rs1 > pe.issued) {

@@ -81,8 +81,9 @@ inline LaunchConfig grid(uint32_t pes, uint64_t ls_bytes = 128 * 1024) {
 // What the units saw during a launch, summed over the PEs.
 struct UnitStats {
   uint64_t dma = 0, matmul = 0, eltwise = 0, reduce = 0, layout = 0, barriers = 0;
-  // dpe.matmul issued while one of the PE's DMAs was still outstanding (issued, not yet
-  // waited for): the double buffering at work.
+  // dpe.matmul that overlapped one of the PE's DMAs: issued while a DMA was outstanding
+  // (issued, not yet waited for), or outstanding itself when a DMA was issued. Counted when
+  // the matmul is waited for: the double buffering at work.
   uint64_t matmul_overlapping_dma = 0;
   uint64_t matmul_trans_a = 0, matmul_trans_b = 0;  // dpe.matmul with TRANS_A / TRANS_B
   uint64_t instructions = 0;

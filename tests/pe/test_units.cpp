@@ -40,7 +40,7 @@ struct Pe {
   std::vector<uint64_t> words = std::vector<uint64_t>(kBytes / 8, 0);
   std::span<uint8_t> ls{reinterpret_cast<uint8_t*>(words.data()), kBytes};
   FunctionalUnits units;
-  explicit Pe(const UnitTiming& t = UnitTiming::mtia_v2()) : units(ls, t) {}
+  explicit Pe(const UnitTiming& t = UnitTiming{}) : units(ls, t) {}
   uint8_t* p(uint64_t off) { return ls.data() + off; }
 };
 
@@ -1082,9 +1082,21 @@ TEST_CASE("MLU: bad operands are rejected", "[units][mlu]") {
 
 // ================================ Timing =======================================================
 
+// The mtia-v1 preset's unit figures (presets/mtia-v1.json); the defaults are mtia-v2's.
+UnitTiming v1_timing() {
+  UnitTiming t;
+  t.dpe_int8_macs_per_cycle = 1024;
+  t.dpe_fp16_macs_per_cycle = 512;
+  t.dpe_fp32_macs_per_cycle = 128;
+  t.se_vector_bytes = 64;
+  t.re_elements_per_cycle = 16;
+  t.mlu_bytes_per_cycle = 64;
+  return t;
+}
+
 TEST_CASE("unit timing: hand-computed busy cycles on both presets", "[units][timing]") {
-  Pe v2(UnitTiming::mtia_v2());
-  Pe v1(UnitTiming::mtia_v1());
+  Pe v2(UnitTiming{});
+  Pe v1(v1_timing());
   mtia_pe_matmul_desc mm{};
   mm.hdr = header(MTIA_PE_DESC_MATMUL);
   mm.in_dtype = MTIA_PE_DT_FP16;
@@ -1185,11 +1197,12 @@ TEST_CASE("unit timing: hand-computed busy cycles on both presets", "[units][tim
   CHECK(v2.units.counters(UnitKind::kDpe).operations == 0);
 }
 
-TEST_CASE("unit timing: presets by generation, and zero rates are refused", "[units][timing]") {
-  CHECK(UnitTiming::for_generation(1).dpe_fp16_macs_per_cycle == 512);
-  CHECK(UnitTiming::for_generation(2).dpe_fp16_macs_per_cycle == 1024);
-  CHECK(UnitTiming{}.dpe_int8_macs_per_cycle == UnitTiming::mtia_v2().dpe_int8_macs_per_cycle);
-  CHECK_THROWS_AS(UnitTiming::for_generation(3), std::invalid_argument);
+TEST_CASE("unit timing: the defaults are mtia-v2's, and zero rates are refused",
+          "[units][timing]") {
+  // 354 TOPS int8 and 177 TFLOPS fp16 over 64 PEs at 1.35 GHz.
+  CHECK(UnitTiming{}.dpe_int8_macs_per_cycle == 2048);
+  CHECK(UnitTiming{}.dpe_fp16_macs_per_cycle == 1024);
+  CHECK(UnitTiming{}.se_vector_bytes == 128);
   std::vector<uint64_t> mem(16);
   UnitTiming t;
   t.se_vector_bytes = 0;
@@ -1204,7 +1217,7 @@ TEST_CASE("units behind a UnitPort: a kernel's se.op and dpe.matmul run, bad one
           "[units][core]") {
   using namespace pe_test;
   Machine m;
-  FunctionalUnits units(m.ls, UnitTiming::mtia_v2());
+  FunctionalUnits units(m.ls, UnitTiming{});
   uint64_t tag = 0;
   m.port.answer = [&](pe::RiscvCore& core, const pe::UnitRequest& req) {
     auto r = units.execute(core, req);

@@ -194,9 +194,13 @@ class Device {
   // --- diagnostics ----------------------------------------------------------------------
   // Simulated time now, picoseconds.
   uint64_t now_ps();
-  // Writes the device's trace (Chrome trace JSON), statistics and effective configuration
-  // into `dir` (created if missing).
+  // Writes the device's trace (trace.json, Chrome trace JSON), statistics (stats.json),
+  // effective configuration (config.json) and the run summary computed from the trace
+  // (summary.json, mtia/trace.h) into `dir` (created if missing).
   void write_artifacts(const std::string& dir);
+  // What the trace records from now on (mtia/trace.h); the level the device opened with.
+  void set_trace_level(TraceLevel level);
+  TraceLevel trace_level() const;
   // The effective device configuration as JSON text.
   std::string config_json();
 

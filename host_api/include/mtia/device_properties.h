@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "mtia/trace.h"
 
 namespace mtia {
 
@@ -13,6 +16,10 @@ struct DeviceOptions {
   std::string preset = "mtia-v2";      // chip preset name ("mtia-v1", "mtia-v2") or file path
   std::vector<std::string> overrides;  // "key=value" preset overrides, applied in order
   bool timing = true;                  // false: functional only, simulated times stay 0
+  // Performance trace (mtia/trace.h). Unset: $MTIA_EMU_TRACE (off, kernels or units), else off.
+  std::optional<TraceLevel> trace;
+  // Trace events kept at most; 0: $MTIA_EMU_TRACE_MAX_EVENTS, else kDefaultTraceMaxEvents.
+  uint64_t trace_max_events = 0;
 };
 
 struct DeviceProperties {

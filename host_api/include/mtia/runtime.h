@@ -12,6 +12,7 @@
 #include "mtia/layout.h"
 #include "mtia/memory_stats.h"
 #include "mtia/stream.h"
+#include "mtia/trace.h"
 
 namespace mtia {
 

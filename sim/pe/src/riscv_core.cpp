@@ -357,6 +357,8 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
     const uint64_t off = addr - MTIA_PE_LS_BASE;                                       \
     if ((addr & (sizeof(T) - 1)) != 0) return fault_access(d, addr, sizeof(T), false); \
     if (off < ls_size && sizeof(T) <= ls_size - off) {                                 \
+      if (off - guard_lo_ < guard_span_) [[unlikely]]                                  \
+        port_.guarded_access(*this);                                                   \
       p = ls + off;                                                                    \
     } else if ((p = map_read(addr, sizeof(T))) == nullptr) {                           \
       return fault_access(d, addr, sizeof(T), false);                                  \
@@ -372,6 +374,8 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
     const uint64_t off = addr - MTIA_PE_LS_BASE;                                      \
     if ((addr & (sizeof(T) - 1)) != 0) return fault_access(d, addr, sizeof(T), true); \
     if (off < ls_size && sizeof(T) <= ls_size - off) {                                \
+      if (off - guard_lo_ < guard_span_) [[unlikely]]                                 \
+        port_.guarded_access(*this);                                                  \
       p = ls + off;                                                                   \
     } else if ((p = map_write(addr, sizeof(T))) == nullptr) {                         \
       return fault_access(d, addr, sizeof(T), true);                                  \
@@ -718,6 +722,12 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
             break;
           case MTIA_PE_INFO_INSTRET:
             v = start_instret + n;
+            break;
+          case MTIA_PE_INFO_SRAM_BASE:
+            v = launch_.sram_base;
+            break;
+          case MTIA_PE_INFO_SRAM_BYTES:
+            v = launch_.sram_bytes;
             break;
           default:
             break;  // the decoder admits only defined fields

@@ -1,6 +1,5 @@
 #include "mtia/sim/pe/units.h"
 
-#include <cblas.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include "elements.h"
 #include "log.h"
 #include "mtia/sim/pe/descriptors.h"
+#include "mtia/sim/pe/sgemm.h"
 
 namespace mtia::sim::pe {
 
@@ -23,61 +23,6 @@ using detail::I32;
 using detail::I64;
 using detail::I8;
 using detail::kIsFloat;
-
-// ---- Timing presets ----------------------------------------------------------------------------
-
-UnitTiming UnitTiming::mtia_v1() {
-  UnitTiming t;
-  // 102.4 TOPS INT8 / (64 PEs x 0.8 GHz) = 2000 ops = 1000 MACs per cycle per PE: a 32 x 32
-  // array, 1024 (ISCA'23). 51.2 TFLOPS FP16 gives half that. fp32 is not published: a quarter
-  // of the fp16 rate (assumption).
-  t.dpe_int8_macs_per_cycle = 1024;
-  t.dpe_fp16_macs_per_cycle = 512;
-  t.dpe_fp32_macs_per_cycle = 128;
-  t.dpe_issue_cycles = 16;  // assumption: not published
-  // The v1 vector peaks are not in the reference: half of v2's width (assumption), 16 fp32
-  // lanes.
-  t.se_vector_bytes = 64;
-  t.se_simple_cycles = 1;
-  t.se_divide_cycles = 4;          // assumption: iterative divide / square root
-  t.se_transcendental_cycles = 8;  // assumption: table lookup + polynomial
-  t.se_issue_cycles = 8;           // assumption
-  t.re_elements_per_cycle = 16;    // assumption: one SE-width vector per cycle
-  t.re_issue_cycles = 8;           // assumption
-  t.mlu_bytes_per_cycle = 64;      // assumption: one 64-byte local-store line per cycle
-  t.mlu_issue_cycles = 8;          // assumption
-  return t;
-}
-
-UnitTiming UnitTiming::mtia_v2() {
-  UnitTiming t;
-  // 354 TOPS INT8 dense / (64 PEs x 1.35 GHz) = 4097 ops = 2048 MACs per cycle per PE;
-  // 177 TFLOPS FP16/BF16 gives 1024 (Hot Chips 2024, ISCA'25). fp32: a quarter of fp16
-  // (assumption: not published for the DPE).
-  t.dpe_int8_macs_per_cycle = 2048;
-  t.dpe_fp16_macs_per_cycle = 1024;
-  t.dpe_fp32_macs_per_cycle = 256;
-  t.dpe_issue_cycles = 16;  // assumption: not published
-  // Vector peaks 2.76 TFLOPS FP32, 5.53 FP16/BF16, 11.06 TOPS INT8 / (64 x 1.35 GHz) = 32,
-  // 64, 128 lanes per cycle per PE: 128 bytes per cycle at every width (Hot Chips 2024).
-  t.se_vector_bytes = 128;
-  t.se_simple_cycles = 1;
-  t.se_divide_cycles = 4;          // assumption
-  t.se_transcendental_cycles = 8;  // assumption
-  t.se_issue_cycles = 8;           // assumption
-  t.re_elements_per_cycle = 32;    // assumption: one SE-width fp32 vector per cycle
-  t.re_issue_cycles = 8;           // assumption
-  t.mlu_bytes_per_cycle = 128;     // assumption: one 128-byte local-store line per cycle
-  t.mlu_issue_cycles = 8;          // assumption
-  return t;
-}
-
-UnitTiming UnitTiming::for_generation(uint32_t generation) {
-  if (generation == 1) return mtia_v1();
-  if (generation == 2) return mtia_v2();
-  throw std::invalid_argument(
-      fmt::format("no PE unit timing for chip generation {} (known: 1, 2)", generation));
-}
 
 const char* unit_kind_name(UnitKind kind) {
   switch (kind) {
@@ -304,9 +249,10 @@ void widen_tile(uint8_t dt, const uint8_t* src, uint32_t rows, uint32_t cols, ui
   }
 }
 
-// BLAS wants a leading dimension that fits an int; a one-row tile's is never used.
-int blas_ld(uint32_t rows, uint32_t cols, uint32_t ld) {
-  return static_cast<int>(rows == 1 ? cols : ld);  // rows > 1: ld * rows fits the local store
+// Bytes [lo, hi) of a rows x cols tile with row stride ld (elements) at local-store offset off.
+FunctionalUnits::Extent tile_extent(uint64_t off, uint32_t rows, uint32_t cols, uint32_t ld,
+                                    unsigned es) {
+  return {off, off + (uint64_t{rows - 1} * ld + cols) * es};
 }
 
 }  // namespace
@@ -385,7 +331,12 @@ UnitOutcome FunctionalUnits::execute(const RiscvCore& core, const UnitRequest& r
     case UnitOp::kMatmul: {
       auto d = read_descriptor<mtia_pe_matmul_desc>(core, request.rs1);
       if (!d) return finish(UnitKind::kDpe, d.error());
-      run_matmul(d.value());
+      if (defer_matmul_) {
+        const mtia_pe_matmul_desc desc = d.value();
+        defer_matmul_(matmul_extents(desc), [this, desc] { run_matmul(desc); });
+      } else {
+        run_matmul(d.value());
+      }
       return finish(UnitKind::kDpe, matmul_cost(d.value()));
     }
     case UnitOp::kEltwise: {
@@ -411,6 +362,16 @@ UnitOutcome FunctionalUnits::execute(const RiscvCore& core, const UnitRequest& r
                          fmt::format("{} is not a compute-unit instruction (DPE, SE, RE, MLU)",
                                      unit_op_name(request.op)));
   }
+}
+
+std::array<FunctionalUnits::Extent, 3> FunctionalUnits::matmul_extents(
+    const mtia_pe_matmul_desc& d) {
+  const bool ta = (d.hdr.flags & MTIA_PE_MM_TRANS_A) != 0;
+  const bool tb = (d.hdr.flags & MTIA_PE_MM_TRANS_B) != 0;
+  const unsigned ies = dtype_bytes(d.in_dtype), oes = dtype_bytes(d.out_dtype);
+  return {tile_extent(d.a - MTIA_PE_LS_BASE, ta ? d.k : d.m, ta ? d.m : d.k, d.lda, ies),
+          tile_extent(d.b - MTIA_PE_LS_BASE, tb ? d.n : d.k, tb ? d.k : d.n, d.ldb, ies),
+          tile_extent(d.c - MTIA_PE_LS_BASE, d.m, d.n, d.ldc, oes)};
 }
 
 // ---- Costs -------------------------------------------------------------------------------------
@@ -495,10 +456,7 @@ void FunctionalUnits::run_matmul(const mtia_pe_matmul_desc& d) {
       // The chunk's columns of A (rows, when A is stored transposed) and rows of B.
       const float* ak = fa_.data() + (ta ? size_t{k0} * a_cols : k0);
       const float* bk = fb_.data() + (tb ? k0 : size_t{k0} * b_cols);
-      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                  static_cast<int>(m), static_cast<int>(n), static_cast<int>(kc), 1.0f, ak,
-                  static_cast<int>(a_cols), bk, static_cast<int>(b_cols), 0.0f, fc_.data(),
-                  static_cast<int>(n));
+      sgemm(ta, tb, m, n, kc, ak, a_cols, bk, b_cols, false, fc_.data(), n);
       for (size_t t = 0; t < fc_.size(); ++t) {
         acc_[t] += static_cast<uint32_t>(static_cast<int32_t>(fc_[t]));
       }
@@ -515,12 +473,12 @@ void FunctionalUnits::run_matmul(const mtia_pe_matmul_desc& d) {
   // so every product is exact and the sums are fp32, as the spec says.
   const float* fa = nullptr;
   const float* fb = nullptr;
-  int lda = 0, ldb = 0;
+  size_t lda = 0, ldb = 0;
   if (d.in_dtype == MTIA_PE_DT_FP32) {
     fa = reinterpret_cast<const float*>(a);
     fb = reinterpret_cast<const float*>(b);
-    lda = blas_ld(a_rows, a_cols, d.lda);
-    ldb = blas_ld(b_rows, b_cols, d.ldb);
+    lda = d.lda;
+    ldb = d.ldb;
   } else {
     fa_.resize(size_t{a_rows} * a_cols);
     fb_.resize(size_t{b_rows} * b_cols);
@@ -528,14 +486,11 @@ void FunctionalUnits::run_matmul(const mtia_pe_matmul_desc& d) {
     widen_tile(d.in_dtype, b, b_rows, b_cols, d.ldb, fb_.data());
     fa = fa_.data();
     fb = fb_.data();
-    lda = static_cast<int>(a_cols);
-    ldb = static_cast<int>(b_cols);
+    lda = a_cols;
+    ldb = b_cols;
   }
-  // beta = 0 never reads C, so stale NaNs in an overwritten C do not leak into the result.
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(d.m), static_cast<int>(d.n), static_cast<int>(d.k), 1.0f, fa, lda,
-              fb, ldb, accumulate ? 1.0f : 0.0f, reinterpret_cast<float*>(c),
-              blas_ld(d.m, d.n, d.ldc));
+  // Overwriting never reads C, so stale NaNs in an overwritten C do not leak into the result.
+  sgemm(ta, tb, d.m, d.n, d.k, fa, lda, fb, ldb, accumulate, reinterpret_cast<float*>(c), d.ldc);
 }
 
 // ---- SE ----------------------------------------------------------------------------------------

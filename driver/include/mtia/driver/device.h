@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "mtia/driver/allocator.h"
@@ -42,6 +43,13 @@ struct Completion {
   uint64_t error_arg0 = 0;
   uint64_t error_arg1 = 0;
   std::string message;  // for people: what failed, where, and why (empty when ok)
+  // The device's own account of a failure, from the queue's error record
+  // (isa/error_record.h); `message` includes it. For a kernel fault it names the PE (index,
+  // row, column), the pc and the fault. Empty when the device gave no reason.
+  std::string reason;
+  // A kernel that exited with a non-zero status (error kKernelFault): that status, whose
+  // meaning for the kernel library is isa::kernel_status_name().
+  std::optional<int64_t> exit_status;
 };
 
 using CompletionCallback = std::function<void(const Completion&)>;

@@ -21,15 +21,15 @@ namespace mtia::firmware {
 
 // Identity and properties the firmware reports through its read-only registers.
 struct FirmwareConfig {
-  uint32_t num_queues = 8;        // hardware queues served, 1..isa::kMaxQueues
-  uint32_t generation = 2;        // chip generation reported in reg::kDeviceId
-  uint64_t dram_bytes = 0;        // LPDDR capacity, bytes
-  uint64_t sram_bytes = 0;        // on-chip SRAM capacity, bytes
-  uint64_t local_store_bytes = 0; // per-PE local store, bytes
+  uint32_t num_queues = 8;         // hardware queues served, 1..isa::kMaxQueues
+  uint32_t generation = 2;         // chip generation reported in reg::kDeviceId
+  uint64_t dram_bytes = 0;         // LPDDR capacity, bytes
+  uint64_t sram_bytes = 0;         // on-chip SRAM capacity, bytes
+  uint64_t local_store_bytes = 0;  // per-PE local store, bytes
   uint32_t pe_rows = 8;
   uint32_t pe_cols = 8;
-  uint64_t clock_hz = 0;          // PE clock, Hz
-  std::string preset_name;        // at most 16 characters are reported
+  uint64_t clock_hz = 0;    // PE clock, Hz
+  std::string preset_name;  // at most 16 characters are reported
 };
 
 // Counters the firmware keeps about its own work (units in the names).
@@ -63,12 +63,13 @@ class CommandProcessor {
 
  private:
   struct Queue {
-    uint64_t base = 0;        // ring device address
-    uint64_t size = 0;        // slots
-    uint64_t completion = 0;  // completion ring device address
-    uint64_t head = 0;        // packets fetched
-    uint64_t tail = 0;        // packets the driver has written
-    uint64_t completed = 0;   // packets completed
+    uint64_t base = 0;          // ring device address
+    uint64_t size = 0;          // slots
+    uint64_t completion = 0;    // completion ring device address
+    uint64_t error_record = 0;  // device address of the error record, 0 = none
+    uint64_t head = 0;          // packets fetched
+    uint64_t tail = 0;          // packets the driver has written
+    uint64_t completed = 0;     // packets completed
     isa::QueueState state = isa::QueueState::kDisabled;
     // The packet being executed, if any (a DMA in flight or a wait not yet satisfied).
     bool busy = false;
@@ -78,10 +79,11 @@ class CommandProcessor {
   };
 
   bool try_dispatch(uint32_t q);
-  // Finishes the queue's current packet. `detail` explains a failure in the log only.
+  // Finishes the queue's current packet. A failure's `detail` (and a kernel's non-zero
+  // `exit_status`) go to the log and to the queue's error record, if it has one.
   void complete(uint32_t q, isa::ErrorCode error, uint64_t arg0, uint64_t arg1,
-                std::string_view detail = {});
-  // Why the queue's base/size/completion cannot be served, or "" if they can.
+                std::string_view detail = {}, std::optional<int64_t> exit_status = {});
+  // Why the queue's base/size/completion/error record cannot be served, or "" if they can.
   std::string queue_config_problem(const Queue& queue) const;
   // Re-checks a held Wait packet; true if the queue moved (released or faulted).
   bool poll_wait(uint32_t q);

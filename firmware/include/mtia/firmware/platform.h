@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "mtia/isa/packets.h"
 
@@ -31,6 +33,11 @@ struct LaunchStatus {
   isa::ErrorCode error = isa::ErrorCode::kNone;  // kBadKernelImage, kKernelFault, kWatchdog...
   uint64_t arg0 = 0;  // detail: the faulting pc (kernel faults) or the image address
   uint64_t arg1 = 0;  // detail: the faulting PE index (row * grid_cols + col)
+  // Why, for people: names the PE (index, row, column), the pc and the fault. The firmware
+  // hands it to the host in the queue's error record (isa/error_record.h).
+  std::string message = {};
+  // A kernel that exited with a non-zero status (error kKernelFault): that status.
+  std::optional<int64_t> exit_status = std::nullopt;
 };
 
 class Platform {

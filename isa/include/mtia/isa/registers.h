@@ -13,7 +13,8 @@ inline constexpr uint64_t kBar0Bytes = 0x10000;
 
 // 'MTIA' in the upper half, generation (1 or 2) in the lower half.
 inline constexpr uint64_t kDeviceIdMagic = 0x4D544941ull << 32;
-inline constexpr uint64_t kFirmwareVersion = 0x0001'0000;  // major.minor as 16.16
+// major.minor as 16.16; 1.1 added the per-queue error record (kQueueErrorRecord).
+inline constexpr uint64_t kFirmwareVersion = 0x0001'0001;
 inline constexpr uint32_t kMaxQueues = 16;
 
 namespace reg {
@@ -47,6 +48,10 @@ inline constexpr uint64_t kQueueTail = 0x20;        // RW doorbell: packets writ
 inline constexpr uint64_t kQueueControl = 0x28;     // W  QueueControl bits
 inline constexpr uint64_t kQueueState = 0x30;       // RO QueueState
 inline constexpr uint64_t kQueueCompleted = 0x38;   // RO packets completed (free-running)
+// RW device address of the queue's error record (error_record.h: kErrorRecordBytes, aligned to
+// kErrorRecordAlign), or 0 for none. Like base, size and completion: written while disabled,
+// checked on enable, kept across resets.
+inline constexpr uint64_t kQueueErrorRecord = 0x40;
 
 constexpr uint64_t queue_reg(uint32_t queue, uint64_t offset) {
   return kQueueBlock + queue * kQueueStride + offset;

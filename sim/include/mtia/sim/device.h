@@ -14,6 +14,7 @@
 #include "mtia/isa/result.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/host_memory.h"
+#include "mtia/sim/trace_types.h"
 
 namespace mtia::sim {
 
@@ -25,7 +26,9 @@ class Device {
  public:
   // Builds the model for `config` and starts the simulator thread. Only one Device may exist
   // per process at a time (SystemC has one global simulation context); a second one throws.
-  Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt);
+  // `trace` sets what the trace records (docs/architecture.md, "Traces").
+  Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt,
+         TraceOptions trace = {});
   ~Device();  // stops the simulator thread and releases device memory
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -48,6 +51,11 @@ class Device {
   // Writes trace.json (Chrome trace events), stats.json and config.json into `dir`
   // (created if missing). Waits for the simulator thread to snapshot its state.
   void write_artifacts(const std::string& dir);
+  // Changes the trace's detail from now on (waits for the simulator thread).
+  void set_trace_level(TraceLevel level);
+  TraceLevel trace_level() const;
+  // Adds a host API call to the trace (any thread; dropped when tracing is off).
+  void trace_host_call(HostCall call);
   // The statistics of every module as JSON text (units and descriptions included).
   std::string stats_json();
 

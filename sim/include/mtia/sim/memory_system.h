@@ -5,9 +5,10 @@
 // Timing model (every value an integer number of picoseconds, rounded up, so runs are
 // deterministic; the bandwidths are used at 1 MB/s resolution):
 //
-//   resources   PCIe H2D, PCIe D2H, DRAM, SRAM (local stores use the SRAM resource and its
-//               parameters). Each has a bandwidth BW (MB/s), a burst B (bytes), a latency L,
-//               and a reservation timeline free_at (ps).
+//   resources   PCIe H2D, PCIe D2H, DRAM, SRAM, shared by every DMA engine and PE. Each has
+//               a bandwidth BW (MB/s), a burst B (bytes), a latency L, and a reservation
+//               timeline free_at (ps). A PE's local store is not shared: a side in a local
+//               store takes no timeline, only its port rate (local_store_bandwidth_GBps).
 //   runs        per side of a job, walking the descriptor as given (dimension ndims-1
 //               innermost, size-1 dimensions ignored): run_bytes = elem_size times the sizes of
 //               the innermost dimensions that are laid out contiguously on that side;
@@ -19,9 +20,10 @@
 //               has a destination side only.
 //   busy_r      ceil(eff_r * 10^6 / BW_r)                          for each resource r on the path
 //   ready       now + dma_setup
-//   start       max(ready, free_at_r for every r on the path)
-//   end         start + max_r busy_r + max_r L_r
-//   free_at_r   start + busy_r          (so engines that share a memory share its bandwidth)
+//   start_r     max(ready, free_at_r)   each resource on the path is its own FIFO
+//   end         max(max_r (start_r + busy_r), start + local_store_bytes / BW_local_store)
+//               + max_r L_r             where start = min_r start_r
+//   free_at_r   start_r + busy_r        (so engines that share a memory share its bandwidth)
 //   faults      a job whose region lies outside memory ends at `ready` with the fault, moves no
 //               data and reserves nothing.
 // With timing off every duration is zero: start = end = now.
@@ -110,6 +112,8 @@ struct DmaPlan {
   uint64_t end_ps = 0;
   std::array<uint64_t, kNumResources> effective_bytes{};  // 0 for resources off the path
   std::array<uint64_t, kNumResources> busy_ps{};
+  std::array<uint64_t, kNumResources> resource_start_ps{};  // start_r: its turn on each resource
+  uint64_t local_store_bytes = 0;  // bytes through PE local-store ports (private, not shared)
 };
 
 struct DmaResult {
@@ -152,6 +156,7 @@ class MemorySystem {
   HostMemory& host_;
   bool timing_;
   uint64_t setup_ps_;
+  uint64_t local_store_MBps_;
   std::array<ResourceParams, kNumResources> params_{};
   std::array<uint64_t, kNumResources> free_at_{};
   std::array<ResourceStats, kNumResources> stats_{};

@@ -88,7 +88,9 @@
 #define MTIA_PE_INFO_LS_BYTES 9   /* local-store bytes of this chip preset */
 #define MTIA_PE_INFO_CYCLES 10    /* core cycles since the launch started on this PE */
 #define MTIA_PE_INFO_INSTRET 11   /* instructions retired since the launch started */
-#define MTIA_PE_INFO_COUNT 12
+#define MTIA_PE_INFO_SRAM_BASE 12 /* device address of the on-chip SRAM (launch scratch) */
+#define MTIA_PE_INFO_SRAM_BYTES 13 /* on-chip SRAM bytes of this chip preset */
+#define MTIA_PE_INFO_COUNT 14
 
 /* ---- Descriptors -------------------------------------------------------------------------- */
 #define MTIA_PE_DESC_VERSION 1

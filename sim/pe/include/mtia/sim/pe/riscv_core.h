@@ -54,6 +54,9 @@ struct LaunchContext {
   // The kernel faults when its cycle count reaches this. 0 = no limit (the PE model passes
   // the device's default instead of 0).
   uint64_t watchdog_cycles = 0;
+  // The on-chip SRAM, which a running launch owns as scratch (pe.info answers these).
+  uint64_t sram_base = 0;   // device address
+  uint64_t sram_bytes = 0;  // bytes
 };
 
 enum class FaultKind : uint8_t {
@@ -135,6 +138,17 @@ class RiscvCore {
   bool write_memory(uint64_t addr, std::span<const uint8_t> src);
 
   std::span<uint8_t> local_store() const { return ls_; }
+
+  // Local-store bytes [lo, hi) (offsets) that unit work running off the simulator thread is
+  // using: a load or store that touches them calls UnitPort::guarded_access first. Clearing
+  // (an empty range) makes every access plain again.
+  void guard(uint64_t lo, uint64_t hi) {
+    // An access of up to 8 bytes at offset off overlaps [lo, hi) when off - (lo - 7) < span.
+    guard_lo_ = lo >= 7 ? lo - 7 : 0;
+    guard_span_ = hi > guard_lo_ ? hi - guard_lo_ : 0;
+  }
+  void clear_guard() { guard_lo_ = guard_span_ = 0; }
+
   // Offset into the local store of [addr, addr + bytes), if it lies entirely inside it.
   std::optional<uint64_t> local_offset(uint64_t addr, uint64_t bytes) const;
 
@@ -156,6 +170,8 @@ class RiscvCore {
   std::span<uint8_t> ls_;
   UnitPort& port_;
   uint32_t cost_[128] = {};  // cycles per internal operation, from config_.timing
+  uint64_t guard_lo_ = 0;    // see guard()
+  uint64_t guard_span_ = 0;
 
   std::shared_ptr<const Program> program_;
   LaunchContext launch_;

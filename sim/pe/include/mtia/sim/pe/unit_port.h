@@ -66,6 +66,10 @@ class UnitPort {
  public:
   virtual ~UnitPort() = default;
   virtual UnitResponse issue(RiscvCore& core, const UnitRequest& request) = 0;
+  // A load or store touched the core's guarded local-store bytes (RiscvCore::guard): unit
+  // work still running on them must finish first. Called before the access; the port
+  // normally finishes that work and clears the guard.
+  virtual void guarded_access(RiscvCore& core) { (void)core; }
 };
 
 }  // namespace mtia::sim::pe

@@ -6,10 +6,13 @@
 // store at once and answers how many cycles the unit is busy with it; the PE model turns that
 // into a completion time (and ignores it with the timing model off: the results never depend
 // on timing). A bad descriptor is rejected before any byte is touched. Plain C++, no SystemC.
-// Not thread-safe: one instance per PE, driven by that PE's thread.
+// Not thread-safe: one instance per PE, driven by the simulator thread; only a deferred matmul
+// (set_matmul_deferral) runs elsewhere, one at a time per instance.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -20,8 +23,9 @@
 
 namespace mtia::sim::pe {
 
-// Throughput and latency of the units, in PE clock cycles. The defaults are the mtia-v2
-// preset; mtia_v1() and mtia_v2() say where each number comes from.
+// Throughput and latency of the units, in PE clock cycles. The PE model fills it from the chip
+// configuration (ChipConfig's dpe_*, se_*, re_*, mlu_* fields; the preset files say where each
+// number comes from); the defaults are the mtia-v2 preset's.
 //
 // Busy cycles of one operation:
 //   DPE  dpe_issue_cycles + ceil(m*n*k / MACs per cycle of in_dtype)
@@ -51,11 +55,6 @@ struct UnitTiming {
   // MLU: bytes moved per cycle, copy and transpose alike.
   uint32_t mlu_bytes_per_cycle = 128;
   uint32_t mlu_issue_cycles = 8;
-
-  static UnitTiming mtia_v1();
-  static UnitTiming mtia_v2();
-  // mtia_v1() for generation 1, mtia_v2() for 2; throws std::invalid_argument otherwise.
-  static UnitTiming for_generation(uint32_t generation);
 };
 
 // What one unit operation cost.
@@ -102,6 +101,21 @@ class FunctionalUnits {
   UnitWork reduce_cost(const mtia_pe_re_desc& d) const;
   UnitWork layout_cost(const mtia_pe_mlu_desc& d) const;
 
+  // Bytes of the local store an operation reads or writes: offsets [lo, hi) from its start.
+  struct Extent {
+    uint64_t lo = 0;
+    uint64_t hi = 0;
+  };
+  // A matmul's operands: A, B and C.
+  static std::array<Extent, 3> matmul_extents(const mtia_pe_matmul_desc& d);
+
+  // When set, execute() validates and costs a matmul at once and hands its math to `defer`
+  // instead of running it (the PE model runs it on a helper thread: UnitWorkers). The math
+  // only touches the extents' bytes of the local store, and the instance's DPE scratch.
+  using MatmulDeferral =
+      std::function<void(const std::array<Extent, 3>& touched, std::function<void()> math)>;
+  void set_matmul_deferral(MatmulDeferral defer) { defer_matmul_ = std::move(defer); }
+
   const UnitTiming& timing() const { return timing_; }
   const UnitCounters& counters(UnitKind kind) const { return counters_[static_cast<size_t>(kind)]; }
   void reset_counters();
@@ -121,6 +135,7 @@ class FunctionalUnits {
   // one k chunk and the wrapping int32 sums.
   std::vector<float> fa_, fb_, fc_;
   std::vector<uint32_t> acc_;
+  MatmulDeferral defer_matmul_;
 };
 
 }  // namespace mtia::sim::pe

@@ -1,0 +1,212 @@
+#include "allocator.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+#include "runtime.h"
+
+namespace mtia::torch_backend {
+
+namespace {
+constexpr uint64_t kGranule = 512;
+}
+
+DeviceAllocator& DeviceAllocator::instance() {
+  static DeviceAllocator* a = new DeviceAllocator();  // never destroyed: tensors may outlive it
+  return *a;
+}
+
+uint64_t DeviceAllocator::round_size(uint64_t bytes) {
+  return (bytes + kGranule - 1) / kGranule * kGranule;
+}
+
+c10::DataPtr DeviceAllocator::allocate(size_t bytes) const {
+  const c10::Device device(kDeviceType, 0);
+  if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_block, device);
+  Runtime& rt = Runtime::get();
+  const uint64_t size = round_size(bytes);
+  const uint32_t stream = current_stream().id;
+  auto* self = const_cast<DeviceAllocator*>(this);
+
+  std::unique_lock lock(mu_);
+  // Best fit among this stream's cached blocks, if it wastes at most half of the block.
+  auto& free_list = cache_[stream];
+  if (auto it = free_list.lower_bound(size); it != free_list.end() && it->first <= 2 * size) {
+    Block* b = it->second;
+    free_list.erase(it);
+    b->requested = bytes;
+    stats_.cached_bytes -= b->size;
+    stats_.cached_blocks -= 1;
+    stats_.allocated_bytes += b->size;
+    stats_.requested_bytes += bytes;
+    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.allocated_bytes);
+    stats_.allocations += 1;
+    stats_.cache_hits += 1;
+    stats_.live_blocks += 1;
+    return c10::DataPtr(data_pointer(mtia::DevicePtr(b->address)), b, &delete_block, device);
+  }
+
+  mtia::DevicePtr ptr;
+  bool ok = false;
+  for (int attempt = 0; attempt < 2 && !ok; ++attempt) {
+    try {
+      ptr = rt.device().malloc(size);
+      ok = true;
+    } catch (const mtia::Error& e) {
+      if (e.kind() != mtia::ErrorKind::kOutOfMemory) rethrow(e, "allocating device memory");
+      if (attempt == 0 && stats_.cached_blocks > 0) {
+        // Give the cache back and try once more.
+        lock.unlock();
+        guarded("synchronizing before returning cached memory", [&] { rt.device().synchronize(); });
+        lock.lock();
+        self->release_cached_locked();
+        continue;
+      }
+      stats_.ooms += 1;
+      const mtia::MemoryStats ms = rt.device().memory_stats();
+      TORCH_CHECK_WITH(OutOfMemoryError, false,
+                       "torch_mtia_emu: out of device memory: tried to "
+                       "allocate ",
+                       bytes, " bytes (", size, " rounded); the device has ", ms.free_bytes,
+                       " bytes free (largest free range ", ms.largest_free_bytes, " bytes) of ",
+                       rt.device().properties().dram_bytes, "; tensors hold ",
+                       stats_.allocated_bytes, " bytes and the cache ", stats_.cached_bytes,
+                       " bytes. Free tensors or call torch_mtia_emu.empty_cache(). (", e.what(),
+                       ")");
+    }
+  }
+  TORCH_INTERNAL_ASSERT(ptr.address() != 0, "the driver returned device address 0");
+  auto* b = new Block{ptr.address(), size, bytes, stream, {}};
+  stats_.allocated_bytes += size;
+  stats_.requested_bytes += bytes;
+  stats_.reserved_bytes += size;
+  stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.allocated_bytes);
+  stats_.allocations += 1;
+  stats_.device_mallocs += 1;
+  stats_.live_blocks += 1;
+  return c10::DataPtr(data_pointer(ptr), b, &delete_block, device);
+}
+
+void DeviceAllocator::delete_block(void* ctx) {
+  if (ctx != nullptr) instance().free_block(static_cast<Block*>(ctx));
+}
+
+void DeviceAllocator::free_block(Block* b) {
+  std::vector<uint32_t> wait_for;
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_) {
+      delete b;
+      return;
+    }
+    wait_for.swap(b->used_on);
+  }
+  // A block another stream used may only be reused once that stream is past the use.
+  for (uint32_t s : wait_for) {
+    try {
+      Runtime::get().device().synchronize(mtia::Stream{s});
+    } catch (const std::exception& e) {
+      // A deleter cannot throw; the stream's error stays visible to whoever synchronizes it.
+      logger()->warn("freeing a tensor used on stream {}: {}", s, e.what());
+    }
+  }
+  std::lock_guard lock(mu_);
+  if (shut_down_) {
+    delete b;
+    return;
+  }
+  stats_.allocated_bytes -= b->size;
+  stats_.requested_bytes -= b->requested;
+  stats_.cached_bytes += b->size;
+  stats_.frees += 1;
+  stats_.live_blocks -= 1;
+  stats_.cached_blocks += 1;
+  cache_[b->stream].emplace(b->size, b);
+}
+
+void DeviceAllocator::release_cached_locked() {
+  Runtime& rt = Runtime::get();
+  for (auto& [stream, blocks] : cache_) {
+    for (auto& [size, b] : blocks) {
+      try {
+        rt.device().free(mtia::DevicePtr(b->address));
+      } catch (const mtia::Error& e) {
+        logger()->error("returning cached block 0x{:x} to the device: {}", b->address, e.what());
+      }
+      stats_.cached_bytes -= b->size;
+      stats_.reserved_bytes -= b->size;
+      stats_.cached_blocks -= 1;
+      stats_.device_frees += 1;
+      delete b;
+    }
+    blocks.clear();
+  }
+}
+
+void DeviceAllocator::empty_cache() {
+  if (!Runtime::is_initialized()) return;
+  Runtime& rt = Runtime::get();
+  guarded("synchronizing before empty_cache", [&] { rt.device().synchronize(); });
+  std::lock_guard lock(mu_);
+  release_cached_locked();
+}
+
+AllocatorStats DeviceAllocator::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void DeviceAllocator::reset_peak() {
+  std::lock_guard lock(mu_);
+  stats_.peak_bytes = stats_.allocated_bytes;
+}
+
+void DeviceAllocator::record_stream(const void* data, mtia::Stream stream) {
+  // The DataPtr's context is the Block; find it by address among nothing else: callers pass
+  // the storage's DataPtr context (see ops_tensor.cpp).
+  auto* b = static_cast<Block*>(const_cast<void*>(data));
+  if (b == nullptr) return;
+  std::lock_guard lock(mu_);
+  if (stream.id == b->stream) return;
+  if (std::find(b->used_on.begin(), b->used_on.end(), stream.id) == b->used_on.end()) {
+    b->used_on.push_back(stream.id);
+  }
+}
+
+void DeviceAllocator::shutdown() {
+  std::lock_guard lock(mu_);
+  for (auto& [stream, blocks] : cache_) {
+    for (auto& [size, b] : blocks) delete b;
+    blocks.clear();
+  }
+  stats_.cached_bytes = 0;
+  stats_.cached_blocks = 0;
+  shut_down_ = true;
+}
+
+// --- pinned host memory ----------------------------------------------------------------
+
+PinnedAllocator& PinnedAllocator::instance() {
+  static PinnedAllocator* a = new PinnedAllocator();
+  return *a;
+}
+
+c10::DataPtr PinnedAllocator::allocate(size_t bytes) const {
+  const c10::Device cpu(c10::DeviceType::CPU);
+  if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_pinned, cpu);
+  void* p = guarded("allocating pinned host memory",
+                    [&] { return Runtime::get().device().host_alloc(bytes); });
+  return c10::DataPtr(p, p, &delete_pinned, cpu);
+}
+
+void PinnedAllocator::delete_pinned(void* ptr) {
+  if (ptr == nullptr || Runtime::is_shut_down() || !Runtime::is_initialized()) return;
+  try {
+    Runtime::get().device().host_free(ptr);
+  } catch (const std::exception& e) {
+    logger()->error("freeing pinned host memory {}: {}", ptr, e.what());
+  }
+}
+
+}  // namespace mtia::torch_backend

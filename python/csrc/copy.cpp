@@ -1,0 +1,217 @@
+// Allocation and copies: empty/empty_strided on the caching allocator, _copy_from between
+// the host and the device and on the device through the host API's strided copies (any
+// sizes, strides and storage offsets on either side, broadcast sources included), dtype
+// conversion, pinned memory, non_blocking, and reading one element back.
+#include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "allocator.h"
+#include "elementwise.h"
+#include "launch.h"
+#include "runtime.h"
+
+namespace mtia::torch_backend {
+
+namespace {
+
+// The host API layout of `t` with the given (possibly broadcast) sizes and strides, relative
+// to its first element. Elements wider than 8 bytes (complex128) become pairs of 8-byte words.
+mtia::Layout layout_of(const at::Tensor& t, at::IntArrayRef sizes, at::IntArrayRef strides) {
+  mtia::Layout l;
+  l.sizes = sizes.vec();
+  l.strides = strides.vec();
+  l.offset = 0;
+  size_t es = t.element_size();
+  if (es > 8) {
+    TORCH_CHECK(es % 8 == 0, "torch_mtia_emu: cannot copy elements of ", es, " bytes");
+    const int64_t words = int64_t(es / 8);
+    for (auto& s : l.strides) s *= words;
+    l.sizes.push_back(words);
+    l.strides.push_back(1);
+    es = 8;
+  }
+  l.elem_size = es;
+  return l;
+}
+
+bool on_device(const at::Tensor& t) {
+  return t.device().type() == kDeviceType;
+}
+
+// Bytes from the first element to one past the last, for the pinned check.
+size_t span_bytes(const at::Tensor& t) {
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return size_t(last + 1) * t.element_size();
+}
+
+// host `src` (dst's dtype, dst's sizes after broadcast) -> device `dst`.
+void host_to_device(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
+  auto& dev = Runtime::get().device();
+  const mtia::Layout dl = layout_of(dst, dst.sizes(), dst.strides());
+  const mtia::Layout sl = layout_of(src, dst.sizes(), src.strides());
+  const bool pinned = dev.is_pinned(src.data_ptr(), span_bytes(src));
+  guarded("copying host to device", [&] {
+    // Pageable memory is staged by copy_async before it returns, so it is safe either way;
+    // pinned memory is only left to the DMA when the caller asked for non_blocking.
+    if (non_blocking || !pinned) {
+      dev.copy_async(tensor_address(dst), dl, src.data_ptr(), sl, current_stream());
+    } else {
+      dev.copy(tensor_address(dst), dl, src.data_ptr(), sl, current_stream());
+    }
+  });
+}
+
+// device `src` -> host `dst`, same dtype and sizes.
+void device_to_host(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
+  auto& dev = Runtime::get().device();
+  const mtia::Layout dl = layout_of(dst, dst.sizes(), dst.strides());
+  const mtia::Layout sl = layout_of(src, dst.sizes(), src.strides());
+  const bool pinned = dev.is_pinned(dst.data_ptr(), span_bytes(dst));
+  guarded("copying device to host", [&] {
+    if (non_blocking && pinned) {
+      dev.copy_async(dst.data_ptr(), dl, tensor_address(src), sl, current_stream());
+    } else {
+      dev.copy(dst.data_ptr(), dl, tensor_address(src), sl, current_stream());
+    }
+  });
+}
+
+at::Tensor expand_to(const at::Tensor& src, const at::Tensor& dst) {
+  return src.sizes() == dst.sizes() ? src : src.expand(dst.sizes());
+}
+
+}  // namespace
+
+void dma_copy(const at::Tensor& out, const at::Tensor& in) {
+  TORCH_INTERNAL_ASSERT(out.scalar_type() == in.scalar_type());
+  if (out.numel() == 0) return;
+  const at::Tensor src = expand_to(in, out);
+  const mtia::Layout dl = layout_of(out, out.sizes(), out.strides());
+  const mtia::Layout sl = layout_of(src, out.sizes(), src.strides());
+  auto& dev = Runtime::get().device();
+  guarded("copying on the device", [&] {
+    dev.copy_async(tensor_address(out), dl, tensor_address(src), sl, current_stream());
+  });
+}
+
+namespace {
+
+at::Tensor empty_memory_format(at::IntArrayRef size, c10::optional<at::ScalarType> dtype,
+                               c10::optional<at::Layout> layout, c10::optional<at::Device> device,
+                               c10::optional<bool> pin_memory,
+                               c10::optional<at::MemoryFormat> memory_format) {
+  TORCH_CHECK(!pin_memory.value_or(false),
+              "torch_mtia_emu: pin_memory applies to CPU tensors, not device tensors");
+  TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
+              "torch_mtia_emu: only strided tensors live on the device");
+  if (device) TORCH_CHECK(device->index() <= 0, "torch_mtia_emu: no device ", *device);
+  return at::detail::empty_generic(size, &DeviceAllocator::instance(),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
+                         c10::optional<at::ScalarType> dtype, c10::optional<at::Layout> layout,
+                         c10::optional<at::Device> device, c10::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false),
+              "torch_mtia_emu: pin_memory applies to CPU tensors, not device tensors");
+  TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
+              "torch_mtia_emu: only strided tensors live on the device");
+  if (device) TORCH_CHECK(device->index() <= 0, "torch_mtia_emu: no device ", *device);
+  return at::detail::empty_strided_generic(size, stride, &DeviceAllocator::instance(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.layout() == at::kStrided && dst.layout() == at::kStrided,
+              "torch_mtia_emu: copies take strided tensors");
+  TORCH_CHECK(!self.is_complex() || !self.is_conj(),
+              "torch_mtia_emu: resolve the conjugate view (resolve_conj) before copying");
+  if (dst.numel() == 0) return dst;
+  at::Tensor src = self;
+  if (src.is_neg()) src = src.resolve_neg();
+  src = expand_to(src, dst);
+  at::assert_no_internal_overlap(dst);
+
+  if (on_device(src) && on_device(dst)) {
+    at::assert_no_partial_overlap(dst, src);
+    if (src.scalar_type() == dst.scalar_type()) {
+      dma_copy(dst, src);
+    } else if (kernel_supports(src.scalar_type()) && kernel_supports(dst.scalar_type())) {
+      launch_cast(dst, src);
+    } else {
+      // A dtype the cast kernel does not take (float64, uint8, ...): convert on the host.
+      at::Tensor host = at::empty(dst.sizes(), dst.options().device(at::kCPU));
+      at::Tensor staged = at::empty(src.sizes(), src.options().device(at::kCPU));
+      device_to_host(staged, src, false);
+      host.copy_(staged);
+      host_to_device(dst, host, false);
+    }
+  } else if (on_device(dst)) {
+    // Convert on the host first: the host has the data and the CPU converts every dtype.
+    if (src.scalar_type() != dst.scalar_type()) src = src.to(dst.scalar_type());
+    host_to_device(dst, src, non_blocking);
+  } else if (on_device(src)) {
+    if (src.scalar_type() == dst.scalar_type()) {
+      device_to_host(dst, src, non_blocking);
+    } else {
+      at::Tensor staged = at::empty(dst.sizes(), src.options().device(at::kCPU));
+      device_to_host(staged, src, false);
+      dst.copy_(staged);
+    }
+  } else {
+    dst.copy_(src);
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
+              " elements cannot be converted to Scalar");
+  at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
+  device_to_host(host, self, false);
+  return host.item();
+}
+
+bool is_pinned(const at::Tensor& self, c10::optional<at::Device> device) {
+  TORCH_CHECK(!device || device->type() == kDeviceType,
+              "torch_mtia_emu: is_pinned(device=", *device, ") asked of the privateuseone backend");
+  if (!self.is_cpu() || self.numel() == 0 || !Runtime::is_initialized()) return false;
+  return Runtime::get().device().is_pinned(self.storage().data(), self.storage().nbytes());
+}
+
+at::Tensor pin_memory(const at::Tensor& self, c10::optional<at::Device> device) {
+  TORCH_CHECK(!device || device->type() == kDeviceType,
+              "torch_mtia_emu: _pin_memory(device=", *device,
+              ") asked of the privateuseone backend");
+  TORCH_CHECK(self.is_cpu(), "torch_mtia_emu: only CPU tensors can be pinned, not ", self.device());
+  at::Tensor pinned = at::detail::empty_generic(self.sizes(), &PinnedAllocator::instance(),
+                                                c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                self.scalar_type(), c10::nullopt);
+  pinned.copy_(self);
+  return pinned;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("is_pinned", TORCH_FN(is_pinned));
+  m.impl("_pin_memory", TORCH_FN(pin_memory));
+}
+
+}  // namespace mtia::torch_backend

@@ -1,0 +1,215 @@
+// The _foreach_* ops optimizers use, as loops of device ops (one launch per tensor and step;
+// there is no multi-tensor kernel). Variants not listed here take the CPU fallback.
+#include <ATen/Functions.h>
+#include <ATen/core/Tensor.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <vector>
+
+namespace mtia::torch_backend {
+
+namespace {
+
+using at::Scalar;
+using at::Tensor;
+using at::TensorList;
+
+void check_lists(TensorList a, TensorList b, const char* op) {
+  TORCH_CHECK(a.size() == b.size(), op, ": tensor lists must have the same length, got ", a.size(),
+              " and ", b.size());
+}
+
+void check_lists(TensorList a, at::ArrayRef<Scalar> b, const char* op) {
+  TORCH_CHECK(a.size() == b.size(), op, ": expected ", a.size(), " scalars, got ", b.size());
+}
+
+template <class Fn>
+std::vector<Tensor> map(TensorList self, Fn&& fn) {
+  std::vector<Tensor> out;
+  out.reserve(self.size());
+  for (size_t i = 0; i < self.size(); ++i) out.push_back(fn(i, self[i]));
+  return out;
+}
+
+// add, sub, mul, div: Scalar, List and ScalarList forms, functional and in place.
+#define MTIA_FOREACH_ARITH(name)                                                    \
+  std::vector<Tensor> name##_scalar(TensorList self, const Scalar& s) {             \
+    return map(self, [&](size_t, const Tensor& t) { return at::name(t, s); });      \
+  }                                                                                 \
+  void name##_scalar_(TensorList self, const Scalar& s) {                           \
+    for (const Tensor& t : self) t.name##_(s);                                      \
+  }                                                                                 \
+  std::vector<Tensor> name##_scalarlist(TensorList self, at::ArrayRef<Scalar> s) {  \
+    check_lists(self, s, "_foreach_" #name);                                        \
+    return map(self, [&](size_t i, const Tensor& t) { return at::name(t, s[i]); }); \
+  }                                                                                 \
+  void name##_scalarlist_(TensorList self, at::ArrayRef<Scalar> s) {                \
+    check_lists(self, s, "_foreach_" #name "_");                                    \
+    for (size_t i = 0; i < self.size(); ++i) self[i].name##_(s[i]);                 \
+  }
+
+MTIA_FOREACH_ARITH(add)
+MTIA_FOREACH_ARITH(sub)
+MTIA_FOREACH_ARITH(mul)
+MTIA_FOREACH_ARITH(div)
+#undef MTIA_FOREACH_ARITH
+
+std::vector<Tensor> add_list(TensorList self, TensorList other, const Scalar& alpha) {
+  check_lists(self, other, "_foreach_add");
+  return map(self, [&](size_t i, const Tensor& t) { return at::add(t, other[i], alpha); });
+}
+void add_list_(TensorList self, TensorList other, const Scalar& alpha) {
+  check_lists(self, other, "_foreach_add_");
+  for (size_t i = 0; i < self.size(); ++i) self[i].add_(other[i], alpha);
+}
+std::vector<Tensor> sub_list(TensorList self, TensorList other, const Scalar& alpha) {
+  check_lists(self, other, "_foreach_sub");
+  return map(self, [&](size_t i, const Tensor& t) { return at::sub(t, other[i], alpha); });
+}
+void sub_list_(TensorList self, TensorList other, const Scalar& alpha) {
+  check_lists(self, other, "_foreach_sub_");
+  for (size_t i = 0; i < self.size(); ++i) self[i].sub_(other[i], alpha);
+}
+
+#define MTIA_FOREACH_LIST(name, op)                                                   \
+  std::vector<Tensor> name##_list(TensorList self, TensorList other) {                \
+    check_lists(self, other, "_foreach_" #name);                                      \
+    return map(self, [&](size_t i, const Tensor& t) { return at::op(t, other[i]); }); \
+  }                                                                                   \
+  void name##_list_(TensorList self, TensorList other) {                              \
+    check_lists(self, other, "_foreach_" #name "_");                                  \
+    for (size_t i = 0; i < self.size(); ++i) self[i].op##_(other[i]);                 \
+  }
+
+MTIA_FOREACH_LIST(mul, mul)
+MTIA_FOREACH_LIST(div, div)
+#undef MTIA_FOREACH_LIST
+
+std::vector<Tensor> maximum_list(TensorList self, TensorList other) {
+  check_lists(self, other, "_foreach_maximum");
+  return map(self, [&](size_t i, const Tensor& t) { return at::maximum(t, other[i]); });
+}
+void maximum_list_(TensorList self, TensorList other) {
+  check_lists(self, other, "_foreach_maximum_");
+  for (size_t i = 0; i < self.size(); ++i) {
+    at::maximum_out(const_cast<Tensor&>(self[i]), self[i],
+                    other[i]);  // the handle, not the data, is const
+  }
+}
+std::vector<Tensor> minimum_list(TensorList self, TensorList other) {
+  check_lists(self, other, "_foreach_minimum");
+  return map(self, [&](size_t i, const Tensor& t) { return at::minimum(t, other[i]); });
+}
+void minimum_list_(TensorList self, TensorList other) {
+  check_lists(self, other, "_foreach_minimum_");
+  for (size_t i = 0; i < self.size(); ++i) {
+    at::minimum_out(const_cast<Tensor&>(self[i]), self[i], other[i]);
+  }
+}
+
+// addcmul, addcdiv: one value for all, or one per tensor.
+#define MTIA_FOREACH_ADDC(name)                                                                    \
+  std::vector<Tensor> name##_scalar(TensorList self, TensorList t1, TensorList t2,                 \
+                                    const Scalar& v) {                                             \
+    check_lists(self, t1, "_foreach_" #name);                                                      \
+    check_lists(self, t2, "_foreach_" #name);                                                      \
+    return map(self, [&](size_t i, const Tensor& t) { return at::name(t, t1[i], t2[i], v); });     \
+  }                                                                                                \
+  void name##_scalar_(TensorList self, TensorList t1, TensorList t2, const Scalar& v) {            \
+    check_lists(self, t1, "_foreach_" #name "_");                                                  \
+    check_lists(self, t2, "_foreach_" #name "_");                                                  \
+    for (size_t i = 0; i < self.size(); ++i) self[i].name##_(t1[i], t2[i], v);                     \
+  }                                                                                                \
+  std::vector<Tensor> name##_scalarlist(TensorList self, TensorList t1, TensorList t2,             \
+                                        at::ArrayRef<Scalar> v) {                                  \
+    check_lists(self, t1, "_foreach_" #name);                                                      \
+    check_lists(self, v, "_foreach_" #name);                                                       \
+    return map(self, [&](size_t i, const Tensor& t) { return at::name(t, t1[i], t2[i], v[i]); });  \
+  }                                                                                                \
+  void name##_scalarlist_(TensorList self, TensorList t1, TensorList t2, at::ArrayRef<Scalar> v) { \
+    check_lists(self, t1, "_foreach_" #name "_");                                                  \
+    check_lists(self, v, "_foreach_" #name "_");                                                   \
+    for (size_t i = 0; i < self.size(); ++i) self[i].name##_(t1[i], t2[i], v[i]);                  \
+  }
+
+MTIA_FOREACH_ADDC(addcmul)
+MTIA_FOREACH_ADDC(addcdiv)
+#undef MTIA_FOREACH_ADDC
+
+#define MTIA_FOREACH_UNARY(name)                                            \
+  std::vector<Tensor> foreach_##name(TensorList self) {                     \
+    return map(self, [&](size_t, const Tensor& t) { return at::name(t); }); \
+  }                                                                         \
+  void foreach_##name##_(TensorList self) {                                 \
+    for (const Tensor& t : self) t.name##_();                               \
+  }
+
+MTIA_FOREACH_UNARY(abs)
+MTIA_FOREACH_UNARY(neg)
+MTIA_FOREACH_UNARY(sqrt)
+MTIA_FOREACH_UNARY(exp)
+#undef MTIA_FOREACH_UNARY
+
+void foreach_zero_(TensorList self) {
+  for (const Tensor& t : self) t.zero_();
+}
+
+// Vector norms of each tensor: 2 (sqrt of the sum of squares), 1 and inf; others through
+// linalg_vector_norm (which may take the CPU fallback).
+std::vector<Tensor> norm(TensorList self, const Scalar& ord) {
+  const double p = ord.toDouble();
+  return map(self, [&](size_t, const Tensor& t) -> Tensor {
+    if (p == 2.0) return at::sqrt(at::sum(at::mul(t, t)));
+    if (p == 1.0) return at::sum(at::abs(t));
+    if (std::isinf(p) && p > 0) return at::amax(at::abs(t));
+    return at::linalg_vector_norm(t, ord);
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+#define MTIA_REGISTER_ARITH(name)                                       \
+  m.impl("_foreach_" #name ".Scalar", TORCH_FN(name##_scalar));         \
+  m.impl("_foreach_" #name "_.Scalar", TORCH_FN(name##_scalar_));       \
+  m.impl("_foreach_" #name ".ScalarList", TORCH_FN(name##_scalarlist)); \
+  m.impl("_foreach_" #name "_.ScalarList", TORCH_FN(name##_scalarlist_));
+  MTIA_REGISTER_ARITH(add)
+  MTIA_REGISTER_ARITH(sub)
+  MTIA_REGISTER_ARITH(mul)
+  MTIA_REGISTER_ARITH(div)
+#undef MTIA_REGISTER_ARITH
+  m.impl("_foreach_add.List", TORCH_FN(add_list));
+  m.impl("_foreach_add_.List", TORCH_FN(add_list_));
+  m.impl("_foreach_sub.List", TORCH_FN(sub_list));
+  m.impl("_foreach_sub_.List", TORCH_FN(sub_list_));
+  m.impl("_foreach_mul.List", TORCH_FN(mul_list));
+  m.impl("_foreach_mul_.List", TORCH_FN(mul_list_));
+  m.impl("_foreach_div.List", TORCH_FN(div_list));
+  m.impl("_foreach_div_.List", TORCH_FN(div_list_));
+  m.impl("_foreach_maximum.List", TORCH_FN(maximum_list));
+  m.impl("_foreach_maximum_.List", TORCH_FN(maximum_list_));
+  m.impl("_foreach_minimum.List", TORCH_FN(minimum_list));
+  m.impl("_foreach_minimum_.List", TORCH_FN(minimum_list_));
+  m.impl("_foreach_addcmul.Scalar", TORCH_FN(addcmul_scalar));
+  m.impl("_foreach_addcmul_.Scalar", TORCH_FN(addcmul_scalar_));
+  m.impl("_foreach_addcmul.ScalarList", TORCH_FN(addcmul_scalarlist));
+  m.impl("_foreach_addcmul_.ScalarList", TORCH_FN(addcmul_scalarlist_));
+  m.impl("_foreach_addcdiv.Scalar", TORCH_FN(addcdiv_scalar));
+  m.impl("_foreach_addcdiv_.Scalar", TORCH_FN(addcdiv_scalar_));
+  m.impl("_foreach_addcdiv.ScalarList", TORCH_FN(addcdiv_scalarlist));
+  m.impl("_foreach_addcdiv_.ScalarList", TORCH_FN(addcdiv_scalarlist_));
+  m.impl("_foreach_abs", TORCH_FN(foreach_abs));
+  m.impl("_foreach_abs_", TORCH_FN(foreach_abs_));
+  m.impl("_foreach_neg", TORCH_FN(foreach_neg));
+  m.impl("_foreach_neg_", TORCH_FN(foreach_neg_));
+  m.impl("_foreach_sqrt", TORCH_FN(foreach_sqrt));
+  m.impl("_foreach_sqrt_", TORCH_FN(foreach_sqrt_));
+  m.impl("_foreach_exp", TORCH_FN(foreach_exp));
+  m.impl("_foreach_exp_", TORCH_FN(foreach_exp_));
+  m.impl("_foreach_zero_", TORCH_FN(foreach_zero_));
+  m.impl("_foreach_norm.Scalar", TORCH_FN(norm));
+}
+
+}  // namespace mtia::torch_backend

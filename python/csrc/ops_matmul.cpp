@@ -1,0 +1,177 @@
+// Matrix products on the matmul, bmm and addmm kernels: mm, addmm, bmm, baddbmm for float32,
+// float16 and bfloat16 (the DPE accumulates in float32). Operands keep their strides: the
+// kernels load transposed operands as they lie (x @ W.T needs no copy).
+#include <ATen/Functions.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/addmm_meta.h>
+#include <ATen/ops/addmv_meta.h>
+#include <ATen/ops/baddbmm_meta.h>
+#include <ATen/ops/bmm_meta.h>
+#include <ATen/ops/mm_meta.h>
+#include <torch/library.h>
+
+#include "elementwise.h"
+#include "fallback.h"
+#include "launch.h"
+#include "runtime.h"
+#include "structured.h"
+
+namespace mtia::torch_backend {
+
+namespace {
+
+using at::ScalarType;
+using at::Tensor;
+
+// Output elements per PE before another PE is worth it (a 64 x 128 tile).
+constexpr int64_t kMatmulItemsPerPe = 8192;
+
+bool matmul_dtypes_ok(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const ScalarType t = a.scalar_type();
+  return is_kernel_float(t) && b.scalar_type() == t && out.scalar_type() == t;
+}
+
+// c[m, n] = a[m, k] @ b[k, n]; c may have another (kernel) dtype than a and b.
+void launch_matmul(const Tensor& c, const Tensor& a, const Tensor& b) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (m == 0 || n == 0) return;
+  launch("matmul", grid_for(m * n, kMatmulItemsPerPe),
+         {tensor_address(c), tensor_address(a), tensor_address(b),
+          mtia::Arg::dtype(*kernel_dtype(a.scalar_type())),
+          mtia::Arg::dtype(*kernel_dtype(c.scalar_type())), m, n, k, a.stride(0), a.stride(1),
+          b.stride(0), b.stride(1), c.stride(0), c.stride(1)});
+}
+
+void launch_bmm(const Tensor& c, const Tensor& a, const Tensor& b) {
+  const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
+  if (batch == 0 || m == 0 || n == 0) return;
+  launch(
+      "bmm", grid_for(batch * m * n, kMatmulItemsPerPe),
+      {tensor_address(c), tensor_address(a), tensor_address(b),
+       mtia::Arg::dtype(*kernel_dtype(a.scalar_type())),
+       mtia::Arg::dtype(*kernel_dtype(c.scalar_type())), batch, m, n, k, a.stride(0), a.stride(1),
+       a.stride(2), b.stride(0), b.stride(1), b.stride(2), c.stride(0), c.stride(1), c.stride(2)});
+}
+
+Tensor& mm_out(const Tensor& self, const Tensor& mat2, Tensor& out) {
+  OutOf<at::meta::structured_mm> m(out);
+  m.meta(self, mat2);
+  if (!matmul_dtypes_ok(self, mat2, out)) {
+    return run_on_cpu<ATEN_OP2(mm, out)>(dtype_reason(self.scalar_type()), self, mat2, out);
+  }
+  launch_matmul(out, self, mat2);
+  return out;
+}
+
+Tensor& addmm_out(const Tensor& self, const Tensor& mat1, const Tensor& mat2,
+                  const c10::Scalar& beta, const c10::Scalar& alpha, Tensor& out) {
+  OutOf<at::meta::structured_addmm> meta(out);
+  meta.meta(self, mat1, mat2, beta, alpha);
+  if (!matmul_dtypes_ok(mat1, mat2, out) || !kernel_supports(self.scalar_type())) {
+    return run_on_cpu<ATEN_OP2(addmm, out)>(dtype_reason(mat1.scalar_type()), self, mat1, mat2,
+                                            beta, alpha, out);
+  }
+  const int64_t m = mat1.size(0), k = mat1.size(1), n = mat2.size(1);
+  if (m == 0 || n == 0) return out;
+  // The bias in the output's dtype, broadcast to [m, n] with zero strides.
+  const Tensor bias = as_dtype(self, out.scalar_type()).expand({m, n});
+  launch("addmm", grid_for(m * n, kMatmulItemsPerPe),
+         {tensor_address(out), tensor_address(bias), tensor_address(mat1), tensor_address(mat2),
+          mtia::Arg::dtype(*kernel_dtype(mat1.scalar_type())),
+          mtia::Arg::dtype(*kernel_dtype(out.scalar_type())), m, n, k, alpha.to<float>(),
+          beta.to<float>(), bias.stride(0), bias.stride(1), mat1.stride(0), mat1.stride(1),
+          mat2.stride(0), mat2.stride(1), out.stride(0), out.stride(1)});
+  return out;
+}
+
+// beta * self + alpha * (mat @ vec): addmm with n = 1.
+Tensor& addmv_out(const Tensor& self, const Tensor& mat, const Tensor& vec, const c10::Scalar& beta,
+                  const c10::Scalar& alpha, Tensor& out) {
+  OutOf<at::meta::structured_addmv> meta(out);
+  meta.meta(self, mat, vec, beta, alpha);
+  if (!matmul_dtypes_ok(mat, vec, out) || !kernel_supports(self.scalar_type())) {
+    return run_on_cpu<ATEN_OP2(addmv, out)>(dtype_reason(mat.scalar_type()), self, mat, vec, beta,
+                                            alpha, out);
+  }
+  const int64_t m = mat.size(0), k = mat.size(1);
+  if (m == 0) return out;
+  const Tensor bias = as_dtype(self, out.scalar_type()).expand({m});
+  launch("addmm", grid_for(m, kMatmulItemsPerPe),
+         {tensor_address(out), tensor_address(bias), tensor_address(mat), tensor_address(vec),
+          mtia::Arg::dtype(*kernel_dtype(mat.scalar_type())),
+          mtia::Arg::dtype(*kernel_dtype(out.scalar_type())), m, int64_t{1}, k, alpha.to<float>(),
+          beta.to<float>(), bias.stride(0), int64_t{0}, mat.stride(0), mat.stride(1), vec.stride(0),
+          int64_t{0}, out.stride(0), int64_t{0}});
+  return out;
+}
+
+// The inner product of two vectors: a 1 x k by k x 1 matmul.
+Tensor dot(const Tensor& self, const Tensor& other) {
+  TORCH_CHECK(self.dim() == 1 && other.dim() == 1, "1D tensors expected, but got ", self.dim(),
+              "D and ", other.dim(), "D tensors");
+  TORCH_CHECK(self.scalar_type() == other.scalar_type(),
+              "dot : expected both vectors to have same dtype, but found ", self.scalar_type(),
+              " and ", other.scalar_type());
+  TORCH_CHECK(self.numel() == other.numel(), "inconsistent tensor size, expected tensor [",
+              self.numel(), "] and src [", other.numel(),
+              "] to have the same number of elements, but got ", self.numel(), " and ",
+              other.numel(), " elements respectively");
+  if (!is_kernel_float(self.scalar_type())) {
+    return run_on_cpu<ATEN_OP(dot)>(dtype_reason(self.scalar_type()), self, other);
+  }
+  Tensor out = empty_device({}, self.scalar_type());
+  const int64_t k = self.numel();
+  launch("matmul", mtia::Grid{1, 1},
+         {tensor_address(out), tensor_address(self), tensor_address(other),
+          mtia::Arg::dtype(*kernel_dtype(self.scalar_type())),
+          mtia::Arg::dtype(*kernel_dtype(out.scalar_type())), int64_t{1}, int64_t{1}, k, int64_t{0},
+          self.stride(0), other.stride(0), int64_t{0}, int64_t{0}, int64_t{0}});
+  return out;
+}
+
+Tensor& bmm_out(const Tensor& self, const Tensor& mat2, Tensor& out) {
+  OutOf<at::meta::structured_bmm> m(out);
+  m.meta(self, mat2);
+  if (!matmul_dtypes_ok(self, mat2, out)) {
+    return run_on_cpu<ATEN_OP2(bmm, out)>(dtype_reason(self.scalar_type()), self, mat2, out);
+  }
+  launch_bmm(out, self, mat2);
+  return out;
+}
+
+// beta * self + alpha * (batch1 @ batch2), the product accumulated in float32.
+Tensor& baddbmm_out(const Tensor& self, const Tensor& batch1, const Tensor& batch2,
+                    const c10::Scalar& beta, const c10::Scalar& alpha, Tensor& out) {
+  OutOf<at::meta::structured_baddbmm> m(out);
+  m.meta(self, batch1, batch2, beta, alpha);
+  if (!matmul_dtypes_ok(batch1, batch2, out) || !kernel_supports(self.scalar_type())) {
+    return run_on_cpu<ATEN_OP2(baddbmm, out)>(dtype_reason(batch1.scalar_type()), self, batch1,
+                                              batch2, beta, alpha, out);
+  }
+  if (out.numel() == 0) return out;
+  Tensor prod = empty_device(out.sizes(), at::kFloat);
+  launch_bmm(prod, batch1, batch2);
+  if (!(alpha.isIntegral(true) && alpha.toLong() == 1)) {
+    apply_binary_scalar(MTIA_PE_SE_MUL, prod, prod, alpha, at::kFloat);
+  }
+  if (beta.toComplexDouble() != 0.0) {
+    Tensor scaled = empty_device(out.sizes(), at::kFloat);
+    apply_binary_scalar(MTIA_PE_SE_MUL, scaled, self, beta, at::kFloat);
+    apply_binary(MTIA_PE_SE_ADD, prod, prod, scaled, at::kFloat, at::kFloat);
+  }
+  write_into(out, prod);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mm.out", TORCH_FN(mm_out));
+  m.impl("addmm.out", TORCH_FN(addmm_out));
+  m.impl("addmv.out", TORCH_FN(addmv_out));
+  m.impl("dot", TORCH_FN(dot));
+  m.impl("bmm.out", TORCH_FN(bmm_out));
+  m.impl("baddbmm.out", TORCH_FN(baddbmm_out));
+}
+
+}  // namespace mtia::torch_backend

@@ -1,0 +1,385 @@
+// Softmax and layer norm: _softmax and _log_softmax on their kernels along any dimension,
+// native_layer_norm kept whole on the layer_norm kernel, and their backward passes composed
+// from device kernels (elementwise and reductions) in float32.
+#include <ATen/Functions.h>
+#include <ATen/WrapDimUtils.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/native/layer_norm.h>
+#include <ATen/ops/_log_softmax_backward_data_meta.h>
+#include <ATen/ops/_log_softmax_meta.h>
+#include <ATen/ops/_softmax_backward_data_meta.h>
+#include <ATen/ops/_softmax_meta.h>
+#include <ATen/ops/nll_loss_backward_meta.h>
+#include <ATen/ops/nll_loss_forward_meta.h>
+#include <torch/library.h>
+
+#include "elementwise.h"
+#include "fallback.h"
+#include "launch.h"
+#include "ops.h"
+#include "runtime.h"
+#include "structured.h"
+
+namespace mtia::torch_backend {
+
+namespace {
+
+using at::ScalarType;
+using at::Tensor;
+
+void launch_softmax(const char* kernel, const Tensor& out, const Tensor& in, int64_t dim) {
+  if (in.numel() == 0) return;
+  if (in.dim() == 0) {
+    launch_softmax(kernel, out.reshape({1}), in.reshape({1}), 0);
+    return;
+  }
+  std::vector<bool> along(size_t(in.dim()), false);
+  along[size_t(at::maybe_wrap_dim(dim, in.dim()))] = true;
+  const uint8_t dt = *kernel_dtype(in.scalar_type());
+  reduce_views(
+      in, {out}, along,
+      [&](mtia::DevicePtr src, const std::vector<mtia::DevicePtr>& dst, const ReduceView& v) {
+        std::vector<mtia::Arg> args{dst[0], src, mtia::Arg::dtype(dt), int64_t{3}};
+        for (int64_t s : v.sizes) args.emplace_back(s);
+        for (int64_t s : v.in_strides) args.emplace_back(s);
+        for (int64_t s : v.out_strides[0]) args.emplace_back(s);
+        launch(kernel, grid_for(v.sizes[0] * v.sizes[1] * v.sizes[2] * v.sizes[3], 32768), args);
+      });
+}
+
+Tensor& softmax_out(const Tensor& self, int64_t dim, bool half_to_float, Tensor& out) {
+  OutOf<at::meta::structured__softmax> m(out);
+  m.meta(self, dim, half_to_float);
+  if (!is_kernel_float(self.scalar_type()) || half_to_float ||
+      out.scalar_type() != self.scalar_type()) {
+    return run_on_cpu<ATEN_OP2(_softmax, out)>(dtype_reason(self.scalar_type()), self, dim,
+                                               half_to_float, out);
+  }
+  launch_softmax("softmax", out, self, dim);
+  return out;
+}
+
+Tensor& log_softmax_out(const Tensor& self, int64_t dim, bool half_to_float, Tensor& out) {
+  OutOf<at::meta::structured__log_softmax> m(out);
+  m.meta(self, dim, half_to_float);
+  if (!is_kernel_float(self.scalar_type()) || half_to_float ||
+      out.scalar_type() != self.scalar_type()) {
+    return run_on_cpu<ATEN_OP2(_log_softmax, out)>(dtype_reason(self.scalar_type()), self, dim,
+                                                   half_to_float, out);
+  }
+  launch_softmax("log_softmax", out, self, dim);
+  return out;
+}
+
+// Sum along `dim` with keepdim, in float32.
+Tensor sum_keepdim(const Tensor& x, int64_t dim) {
+  std::vector<int64_t> sizes = x.sizes().vec();
+  if (!sizes.empty()) sizes[size_t(dim)] = 1;
+  Tensor s = empty_device(sizes, at::kFloat);
+  reduce_into(ReduceOp::kSum, s, x, {dim}, true);
+  return s;
+}
+
+// grad_input = y * (g - sum(g * y, dim))
+Tensor& softmax_backward_out(const Tensor& grad, const Tensor& y, int64_t dim,
+                             ScalarType input_dtype, Tensor& grad_input) {
+  OutOf<at::meta::structured__softmax_backward_data> m(grad_input);
+  m.meta(grad, y, dim, input_dtype);
+  if (!is_kernel_float(grad.scalar_type()) || !is_kernel_float(y.scalar_type()) ||
+      !is_kernel_float(grad_input.scalar_type())) {
+    return run_on_cpu<ATEN_OP2(_softmax_backward_data, out)>(dtype_reason(grad.scalar_type()), grad,
+                                                             y, dim, input_dtype, grad_input);
+  }
+  if (grad.numel() == 0) return grad_input;
+  const int64_t d = grad.dim() == 0 ? 0 : at::maybe_wrap_dim(dim, grad.dim());
+  const Tensor g = as_dtype(grad, at::kFloat);
+  Tensor t = empty_device(grad.sizes(), at::kFloat);
+  apply_binary(MTIA_PE_SE_MUL, t, g, y, at::kFloat, at::kFloat);
+  const Tensor s = sum_keepdim(t, d);
+  apply_binary(MTIA_PE_SE_SUB, t, g, s, at::kFloat, at::kFloat);
+  apply_binary(MTIA_PE_SE_MUL, t, t, y, at::kFloat, at::kFloat);
+  write_into(grad_input, t);
+  return grad_input;
+}
+
+// grad_input = g - exp(y) * sum(g, dim)
+Tensor& log_softmax_backward_out(const Tensor& grad, const Tensor& y, int64_t dim,
+                                 ScalarType input_dtype, Tensor& grad_input) {
+  OutOf<at::meta::structured__log_softmax_backward_data> m(grad_input);
+  m.meta(grad, y, dim, input_dtype);
+  if (!is_kernel_float(grad.scalar_type()) || !is_kernel_float(y.scalar_type()) ||
+      !is_kernel_float(grad_input.scalar_type())) {
+    return run_on_cpu<ATEN_OP2(_log_softmax_backward_data, out)>(
+        dtype_reason(grad.scalar_type()), grad, y, dim, input_dtype, grad_input);
+  }
+  if (grad.numel() == 0) return grad_input;
+  const int64_t d = grad.dim() == 0 ? 0 : at::maybe_wrap_dim(dim, grad.dim());
+  const Tensor g = as_dtype(grad, at::kFloat);
+  const Tensor s = sum_keepdim(g, d);
+  Tensor t = empty_device(grad.sizes(), at::kFloat);
+  apply_unary(MTIA_PE_SE_EXP, t, y, at::kFloat, at::kFloat);
+  apply_binary(MTIA_PE_SE_MUL, t, t, s, at::kFloat, at::kFloat);
+  apply_binary(MTIA_PE_SE_SUB, t, g, t, at::kFloat, at::kFloat);
+  write_into(grad_input, t);
+  return grad_input;
+}
+
+// The statistics' shape: the input's leading dims, then 1 per normalized dim.
+std::vector<int64_t> stat_shape(const Tensor& input, size_t normalized_dims) {
+  std::vector<int64_t> shape;
+  const size_t axis = size_t(input.dim()) - normalized_dims;
+  for (size_t i = 0; i < size_t(input.dim()); ++i) shape.push_back(i < axis ? input.size(i) : 1);
+  return shape;
+}
+
+std::tuple<Tensor, Tensor, Tensor> native_layer_norm(const Tensor& input,
+                                                     at::IntArrayRef normalized_shape,
+                                                     const c10::optional<Tensor>& weight_opt,
+                                                     const c10::optional<Tensor>& bias_opt,
+                                                     double eps) {
+  const Tensor weight = weight_opt.value_or(Tensor());
+  const Tensor bias = bias_opt.value_or(Tensor());
+  const auto [M, N] = at::native::_check_layer_norm_inputs(input, normalized_shape, weight, bias);
+  const ScalarType dt = input.scalar_type();
+  const bool ok = is_kernel_float(dt) && (!weight.defined() || weight.scalar_type() == dt) &&
+                  (!bias.defined() || bias.scalar_type() == dt) && N > 0;
+  if (!ok) {
+    return run_on_cpu<ATEN_OP(native_layer_norm)>(dtype_reason(dt), input, normalized_shape,
+                                                  weight_opt, bias_opt, eps);
+  }
+  const std::vector<int64_t> stats = stat_shape(input, normalized_shape.size());
+  Tensor out =
+      at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+  Tensor mean = empty_device({M}, at::kFloat);
+  Tensor rstd = empty_device({M}, at::kFloat);
+  if (M > 0) {
+    const Tensor x = input.reshape({M, N});  // a view when the layout allows, else a copy
+    const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
+    const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+    const int64_t flags = (w.defined() ? 1 : 0) | (b.defined() ? 2 : 0) | 4;
+    const mtia::DevicePtr xp = tensor_address(x);
+    launch("layer_norm", grid_for(M * N, 32768),
+           {tensor_address(out), tensor_address(mean), tensor_address(rstd), xp,
+            w.defined() ? tensor_address(w) : xp, b.defined() ? tensor_address(b) : xp,
+            mtia::Arg::dtype(*kernel_dtype(dt)), flags, float(eps), M, N, x.stride(0), x.stride(1),
+            N, int64_t{1}});
+  }
+  // PyTorch's CPU kernel returns the statistics in the input's dtype.
+  return {out, as_dtype(mean, dt).view(stats), as_dtype(rstd, dt).view(stats)};
+}
+
+// dX = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dY * weight, xhat = (X - mean) * rstd;
+// dW = sum over rows of dY * xhat; dB = sum over rows of dY. All in float32 on [M, N] views.
+std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
+    const Tensor& grad_out, const Tensor& input, at::IntArrayRef normalized_shape,
+    const Tensor& mean, const Tensor& rstd, const c10::optional<Tensor>& weight_opt,
+    const c10::optional<Tensor>& bias_opt, std::array<bool, 3> mask) {
+  const Tensor weight = weight_opt.value_or(Tensor());
+  const Tensor bias = bias_opt.value_or(Tensor());
+  const auto [M, N] = at::native::_check_layer_norm_inputs(input, normalized_shape, weight, bias);
+  const ScalarType dt = input.scalar_type();
+  if (!is_kernel_float(dt) || !is_kernel_float(grad_out.scalar_type()) ||
+      !is_kernel_float(mean.scalar_type()) ||
+      (weight.defined() && !is_kernel_float(weight.scalar_type()))) {
+    return run_on_cpu<ATEN_OP(native_layer_norm_backward)>(dtype_reason(dt), grad_out, input,
+                                                           normalized_shape, mean, rstd, weight_opt,
+                                                           bias_opt, mask);
+  }
+  const auto f32 = at::kFloat;
+  Tensor dX, dW, dB;
+  // Like the CPU kernel: a parameter's gradient only when it was asked for and exists.
+  if (mask[0]) dX = at::empty(input.sizes(), input.options());
+  if (mask[1] && weight.defined()) dW = at::empty(weight.sizes(), weight.options());
+  if (mask[2] && bias.defined()) dB = at::empty(bias.sizes(), bias.options());
+  if (M == 0 || N == 0) {
+    for (Tensor* t : {&dW, &dB}) {
+      if (t->defined()) launch_fill(*t, scalar_bits(0, t->scalar_type()));
+    }
+    return {dX, dW, dB};
+  }
+  const Tensor x = as_dtype(input.reshape({M, N}), f32);
+  const Tensor dy = as_dtype(grad_out.reshape({M, N}), f32);
+  const Tensor mu = as_dtype(mean.reshape({M, 1}), f32);
+  const Tensor rs = as_dtype(rstd.reshape({M, 1}), f32);
+  Tensor xhat = empty_device({M, N}, f32);
+  apply_binary(MTIA_PE_SE_SUB, xhat, x, mu, f32, f32);
+  apply_binary(MTIA_PE_SE_MUL, xhat, xhat, rs, f32, f32);
+  if (dB.defined()) {
+    Tensor s = empty_device({N}, f32);
+    reduce_into(ReduceOp::kSum, s, dy, {0}, false);
+    write_into(dB.view({N}), s);
+  }
+  Tensor t = empty_device({M, N}, f32);
+  if (dW.defined()) {
+    apply_binary(MTIA_PE_SE_MUL, t, dy, xhat, f32, f32);
+    Tensor s = empty_device({N}, f32);
+    reduce_into(ReduceOp::kSum, s, t, {0}, false);
+    write_into(dW.view({N}), s);
+  }
+  if (dX.defined()) {
+    Tensor g = dy;
+    if (weight.defined()) {
+      g = empty_device({M, N}, f32);
+      apply_binary(MTIA_PE_SE_MUL, g, dy, weight.reshape({N}), f32, f32);
+    }
+    Tensor a = empty_device({M, 1}, f32);
+    reduce_into(ReduceOp::kMean, a, g, {1}, true);
+    apply_binary(MTIA_PE_SE_MUL, t, g, xhat, f32, f32);
+    Tensor b = empty_device({M, 1}, f32);
+    reduce_into(ReduceOp::kMean, b, t, {1}, true);
+    apply_binary(MTIA_PE_SE_MUL, t, xhat, b, f32, f32);  // xhat * mean(g * xhat)
+    apply_binary(MTIA_PE_SE_SUB, xhat, g, a, f32, f32);  // g - mean(g)  (xhat reused)
+    apply_binary(MTIA_PE_SE_SUB, xhat, xhat, t, f32, f32);
+    apply_binary(MTIA_PE_SE_MUL, xhat, xhat, rs, f32, f32);
+    write_into(dX.view({M, N}), xhat);
+  }
+  return {dX, dW, dB};
+}
+
+// --- nll_loss ------------------------------------------------------------------------------
+// The class picked by each target, as a [N, C] bool mask: (target[:, None] == arange(C)) and
+// target != ignore_index. Loss and gradient are then where/multiply/sum on device kernels.
+
+// A target outside [0, C) that is not ignore_index is an error, as on the CPU. The common case
+// costs two reductions and one read of their results.
+void check_targets(const Tensor& t, int64_t C, int64_t ignore_index) {
+  if (t.numel() == 0) return;
+  Tensor bounds = empty_device({2}, at::kLong);
+  reduce_into(ReduceOp::kAmin, bounds.select(0, 0), t, {}, false);
+  reduce_into(ReduceOp::kAmax, bounds.select(0, 1), t, {}, false);
+  const Tensor host = bounds.cpu();
+  const int64_t lo = host[0].item<int64_t>(), hi = host[1].item<int64_t>();
+  if (lo >= 0 && hi < C) return;
+  const Tensor all = t.cpu();
+  const int64_t* p = all.data_ptr<int64_t>();
+  for (int64_t i = 0; i < all.numel(); ++i) {
+    TORCH_CHECK_INDEX(p[i] == ignore_index || (p[i] >= 0 && p[i] < C), "Target ", p[i],
+                      " is out of bounds.");
+  }
+}
+
+Tensor nll_mask(const Tensor& x, const Tensor& target, int64_t ignore_index) {
+  const int64_t C = x.size(1);
+  const Tensor t = target.reshape({-1});
+  Tensor mask = empty_device({t.size(0), C}, at::kBool);
+  apply_binary(MTIA_PE_SE_EQ, mask, t.reshape({-1, 1}), at::arange(C, t.options().dtype(at::kLong)),
+               at::kLong, at::kBool);
+  if (ignore_index >= 0 && ignore_index < C) {
+    // Only a class index can collide with ignore_index: drop the rows that carry it.
+    Tensor keep = empty_device({t.size(0), 1}, at::kBool);
+    apply_binary(MTIA_PE_SE_NE, keep, t.reshape({-1, 1}),
+                 at::scalar_tensor(ignore_index, at::kLong), at::kLong, at::kBool);
+    apply_binary(MTIA_PE_SE_LAND, mask, mask, keep, at::kBool, at::kBool);
+  }
+  return mask;
+}
+
+// The weight of each picked element (float32, 0 where nothing is picked).
+Tensor picked_weights(const Tensor& mask, const Tensor& weight) {
+  Tensor w = empty_device(mask.sizes(), at::kFloat);
+  if (weight.defined()) {
+    launch_where(w, mask, as_dtype(weight, at::kFloat).expand(mask.sizes()),
+                 device_scalar(0, at::kFloat));
+  } else {
+    launch_cast(w, mask);
+  }
+  return w;
+}
+
+bool nll_ok(const Tensor& self, const Tensor& target, const Tensor& weight) {
+  return is_kernel_float(self.scalar_type()) && target.scalar_type() == at::kLong &&
+         (!weight.defined() || is_kernel_float(weight.scalar_type())) && self.dim() <= 2;
+}
+
+std::tuple<Tensor&, Tensor&> nll_loss_forward_out(const Tensor& self, const Tensor& target,
+                                                  const c10::optional<Tensor>& weight_opt,
+                                                  int64_t reduction, int64_t ignore_index,
+                                                  Tensor& output, Tensor& total_weight) {
+  OutOf<at::meta::structured_nll_loss_forward, 2> m(output, total_weight);
+  const Tensor weight = weight_opt.value_or(Tensor());
+  m.meta(self, target, weight.defined() ? at::OptionalTensorRef(weight) : at::OptionalTensorRef(),
+         reduction, ignore_index);
+  if (!nll_ok(self, target, weight)) {
+    return run_on_cpu<ATEN_OP2(nll_loss_forward, output)>(dtype_reason(self.scalar_type()), self,
+                                                          target, weight_opt, reduction,
+                                                          ignore_index, output, total_weight);
+  }
+  const auto f32 = at::kFloat;
+  const Tensor x = self.dim() == 1 ? self.reshape({1, -1}) : self;
+  const int64_t N = x.size(0), C = x.size(1);
+  check_targets(target, C, ignore_index);
+  const Tensor w = picked_weights(nll_mask(x, target, ignore_index), weight);
+  Tensor picked = empty_device({N, C}, f32);
+  apply_binary(MTIA_PE_SE_MUL, picked, x, w, f32, f32);
+  Tensor tw = empty_device({}, f32);
+  reduce_into(ReduceOp::kSum, tw, w, {}, false);
+  write_into(total_weight, tw);
+  Tensor loss;
+  if (reduction == at::Reduction::None && self.dim() == 2) {
+    loss = empty_device({N}, f32);
+    reduce_into(ReduceOp::kSum, loss, picked, {1}, false);
+  } else {
+    loss = empty_device({}, f32);
+    reduce_into(ReduceOp::kSum, loss, picked, {}, false);
+    if (reduction == at::Reduction::Mean) {
+      apply_binary(MTIA_PE_SE_DIV, loss, loss, tw, f32, f32);
+    }
+  }
+  apply_unary(MTIA_PE_SE_NEG, loss, loss, f32, f32);
+  write_into(output, loss.reshape(output.sizes()));
+  return {output, total_weight};
+}
+
+Tensor& nll_loss_backward_out(const Tensor& grad_output, const Tensor& self, const Tensor& target,
+                              const c10::optional<Tensor>& weight_opt, int64_t reduction,
+                              int64_t ignore_index, const Tensor& total_weight,
+                              Tensor& grad_input) {
+  OutOf<at::meta::structured_nll_loss_backward> m(grad_input);
+  const Tensor weight = weight_opt.value_or(Tensor());
+  m.meta(grad_output, self, target,
+         weight.defined() ? at::OptionalTensorRef(weight) : at::OptionalTensorRef(), reduction,
+         ignore_index, total_weight);
+  if (!nll_ok(self, target, weight) || !is_kernel_float(grad_output.scalar_type())) {
+    return run_on_cpu<ATEN_OP2(nll_loss_backward, grad_input)>(
+        dtype_reason(self.scalar_type()), grad_output, self, target, weight_opt, reduction,
+        ignore_index, total_weight, grad_input);
+  }
+  const auto f32 = at::kFloat;
+  const Tensor x = self.dim() == 1 ? self.reshape({1, -1}) : self;
+  const int64_t N = x.size(0), C = x.size(1);
+  const Tensor mask = nll_mask(x, target, ignore_index);
+  // The gradient of each picked element: -grad (per row with reduction none), / total_weight
+  // for the mean, times the class weight.
+  Tensor coef = as_dtype(grad_output, f32);
+  if (reduction == at::Reduction::None && self.dim() == 2) {
+    coef = coef.reshape({N, 1});
+  } else if (reduction == at::Reduction::Mean) {
+    Tensor c = empty_device({}, f32);
+    apply_binary(MTIA_PE_SE_DIV, c, coef.reshape({}), total_weight, f32, f32);
+    coef = c;
+  } else {
+    coef = coef.reshape({});
+  }
+  Tensor neg = empty_device(coef.sizes(), f32);
+  apply_unary(MTIA_PE_SE_NEG, neg, coef, f32, f32);
+  Tensor g = empty_device({N, C}, f32);
+  launch_where(g, mask, neg.expand({N, C}), device_scalar(0, f32));
+  if (weight.defined()) apply_binary(MTIA_PE_SE_MUL, g, g, weight, f32, f32);
+  write_into(grad_input, g.reshape(grad_input.sizes()));
+  return grad_input;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("nll_loss_forward.output", TORCH_FN(nll_loss_forward_out));
+  m.impl("nll_loss_backward.grad_input", TORCH_FN(nll_loss_backward_out));
+  m.impl("_softmax.out", TORCH_FN(softmax_out));
+  m.impl("_log_softmax.out", TORCH_FN(log_softmax_out));
+  m.impl("_softmax_backward_data.out", TORCH_FN(softmax_backward_out));
+  m.impl("_log_softmax_backward_data.out", TORCH_FN(log_softmax_backward_out));
+  m.impl("native_layer_norm", TORCH_FN(native_layer_norm));
+  m.impl("native_layer_norm_backward", TORCH_FN(native_layer_norm_backward));
+}
+
+}  // namespace mtia::torch_backend

@@ -1,0 +1,252 @@
+// Tensor plumbing for the device: views (metadata only), resize_ and set_ (storage
+// management, used by out= ops and torch.load), fill_/zero_ on the fill kernel, cat on device
+// copies, arange, record_stream, and the random ops with the device's generator.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/Functions.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/cat_meta.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+#include <cstring>
+
+#include "allocator.h"
+#include "elementwise.h"
+#include "fallback.h"
+#include "launch.h"
+#include "random.h"
+#include "runtime.h"
+#include "structured.h"
+
+namespace mtia::torch_backend {
+
+at::Generator& default_generator() {
+  static at::Generator* gen =
+      new at::Generator(at::make_generator<at::CPUGeneratorImpl>(c10::default_rng_seed_val));
+  return *gen;
+}
+
+namespace {
+
+using at::Tensor;
+
+// --- storage ---------------------------------------------------------------------------------
+
+// Grows t's storage (keeping its bytes) so that its sizes, strides and offset fit.
+void ensure_storage(const Tensor& t) {
+  if (t.numel() == 0) return;
+  const size_t needed = at::detail::computeStorageNbytes(t.sizes(), t.strides(),
+                                                         t.dtype().itemsize(), t.storage_offset());
+  const c10::Storage& storage = t.storage();
+  if (needed <= storage.nbytes()) return;
+  TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable");
+  c10::DataPtr fresh = DeviceAllocator::instance().allocate(needed);
+  const size_t keep = std::min(storage.nbytes(), needed);
+  if (keep > 0) {
+    guarded("copying a resized storage", [&] {
+      Runtime::get().device().copy_async(device_ptr(fresh.get()), device_ptr(storage.data()), keep,
+                                         current_stream());
+    });
+  }
+  storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
+  storage.unsafeGetStorageImpl()->set_nbytes(needed);
+}
+
+const Tensor& resize_(const Tensor& self, at::IntArrayRef size,
+                      c10::optional<at::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  at::native::resize_impl_cpu_(impl, size, c10::nullopt, /*resize_storage=*/false);
+  if (memory_format.has_value()) {
+    TORCH_CHECK(*memory_format != at::MemoryFormat::Preserve, "Unsupported memory format Preserve");
+    impl->empty_tensor_restride(*memory_format);
+  }
+  ensure_storage(self);
+  return self;
+}
+
+Tensor& set_storage(Tensor& self, c10::Storage source, int64_t offset, at::IntArrayRef size,
+                    at::IntArrayRef stride) {
+  at::native::checkSetStorage(self, source, offset, size, stride);
+  self.unsafeGetTensorImpl()->set_storage_offset(offset);
+  const at::OptionalIntArrayRef st =
+      stride.data() != nullptr ? at::OptionalIntArrayRef(stride) : c10::nullopt;
+  at::native::resize_impl_cpu_(self.unsafeGetTensorImpl(), size, st, /*resize_storage=*/false);
+  // A storage too small for the view is an error, never a silent out-of-bounds view.
+  at::native::checkInBoundsForStorage(self.sizes(), self.strides(), offset, self.dtype(), source);
+  return self;
+}
+
+Tensor& set_source_storage(Tensor& self, c10::Storage source) {
+  const int64_t n = int64_t(source.nbytes() / self.dtype().itemsize());
+  return set_storage(self, std::move(source), 0, {n}, {});
+}
+
+Tensor& set_empty(Tensor& self) {
+  c10::Storage empty(c10::Storage::use_byte_size_t(), 0, &DeviceAllocator::instance(), true);
+  return set_storage(self, std::move(empty), 0, {0}, {});
+}
+
+void record_stream(Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kDeviceType, "torch_mtia_emu: record_stream on a ",
+              stream.device_type(), " stream");
+  DeviceAllocator::instance().record_stream(self.storage().data_ptr().get_context(),
+                                            mtia::Stream{uint32_t(stream.id())});
+}
+
+// --- fill ------------------------------------------------------------------------------------
+
+Tensor& fill_scalar(Tensor& self, const c10::Scalar& value) {
+  at::assert_no_internal_overlap(self);
+  if (self.numel() == 0) return self;
+  const at::ScalarType dt = self.scalar_type();
+  if (kernel_supports(dt)) {
+    launch_fill(self, scalar_bits(value, dt));
+    return self;
+  }
+  const size_t es = self.element_size();
+  if (!self.is_complex() && (es == 1 || es == 2 || es == 4 || es == 8)) {
+    // Other dtypes (float64, uint8, int16): the element's bits from the CPU, then a DMA fill.
+    const Tensor one = at::scalar_tensor(value, self.options().device(at::kCPU));
+    uint64_t bits = 0;
+    std::memcpy(&bits, one.data_ptr(), es);
+    mtia::Layout l;
+    l.sizes = self.sizes().vec();
+    l.strides = self.strides().vec();
+    l.elem_size = es;
+    guarded("filling a tensor", [&] {
+      Runtime::get().device().fill_async(tensor_address(self), l, bits, current_stream());
+    });
+    return self;
+  }
+  return run_on_cpu<ATEN_OP2(fill_, Scalar)>(dtype_reason(dt), self, value);
+}
+
+Tensor& fill_tensor(Tensor& self, const Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
+              value.dim(), " dimensions.");
+  return fill_scalar(self, value.item());
+}
+
+Tensor& zero_(Tensor& self) {
+  return fill_scalar(self, 0);
+}
+
+// --- cat, arange -----------------------------------------------------------------------------
+
+Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, Tensor& out) {
+  OutOf<at::meta::structured_cat> m(out);
+  const auto pre = m.meta(tensors, dim);
+  const int64_t d = pre.dim;
+  int64_t offset = 0;
+  for (const Tensor& t : tensors) {
+    // Legacy empty tensors ([0]) take no part, as in PyTorch's CPU kernel.
+    if (t.dim() == 1 && t.size(0) == 0) continue;
+    check_device(t, "cat");
+    const int64_t len = t.size(d);
+    if (len > 0) out.narrow(d, offset, len).copy_(t);
+    offset += len;
+  }
+  return out;
+}
+
+// Values are computed on the host (a factory has no input to read) and land with one DMA.
+Tensor& arange_out(const c10::Scalar& start, const c10::Scalar& end, const c10::Scalar& step,
+                   Tensor& out) {
+  Tensor host = at::empty({0}, out.options().device(at::kCPU));
+  at::arange_out(host, start, end, step);
+  at::native::resize_output(out, host.sizes());
+  out.copy_(host);
+  return out;
+}
+
+Tensor& linspace_out(const c10::Scalar& start, const c10::Scalar& end, int64_t steps, Tensor& out) {
+  Tensor host = at::empty({0}, out.options().device(at::kCPU));
+  at::linspace_out(host, start, end, steps);
+  at::native::resize_output(out, host.sizes());
+  out.copy_(host);
+  return out;
+}
+
+// --- random ----------------------------------------------------------------------------------
+
+// Draws on the host with the device's generator (or the caller's CPU generator), then one
+// copy to the device: the same numbers as the CPU gives for the same generator state.
+template <class Draw>
+Tensor& draw(Tensor& self, const c10::optional<at::Generator>& gen, Draw&& fn) {
+  at::Generator g = gen.has_value() && gen->defined() ? *gen : default_generator();
+  TORCH_CHECK(g.device().is_cpu(), "torch_mtia_emu: random ops take a CPU generator or none, not ",
+              g.device());
+  Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
+  fn(host, g);
+  self.copy_(host);
+  return self;
+}
+
+Tensor& uniform_(Tensor& self, double from, double to, c10::optional<at::Generator> gen) {
+  return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.uniform_(from, to, g); });
+}
+Tensor& normal_(Tensor& self, double mean, double std, c10::optional<at::Generator> gen) {
+  return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.normal_(mean, std, g); });
+}
+Tensor& random_(Tensor& self, c10::optional<at::Generator> gen) {
+  return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.random_(g); });
+}
+Tensor& random_from(Tensor& self, int64_t from, c10::optional<int64_t> to,
+                    c10::optional<at::Generator> gen) {
+  return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.random_(from, to, g); });
+}
+Tensor& random_to(Tensor& self, int64_t to, c10::optional<at::Generator> gen) {
+  return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.random_(to, g); });
+}
+Tensor& bernoulli_float(Tensor& self, double p, c10::optional<at::Generator> gen) {
+  return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.bernoulli_(p, g); });
+}
+Tensor& bernoulli_tensor(Tensor& self, const Tensor& p, c10::optional<at::Generator> gen) {
+  const Tensor hp = p.cpu();
+  return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.bernoulli_(hp, g); });
+}
+Tensor& exponential_(Tensor& self, double lambd, c10::optional<at::Generator> gen) {
+  return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.exponential_(lambd, g); });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // Views are metadata: PyTorch's own device-independent implementations.
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  m.impl("unfold", TORCH_FN(at::native::unfold));
+
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
+  m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("record_stream", TORCH_FN(record_stream));
+
+  m.impl("fill_.Scalar", TORCH_FN(fill_scalar));
+  m.impl("fill_.Tensor", TORCH_FN(fill_tensor));
+  m.impl("zero_", TORCH_FN(zero_));
+  m.impl("cat.out", TORCH_FN(cat_out));
+  m.impl("arange.start_out", TORCH_FN(arange_out));
+  m.impl("linspace.out", TORCH_FN(linspace_out));
+
+  m.impl("uniform_", TORCH_FN(uniform_));
+  m.impl("normal_", TORCH_FN(normal_));
+  m.impl("random_", TORCH_FN(random_));
+  m.impl("random_.from", TORCH_FN(random_from));
+  m.impl("random_.to", TORCH_FN(random_to));
+  m.impl("bernoulli_.float", TORCH_FN(bernoulli_float));
+  m.impl("bernoulli_.Tensor", TORCH_FN(bernoulli_tensor));
+  m.impl("exponential_", TORCH_FN(exponential_));
+}
+
+}  // namespace mtia::torch_backend

@@ -1,0 +1,85 @@
+// The host-side helpers of the PE model: UnitWorkers (DPE math on helper threads, in order
+// per PE) and the DPE's fp32 GEMM builds.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "mtia/sim/pe/sgemm.h"
+#include "mtia/sim/pe/unit_workers.h"
+
+using mtia::sim::pe::UnitWorkers;
+
+TEST_CASE("unit workers run each PE's work in order, and join waits for it", "[pe][workers]") {
+  const unsigned threads = GENERATE(0u, 1u, 3u);
+  INFO(threads << " helper threads");
+  constexpr uint32_t kPes = 4;
+  constexpr int kOps = 50;
+  UnitWorkers workers(threads, kPes);
+  std::vector<std::vector<int>> seen(kPes);  // each PE's vector is touched by one op at a time
+  std::atomic<int> running_on_pe[kPes] = {};
+  std::atomic<bool> overlap{false};
+  for (int i = 0; i < kOps; ++i) {
+    for (uint32_t pe = 0; pe < kPes; ++pe) {
+      const uint64_t number = workers.post(pe, [&, pe, i] {
+        if (running_on_pe[pe].fetch_add(1) != 0) overlap = true;
+        if (i % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        seen[pe].push_back(i);
+        running_on_pe[pe].fetch_sub(1);
+      });
+      CHECK(number == uint64_t(i) + 1);  // numbered 1, 2, ... per PE
+    }
+  }
+  // Up to op 10 of PE 2: at least those have run, in order.
+  workers.join(2, 10);
+  REQUIRE(seen[2].size() >= 10);
+  for (int i = 0; i < 10; ++i) CHECK(seen[2][i] == i);
+  workers.join_all();
+  CHECK_FALSE(overlap.load());
+  for (uint32_t pe = 0; pe < kPes; ++pe) {
+    REQUIRE(seen[pe].size() == size_t{kOps});
+    for (int i = 0; i < kOps; ++i) CHECK(seen[pe][i] == i);
+  }
+  CHECK(workers.posted() == uint64_t{kOps} * kPes);
+  CHECK(workers.threads() == threads);
+}
+
+TEST_CASE("the DPE's fp32 GEMM builds match a double reference", "[pe][sgemm]") {
+  using Fn = void (*)(bool, bool, uint32_t, uint32_t, uint32_t, const float*, size_t, const float*,
+                      size_t, bool, float*, size_t);
+  const Fn build = GENERATE(Fn{&mtia::sim::pe::sgemm}, Fn{&mtia::sim::pe::sgemm_baseline});
+  INFO("host build " << mtia::sim::pe::sgemm_variant());
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const uint32_t m = 37, n = 21, k = 70;
+  for (int layout = 0; layout < 4; ++layout) {
+    const bool ta = (layout & 1) != 0, tb = (layout & 2) != 0;
+    // Stored with padded row strides, as tiles in a local store are.
+    const size_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+    std::vector<float> a((ta ? k : m) * lda), b((tb ? n : k) * ldb);
+    for (float& x : a) x = dist(rng);
+    for (float& x : b) x = dist(rng);
+    auto A = [&](uint32_t i, uint32_t p) { return ta ? a[p * lda + i] : a[i * lda + p]; };
+    auto B = [&](uint32_t p, uint32_t j) { return tb ? b[j * ldb + p] : b[p * ldb + j]; };
+    for (const bool accumulate : {false, true}) {
+      INFO("trans_a " << ta << " trans_b " << tb << " accumulate " << accumulate);
+      // Overwriting must not read C: start from NaN. Accumulating adds to 1.5.
+      std::vector<float> c(m * ldc, accumulate ? 1.5f : std::numeric_limits<float>::quiet_NaN());
+      build(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, accumulate, c.data(), ldc);
+      for (uint32_t i = 0; i < m; ++i) {
+        for (uint32_t j = 0; j < n; ++j) {
+          double want = accumulate ? 1.5 : 0.0;
+          for (uint32_t p = 0; p < k; ++p) want += double(A(i, p)) * B(p, j);
+          REQUIRE(std::fabs(c[i * ldc + j] - want) < 1e-4);
+        }
+      }
+      // The padding of each row is left alone.
+      if (!accumulate) CHECK(std::isnan(c[n]));
+    }
+  }
+}

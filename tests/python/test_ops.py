@@ -1,0 +1,225 @@
+"""Every op with a device kernel against PyTorch on the CPU, on PyTorch's own OpInfo sample
+inputs, for each dtype the device kernels take, contiguous and non-contiguous.
+
+Each case also checks that the op really ran on the device: the CPU fallback must not have
+been used (samples that ask for a dtype the kernels do not have, e.g. softmax(dtype=float64),
+are left out). float16/bfloat16 references are computed in float32 on the CPU and rounded
+once, because the CPU lacks many half kernels and the device computes in float32 too.
+"""
+import pytest
+import torch
+import torch_mtia_emu
+from torch.testing._internal.common_methods_invocations import op_db
+
+from conftest import DEVICE
+
+F = (torch.float32, torch.float16, torch.bfloat16)
+I = (torch.int8, torch.int32, torch.int64)
+NUM = F + I
+ALL = NUM + (torch.bool,)
+KERNEL_DTYPES = set(ALL)
+
+# OpInfo name -> dtypes that must run entirely on device kernels.
+DEVICE_OPS = {
+    "abs": NUM, "neg": NUM, "nn.functional.relu": NUM,
+    "exp": ALL, "log": ALL, "sqrt": ALL, "rsqrt": ALL, "tanh": ALL, "erf": ALL,
+    "sigmoid": ALL, "nn.functional.silu": F, "reciprocal": ALL, "log2": ALL,
+    "add": ALL, "sub": NUM, "mul": ALL, "div": ALL, "maximum": ALL, "minimum": ALL,
+    "eq": ALL, "ne": ALL, "lt": ALL, "le": ALL, "gt": ALL, "ge": ALL,
+    "logical_and": ALL, "logical_or": ALL, "logical_xor": ALL, "logical_not": ALL,
+    "bitwise_and": I + (torch.bool,), "bitwise_or": I + (torch.bool,),
+    "bitwise_xor": I + (torch.bool,), "bitwise_not": I + (torch.bool,),
+    "clamp": NUM, "clamp_min": NUM, "clamp_max": NUM, "where": ALL,
+    "addcmul": NUM, "addcdiv": F,
+    "sum": ALL, "mean": F, "var": F, "std": F, "amax": ALL, "amin": ALL,
+    "max": ALL, "min": ALL, "all": ALL, "any": ALL, "argmax": NUM, "argmin": NUM,
+    "mm": F, "addmm": F, "bmm": F, "baddbmm": F, "matmul": F,
+    "softmax": F, "log_softmax": F, "nn.functional.layer_norm": F,
+    "nn.functional.mse_loss": F, "nn.functional.nll_loss": F,
+    "cat": ALL, "arange": NUM, "fill": ALL, "zero_": ALL,
+}
+
+# Samples an op's device kernels do not cover by design (they take the CPU fallback).
+SKIP_SAMPLE = {
+    # images (N, C, H, W) go to nll_loss2d, which has no device kernel
+    "nn.functional.nll_loss": lambda s: s.input.dim() > 2,
+}
+
+# Looser tolerances where the device rounds differently from a float64-free CPU reference:
+# composed ops on the narrow dtypes, and the float32 summation order of the kernels.
+TOL = {
+    torch.float32: dict(rtol=1.3e-5, atol=1e-5),
+    torch.float16: dict(rtol=2e-3, atol=2e-3),
+    torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
+}
+OP_TOL = {
+    # one-element rows: the kernel's (x - mean) is a rounding error times rstd = 1/sqrt(eps)
+    "nn.functional.layer_norm": {torch.float32: dict(rtol=1e-4, atol=2e-4)},
+    "var": {torch.float16: dict(rtol=5e-3, atol=5e-3)},
+    "std": {torch.float16: dict(rtol=5e-3, atol=5e-3)},
+}
+
+# OpInfo variants that by design leave the kernels: rounded division (no floor/trunc on the
+# SE) and softmax with a dtype= argument (every sample asks for float64).
+CPU_VARIANTS = {("div", "trunc_rounding"), ("div", "floor_rounding"),
+                ("softmax", "with_dtype"), ("log_softmax", "dtype")}
+
+CASES = [(op, dt) for op in op_db
+         if op.name in DEVICE_OPS and (op.name, op.variant_test_name) not in CPU_VARIANTS
+         for dt in DEVICE_OPS[op.name]]
+
+
+def _case_id(case):
+    op, dt = case
+    variant = f".{op.variant_test_name}" if op.variant_test_name else ""
+    return f"{op.name}{variant}-{str(dt).replace('torch.', '')}"
+
+
+def _map(x, fn):
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_map(v, fn) for v in x)
+    if isinstance(x, dict):
+        return {k: _map(v, fn) for k, v in x.items()}
+    return x
+
+
+def _up(x):
+    return _map(x, lambda t: t.float() if t.dtype in (torch.float16, torch.bfloat16) else t)
+
+
+def _asks_foreign_dtype(sample) -> bool:
+    """A sample whose kwargs ask for a dtype the kernels do not take, or a rounded division
+    (the SE has no floor/trunc): these legitimately use the CPU fallback."""
+    d = sample.kwargs.get("dtype")
+    return (d is not None and d not in KERNEL_DTYPES) or \
+        sample.kwargs.get("rounding_mode") is not None
+
+
+def _reference(op, args, kwargs, dtype):
+    if dtype in (torch.float16, torch.bfloat16):
+        out = op(*_up(args), **_up(kwargs))
+        return _map(out, lambda t: t.to(dtype) if t.dtype == torch.float32 else t)
+    return op(*args, **kwargs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
+def test_op_matches_cpu(case):
+    op, dtype = case
+    tol = OP_TOL.get(op.name, {}).get(dtype, TOL.get(dtype, {}))
+    checked = 0
+    skip = SKIP_SAMPLE.get(op.name, lambda s: False)
+    for sample in op.sample_inputs("cpu", dtype):
+        if _asks_foreign_dtype(sample) or skip(sample):
+            continue
+        for variant in (sample, sample.noncontiguous()):
+            args = (variant.input,) + tuple(variant.args)
+            try:
+                expected = _reference(op, args, variant.kwargs, dtype)
+            except (RuntimeError, TypeError):
+                continue  # the CPU does not take this sample either
+            torch_mtia_emu.reset_fallback_counts()
+            got = op(*_map(args, lambda t: t.to(DEVICE)), **_map(variant.kwargs,
+                                                                 lambda t: t.to(DEVICE)))
+            fell_back = torch_mtia_emu.fallback_counts()
+            got = _map(got, lambda t: t.cpu())
+            torch.testing.assert_close(got, expected, equal_nan=True, **tol,
+                                       msg=lambda m: f"{_case_id(case)} on {variant}: {m}")
+            assert fell_back == {}, f"{_case_id(case)} fell back to the CPU: {fell_back}"
+            checked += 1
+    assert checked > 0, "no sample ran"
+
+
+def _grad_cases():
+    x = torch.randn(6, 7, generator=torch.Generator().manual_seed(3))
+    return {
+        "softmax": lambda t: torch.softmax(t, 1),
+        "log_softmax": lambda t: torch.log_softmax(t, 0),
+        "tanh": torch.tanh,
+        "sigmoid": torch.sigmoid,
+        "silu": torch.nn.functional.silu,
+        "relu": torch.relu,
+        "layer_norm": lambda t: torch.nn.functional.layer_norm(
+            t, (7,), torch.linspace(0.5, 1.5, 7, device=t.device),
+            torch.linspace(-1, 1, 7, device=t.device)),
+        "mse_loss": lambda t: torch.nn.functional.mse_loss(t, torch.ones_like(t)),
+        "mean": lambda t: t.mean(0),
+        "sum": lambda t: t.sum(1),
+        "amax": lambda t: t.amax(1),
+        "matmul": lambda t: t @ t.t(),
+    }, x
+
+
+GRAD_FNS, GRAD_X = _grad_cases()
+
+
+@pytest.mark.parametrize("name", sorted(GRAD_FNS))
+@pytest.mark.parametrize("noncontiguous", [False, True], ids=["contig", "noncontig"])
+def test_backward_matches_cpu(name, noncontiguous, no_fallback):
+    """Backward formulas (softmax, log_softmax, layer_norm, tanh/sigmoid/silu/relu, mse_loss,
+    reductions, matmul) run on device kernels and agree with the CPU's gradients."""
+    fn = GRAD_FNS[name]
+    base = GRAD_X.t().contiguous().t() if noncontiguous else GRAD_X
+
+    def grad(device):
+        x = base.detach().clone().to(device).requires_grad_()
+        y = fn(x)
+        g = torch.linspace(-1, 1, y.numel()).reshape(y.shape).to(device)
+        (y * g).sum().backward()
+        return x.grad.cpu()
+
+    torch.testing.assert_close(grad(DEVICE), grad("cpu"), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_layer_norm_backward_narrow_dtypes(dtype, no_fallback):
+    x = torch.randn(5, 16, generator=torch.Generator().manual_seed(4))
+    w = torch.rand(16) + 0.5
+    b = torch.rand(16)
+
+    def grads(device, dt):
+        xs = x.to(device, dt).requires_grad_()
+        ws = w.to(device, dt).requires_grad_()
+        bs = b.to(device, dt).requires_grad_()
+        y = torch.nn.functional.layer_norm(xs, (16,), ws, bs)
+        (y * y).sum().backward()
+        return [t.grad.float().cpu() for t in (xs, ws, bs)]
+
+    for got, want in zip(grads(DEVICE, dtype), grads("cpu", torch.float32)):
+        torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-2)
+
+
+def test_foreach_ops_match_cpu(no_fallback):
+    """The _foreach ops an optimizer uses, on device against the CPU."""
+    g = torch.Generator().manual_seed(5)
+    shapes = [(3, 4), (5,), (2, 3, 2)]
+    xs = [torch.randn(s, generator=g) for s in shapes]
+    ys = [torch.rand(s, generator=g) + 0.5 for s in shapes]
+    zs = [torch.randn(s, generator=g) for s in shapes]
+
+    def run(device):
+        a = [t.to(device) for t in xs]
+        b = [t.to(device) for t in ys]
+        c = [t.to(device) for t in zs]
+        out = []
+        out += torch._foreach_add(a, b, alpha=0.5)
+        out += torch._foreach_mul(a, 3.0)
+        out += torch._foreach_div(a, b)
+        out += torch._foreach_addcmul(a, b, c, value=0.25)
+        out += torch._foreach_addcdiv(a, c, b, value=2.0)
+        out += torch._foreach_abs(c)
+        out += torch._foreach_sqrt(b)
+        out += torch._foreach_maximum(a, c)
+        out += torch._foreach_norm(a)
+        torch._foreach_add_(a, 1.5)
+        torch._foreach_mul_(a, b)
+        torch._foreach_sub_(a, c, alpha=2)
+        torch._foreach_div_(a, [2.0, 4.0, 8.0])
+        torch._foreach_addcmul_(a, b, c)
+        torch._foreach_neg_(c)
+        torch._foreach_zero_(b)
+        return [t.cpu() for t in out + a + b + c]
+
+    for got, want in zip(run(DEVICE), run("cpu")):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

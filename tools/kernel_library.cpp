@@ -1,0 +1,40 @@
+#include "kernel_library.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <system_error>
+
+#ifndef MTIA_KERNEL_LIBRARY_ELF
+#error "MTIA_KERNEL_LIBRARY_ELF must be defined by the build (tools/CMakeLists.txt)"
+#endif
+
+namespace mtia::tools {
+
+namespace fs = std::filesystem;
+
+std::string kernel_library_path() {
+  if (const char* env = std::getenv("MTIA_EMU_KERNELS"); env != nullptr && env[0] != '\0') {
+    // An explicit choice is never silently replaced by another library.
+    if (!fs::is_regular_file(env)) {
+      throw std::runtime_error(std::string("MTIA_EMU_KERNELS=") + env +
+                               " is not a file; point it at a kernel library "
+                               "(build/kernels/mtia_kernels.elf) or unset it");
+    }
+    return env;
+  }
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path() / ".." / "share" / "mtia-emu" / "mtia_kernels.elf";
+    if (fs::is_regular_file(installed, ec)) return installed.lexically_normal().string();
+  }
+  if (fs::is_regular_file(MTIA_KERNEL_LIBRARY_ELF, ec)) return MTIA_KERNEL_LIBRARY_ELF;
+  throw std::runtime_error(
+      "kernel library not found: MTIA_EMU_KERNELS is not set, there is none beside the "
+      "executable (../share/mtia-emu/mtia_kernels.elf) and the build's " MTIA_KERNEL_LIBRARY_ELF
+      " does not exist; build it (cmake --build build --target mtia_kernel_mtia_kernels) or "
+      "set MTIA_EMU_KERNELS to its path");
+}
+
+}  // namespace mtia::tools
