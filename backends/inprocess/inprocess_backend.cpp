@@ -112,8 +112,9 @@ sim::TraceOptions trace_options(const driver::TraceOptions& t) {
 class InProcessBackend final : public driver::Backend {
  public:
   explicit InProcessBackend(const driver::BackendOptions& options)
-      : device_(make_config(options), host_memory_,
-                [this](uint64_t mask) { deliver_interrupt(mask); }, trace_options(options.trace)) {
+      : device_(
+            make_config(options), host_memory_, [this](uint64_t mask) { deliver_interrupt(mask); },
+            trace_options(options.trace)) {
     logger()->debug("in-process device '{}' started (timing {})", device_.config().name,
                     device_.config().timing ? "on" : "off");
   }

@@ -130,8 +130,8 @@ void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, c
       dl, sl,
       dir == Dir::kHostToDevice ? LoopOrder::kSourceContiguous : LoopOrder::kDestinationContiguous);
   auto s = stream_state(stream);
-  call.set_detail(fmt::format("{}, {} bytes, stream {}", what, plan.elements * plan.elem_size,
-                              s->id));
+  call.set_detail(
+      fmt::format("{}, {} bytes, stream {}", what, plan.elements * plan.elem_size, s->id));
   if (plan.elements == 0) return;
   const size_t elem = plan.elem_size;
   const uint64_t npieces = plan.pieces.size();

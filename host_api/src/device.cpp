@@ -43,9 +43,9 @@ uint64_t resolve_trace_max_events(const DeviceOptions& o) {
   errno = 0;
   const unsigned long long n = std::strtoull(env, &end, 10);
   if (errno != 0 || end == env || *end != 0 || n == 0 || env[0] == '-') {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("MTIA_EMU_TRACE_MAX_EVENTS={} is not a positive number of events",
-                            env));
+    throw Error(
+        ErrorKind::kInvalidArgument,
+        fmt::format("MTIA_EMU_TRACE_MAX_EVENTS={} is not a positive number of events", env));
   }
   return n;
 }

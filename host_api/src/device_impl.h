@@ -20,11 +20,11 @@
 #include <thread>
 #include <vector>
 
+#include "host_trace.h"
 #include "mtia/copy_plan.h"
 #include "mtia/device.h"
 #include "mtia/driver/device.h"
 #include "mtia/error.h"
-#include "host_trace.h"
 
 namespace mtia {
 
@@ -125,8 +125,8 @@ struct Device::Impl {
   DeviceProperties props;
   std::unique_ptr<driver::Device> dev;
   std::unique_ptr<HostTrace> trace;  // host API calls for the device's trace (host_trace.h)
-  uint32_t repair_queue = 0;      // queue for fence repairs (never carries user work)
-  uint32_t first_user_queue = 0;  // created streams use [first_user_queue, last_user_queue]
+  uint32_t repair_queue = 0;         // queue for fence repairs (never carries user work)
+  uint32_t first_user_queue = 0;     // created streams use [first_user_queue, last_user_queue]
   uint32_t last_user_queue = 0;
 
   mutable std::mutex mu;

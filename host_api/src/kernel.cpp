@@ -195,8 +195,8 @@ void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& arg
   Impl& d = *impl_;
   ApiCall call(*d.trace, "launch");
   call.set_label(kernel.name);  // names the launch in the trace and its summary
-  call.set_detail(fmt::format("{} on {}x{} PEs, stream {}", kernel.name, grid.rows, grid.cols,
-                              stream.id));
+  call.set_detail(
+      fmt::format("{} on {}x{} PEs, stream {}", kernel.name, grid.rows, grid.cols, stream.id));
   const DeviceProperties& props = d.props;
   const std::string what = "launch of " + kernel.describe();
   if (grid.rows < 1 || grid.cols < 1 || grid.rows > props.pe_rows || grid.cols > props.pe_cols) {

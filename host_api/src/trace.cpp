@@ -137,9 +137,10 @@ double config_value(const Json& config, const char* key) {
   auto it = config.find(key);
   if (it == config.end() || !it->is_object() || !it->contains("value") ||
       !(*it)["value"].is_number()) {
-    bad_trace(fmt::format("otherData.config.{} is missing (the trace carries the effective "
-                          "configuration of its run)",
-                          key));
+    bad_trace(
+        fmt::format("otherData.config.{} is missing (the trace carries the effective "
+                    "configuration of its run)",
+                    key));
   }
   return (*it)["value"].get<double>();
 }
@@ -155,7 +156,7 @@ std::string si(double v, const char* unit) {
 }
 
 std::string pct(double f) {
-  return fmt::format("{:.1f}%", f * 100);
+  return fmt::format("{:.3g}%", f * 100);
 }
 
 }  // namespace
@@ -257,6 +258,8 @@ TraceSummary summarize_trace(std::string_view text) {
     k.time_ps += dur;
     k.flops += u64(a, "flops");
     k.bytes += u64(a, "dma_bytes");
+    k.dram_bytes += u64(a, "dram_bytes");
+    k.sram_bytes += u64(a, "sram_bytes");
     k.dpe_macs[0] += u64(a, "dpe_macs_int8");
     k.dpe_macs[1] += u64(a, "dpe_macs_16bit");
     k.dpe_macs[2] += u64(a, "dpe_macs_fp32");
@@ -279,6 +282,7 @@ TraceSummary summarize_trace(std::string_view text) {
     s.launch_time_ps += k.time_ps;
     s.flops += k.flops;
     s.launch_bytes += k.bytes;
+    s.launch_dram_bytes += k.dram_bytes;
     for (const char* u : kUnits) {
       k.utilization[u] = kernel_pe_time[i] > 0 ? kernel_busy[i][u] / kernel_pe_time[i] : 0;
     }
@@ -297,15 +301,16 @@ TraceSummary summarize_trace(std::string_view text) {
       k.roof = "dpe int8";
       k.peak_flops = p.dpe_int8_ops;
     }
-    k.intensity = k.bytes > 0 ? static_cast<double>(k.flops) / static_cast<double>(k.bytes) : 0;
+    k.intensity =
+        k.dram_bytes > 0 ? static_cast<double>(k.flops) / static_cast<double>(k.dram_bytes) : 0;
     k.ridge = k.peak_flops / dram_Bps;
-    k.bound = k.flops == 0 && k.bytes == 0            ? "none"
-              : k.bytes == 0 || k.intensity >= k.ridge ? "compute"
-                                                       : "memory";
+    k.bound = k.flops == 0 && k.dram_bytes == 0             ? "none"
+              : k.dram_bytes == 0 || k.intensity >= k.ridge ? "compute"
+                                                            : "memory";
     k.achieved_flops =
-        k.time_ps > 0 ? static_cast<double>(k.flops) / (static_cast<double>(k.time_ps) * 1e-12)
-                      : 0;
-    k.roof_flops = k.bytes == 0 ? k.peak_flops : std::min(k.peak_flops, k.intensity * dram_Bps);
+        k.time_ps > 0 ? static_cast<double>(k.flops) / (static_cast<double>(k.time_ps) * 1e-12) : 0;
+    k.roof_flops =
+        k.dram_bytes == 0 ? k.peak_flops : std::min(k.peak_flops, k.intensity * dram_Bps);
   }
   s.achieved_flops = s.launch_time_ps > 0 ? static_cast<double>(s.flops) /
                                                 (static_cast<double>(s.launch_time_ps) * 1e-12)
@@ -317,9 +322,10 @@ TraceSummary summarize_trace(std::string_view text) {
     TraceSummary::Memory m;
     if (mem.contains(r)) m.bytes = u64(mem[r], "payload_bytes");
     m.peak_Bps = p.memory_Bps[r];
-    m.achieved_Bps = s.simulated_time_ps > 0 ? static_cast<double>(m.bytes) /
-                                                   (static_cast<double>(s.simulated_time_ps) * 1e-12)
-                                             : 0;
+    m.achieved_Bps =
+        s.simulated_time_ps > 0
+            ? static_cast<double>(m.bytes) / (static_cast<double>(s.simulated_time_ps) * 1e-12)
+            : 0;
     s.memory[r] = m;
   }
   for (const char* kind : {"host to device", "device to host", "device to device", "fill"}) {
@@ -365,6 +371,7 @@ std::string TraceSummary::to_json() const {
   l["time_ps"] = launch_time_ps;
   l["flops"] = flops;
   l["dma_bytes"] = launch_bytes;
+  l["dram_bytes"] = launch_dram_bytes;
   l["achieved_flops_per_s"] = achieved_flops;
   l["utilization"] = nlohmann::ordered_json::object();
   for (const char* u : kUnits) l["utilization"][u] = utilization.at(u);
@@ -372,13 +379,14 @@ std::string TraceSummary::to_json() const {
   m = nlohmann::ordered_json::object();
   for (const char* r : kResources) {
     const Memory& x = memory.at(r);
-    m[r] = {{"bytes", x.bytes}, {"achieved_bytes_per_s", x.achieved_Bps},
+    m[r] = {{"bytes", x.bytes},
+            {"achieved_bytes_per_s", x.achieved_Bps},
             {"peak_bytes_per_s", x.peak_Bps}};
   }
   j["copies"] = nlohmann::ordered_json::array();
   for (const CopySummary& c : copies) {
-    j["copies"].push_back({{"kind", c.kind}, {"jobs", c.jobs}, {"bytes", c.bytes},
-                           {"time_ps", c.time_ps}});
+    j["copies"].push_back(
+        {{"kind", c.kind}, {"jobs", c.jobs}, {"bytes", c.bytes}, {"time_ps", c.time_ps}});
   }
   j["kernels"] = nlohmann::ordered_json::array();
   for (const KernelSummary& k : kernels) {
@@ -389,6 +397,8 @@ std::string TraceSummary::to_json() const {
     o["time_ps"] = k.time_ps;
     o["flops"] = k.flops;
     o["bytes"] = k.bytes;
+    o["dram_bytes"] = k.dram_bytes;
+    o["sram_bytes"] = k.sram_bytes;
     o["dpe_macs"] = {{"int8", k.dpe_macs[0]}, {"16bit", k.dpe_macs[1]}, {"fp32", k.dpe_macs[2]}};
     o["se_elements"] = k.se_elements;
     o["intensity_flops_per_byte"] = k.intensity;
@@ -408,20 +418,23 @@ std::string TraceSummary::to_json() const {
 std::string TraceSummary::to_text() const {
   std::string out;
   auto line = [&](const std::string& s) { out += s + "\n"; };
-  line(fmt::format("run summary: {} ({} PEs at {}), trace level {}, {} us simulated{}", preset,
-                   peaks.pes, si(peaks.clock_hz, "Hz"), trace_level,
-                   fmt::format("{:.3f}", static_cast<double>(simulated_time_ps) / 1e6),
-                   complete ? "" : fmt::format(" - INCOMPLETE: {} events dropped", dropped_events)));
-  line(fmt::format("  peaks     DPE {} fp32, {} fp16/bf16, {} int8; SE {} fp32", si(peaks.dpe_fp32_flops, "FLOP/s"),
-                   si(peaks.dpe_16bit_flops, "FLOP/s"), si(peaks.dpe_int8_ops, "OP/s"),
-                   si(peaks.se_fp32_flops, "FLOP/s")));
-  line(fmt::format("            DRAM {}, SRAM {}, PCIe {} each way", si(peaks.memory_Bps.at("dram"), "B/s"),
-                   si(peaks.memory_Bps.at("sram"), "B/s"), si(peaks.memory_Bps.at("pcie_h2d"), "B/s")));
-  line(fmt::format("  launches  {} ({} failed), {:.3f} us on the PE grid, {} -> {} achieved "
-                   "({} of the fp32 DPE peak)",
-                   launches, failed_launches, static_cast<double>(launch_time_ps) / 1e6,
-                   si(static_cast<double>(flops), "FLOP"), si(achieved_flops, "FLOP/s"),
-                   pct(peaks.dpe_fp32_flops > 0 ? achieved_flops / peaks.dpe_fp32_flops : 0)));
+  line(
+      fmt::format("run summary: {} ({} PEs at {}), trace level {}, {} us simulated{}", preset,
+                  peaks.pes, si(peaks.clock_hz, "Hz"), trace_level,
+                  fmt::format("{:.3f}", static_cast<double>(simulated_time_ps) / 1e6),
+                  complete ? "" : fmt::format(" - INCOMPLETE: {} events dropped", dropped_events)));
+  line(fmt::format("  peaks     DPE {} fp32, {} fp16/bf16, {} int8; SE {} fp32",
+                   si(peaks.dpe_fp32_flops, "FLOP/s"), si(peaks.dpe_16bit_flops, "FLOP/s"),
+                   si(peaks.dpe_int8_ops, "OP/s"), si(peaks.se_fp32_flops, "FLOP/s")));
+  line(fmt::format("            DRAM {}, SRAM {}, PCIe {} each way",
+                   si(peaks.memory_Bps.at("dram"), "B/s"), si(peaks.memory_Bps.at("sram"), "B/s"),
+                   si(peaks.memory_Bps.at("pcie_h2d"), "B/s")));
+  line(
+      fmt::format("  launches  {} ({} failed), {:.3f} us on the PE grid, {} -> {} achieved "
+                  "({} of the fp32 DPE peak)",
+                  launches, failed_launches, static_cast<double>(launch_time_ps) / 1e6,
+                  si(static_cast<double>(flops), "FLOP"), si(achieved_flops, "FLOP/s"),
+                  pct(peaks.dpe_fp32_flops > 0 ? achieved_flops / peaks.dpe_fp32_flops : 0)));
   std::string util;
   for (const char* u : kUnits) util += fmt::format("  {} {}", u, pct(utilization.at(u)));
   line("  units     busy / (launch time x PEs):" + util);
@@ -434,21 +447,21 @@ std::string TraceSummary::to_text() const {
   }
   for (const CopySummary& c : copies) {
     line(fmt::format("  copies    {:<16} {} jobs, {}, {:.3f} us on DMA engines", c.kind, c.jobs,
-                     si(static_cast<double>(c.bytes), "B"),
-                     static_cast<double>(c.time_ps) / 1e6));
+                     si(static_cast<double>(c.bytes), "B"), static_cast<double>(c.time_ps) / 1e6));
   }
   if (!kernels.empty()) {
     line("");
-    line(fmt::format("  {:<24} {:>8} {:>12} {:>10} {:>10} {:>8} {:>10} {:>8} {:>12} {:>7}",
-                     "kernel", "launches", "time us", "FLOPs", "bytes", "FLOP/B", "roof", "bound",
-                     "FLOP/s", "of roof"));
+    line(fmt::format("  {:<20} {:>8} {:>11} {:>9} {:>9} {:>9} {:>8} {:>10} {:>8} {:>9} {:>7}",
+                     "kernel", "launches", "time us", "FLOPs", "DMA B", "DRAM B", "FLOP/B", "roof",
+                     "bound", "FLOP/s", "of roof"));
     for (const KernelSummary& k : kernels) {
-      line(fmt::format("  {:<24} {:>8} {:>12.3f} {:>10.3g} {:>10.3g} {:>8.3g} {:>10} {:>8} "
-                       "{:>12.3g} {:>7}",
-                       k.name.substr(0, 24), k.launches, static_cast<double>(k.time_ps) / 1e6,
-                       static_cast<double>(k.flops), static_cast<double>(k.bytes), k.intensity,
-                       k.roof, k.bound, k.achieved_flops,
-                       pct(k.roof_flops > 0 ? k.achieved_flops / k.roof_flops : 0)));
+      line(fmt::format(
+          "  {:<20} {:>8} {:>11.3f} {:>9.3g} {:>9.3g} {:>9.3g} {:>8.3g} {:>10} {:>8} "
+          "{:>9.3g} {:>7}",
+          k.name.substr(0, 20), k.launches, static_cast<double>(k.time_ps) / 1e6,
+          static_cast<double>(k.flops), static_cast<double>(k.bytes),
+          static_cast<double>(k.dram_bytes), k.intensity, k.roof, k.bound, k.achieved_flops,
+          pct(k.roof_flops > 0 ? k.achieved_flops / k.roof_flops : 0)));
     }
   }
   return out;

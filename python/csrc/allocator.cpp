@@ -162,10 +162,10 @@ void DeviceAllocator::reset_peak() {
   stats_.peak_bytes = stats_.allocated_bytes;
 }
 
-void DeviceAllocator::record_stream(const void* data, mtia::Stream stream) {
-  // The DataPtr's context is the Block; find it by address among nothing else: callers pass
-  // the storage's DataPtr context (see ops_tensor.cpp).
-  auto* b = static_cast<Block*>(const_cast<void*>(data));
+void DeviceAllocator::record_stream(const void* context, mtia::Stream stream) {
+  // The DataPtr context is the Block (callers pass
+  // storage.data_ptr().get_context()).
+  auto* b = static_cast<Block*>(const_cast<void*>(context));
   if (b == nullptr) return;
   std::lock_guard lock(mu_);
   if (stream.id == b->stream) return;

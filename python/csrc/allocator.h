@@ -49,8 +49,9 @@ class DeviceAllocator final : public c10::Allocator {
   void empty_cache();
   AllocatorStats stats() const;
   void reset_peak();
-  // Marks the block behind `data` as used by `stream` (Tensor.record_stream).
-  void record_stream(const void* data, mtia::Stream stream);
+  // Marks the block whose DataPtr context is `context` as used by `stream`
+  // (Tensor.record_stream).
+  void record_stream(const void* context, mtia::Stream stream);
   // The device is closing: drop the cache without driver calls; blocks tensors still hold
   // become orphans that are forgotten when freed.
   void shutdown();

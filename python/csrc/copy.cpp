@@ -53,11 +53,11 @@ void host_to_device(const at::Tensor& dst, const at::Tensor& src, bool non_block
   auto& dev = Runtime::get().device();
   const mtia::Layout dl = layout_of(dst, dst.sizes(), dst.strides());
   const mtia::Layout sl = layout_of(src, dst.sizes(), src.strides());
-  const bool pinned = dev.is_pinned(src.data_ptr(), span_bytes(src));
   guarded("copying host to device", [&] {
-    // Pageable memory is staged by copy_async before it returns, so it is safe either way;
-    // pinned memory is only left to the DMA when the caller asked for non_blocking.
-    if (non_blocking || !pinned) {
+    // As with CUDA, a blocking copy has landed when it returns, so any stream may use the
+    // data at once. non_blocking returns once queued: pinned memory is read in place later,
+    // pageable memory is staged by copy_async before it returns.
+    if (non_blocking) {
       dev.copy_async(tensor_address(dst), dl, src.data_ptr(), sl, current_stream());
     } else {
       dev.copy(tensor_address(dst), dl, src.data_ptr(), sl, current_stream());

@@ -140,12 +140,13 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "_init",
       [](const std::string& preset, bool timing, std::vector<std::string> overrides,
-         const std::string& kernels) {
+         const std::string& kernels, const std::string& trace) {
         BackendOptions o;
         o.preset = preset;
         o.timing = timing;
         o.overrides = std::move(overrides);
         o.kernel_library = kernels;
+        o.trace = trace;
         Runtime::init(o);
       },
       release());
@@ -289,4 +290,11 @@ PYBIND11_MODULE(_C, m) {
       },
       release());
   m.def("_config_json", [] { return dev().config_json(); });
+  m.def("_trace_level", [] { return std::string(mtia::trace_level_name(dev().trace_level())); });
+  m.def("_set_trace_level", [](const std::string& level) {
+    const auto parsed = mtia::parse_trace_level(level);
+    TORCH_CHECK_VALUE(parsed.has_value(), "torch_mtia_emu: '", level,
+                      "' is not a trace level; use off, kernels or units");
+    dev().set_trace_level(*parsed);
+  });
 }

@@ -463,6 +463,68 @@ Tensor& clamp_max_tensor_out(const Tensor& self, const Tensor& hi, Tensor& out) 
   return out;
 }
 
+// --- NaN handling --------------------------------------------------------------------------
+
+// isnan: x != x (only a NaN is unequal to itself); never true for integers and bool.
+Tensor isnan(const Tensor& self) {
+  Tensor out = empty_like_dtype(self, at::kBool);
+  const ScalarType dt = self.scalar_type();
+  if (is_kernel_float(dt)) {
+    apply_binary(MTIA_PE_SE_NE, out, self, self, dt, at::kBool);
+  } else if (kernel_supports(dt)) {
+    launch_fill(out, 0);
+  } else {
+    return run_on_cpu<ATEN_OP(isnan)>(dtype_reason(dt), self);
+  }
+  return out;
+}
+
+// The largest finite value of a floating kernel dtype.
+double finite_max(ScalarType t) {
+  switch (t) {
+    case at::kHalf:
+      return double(std::numeric_limits<c10::Half>::max());
+    case at::kBFloat16:
+      return double(std::numeric_limits<c10::BFloat16>::max());
+    default:
+      return double(std::numeric_limits<float>::max());
+  }
+}
+
+// NaN -> nan, +inf -> posinf, -inf -> neginf (defaults 0 and the dtype's finite extremes):
+// three masks and three selects.
+Tensor& nan_to_num_out(const Tensor& self, c10::optional<double> nan, c10::optional<double> posinf,
+                       c10::optional<double> neginf, Tensor& out) {
+  check_device(self, "nan_to_num");
+  const ScalarType dt = self.scalar_type();
+  if (!kernel_supports(dt) || out.scalar_type() != dt) {
+    return run_on_cpu<ATEN_OP2(nan_to_num, out)>(dtype_reason(dt), self, nan, posinf, neginf, out);
+  }
+  at::native::resize_output(out, self.sizes());
+  if (!is_kernel_float(dt)) {
+    write_into(out, self);
+    return out;
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::pair<double, double> cases[] = {
+      {std::numeric_limits<double>::quiet_NaN(), nan.value_or(0.0)},
+      {inf, posinf.value_or(finite_max(dt))},
+      {-inf, neginf.value_or(-finite_max(dt))}};
+  Tensor acc = empty_like_dtype(self, dt);
+  write_into(acc, self);
+  Tensor mask = empty_like_dtype(self, at::kBool);
+  for (const auto& [match, value] : cases) {
+    if (std::isnan(match)) {
+      apply_binary(MTIA_PE_SE_NE, mask, self, self, dt, at::kBool);
+    } else {
+      apply_binary(MTIA_PE_SE_EQ, mask, self, at::scalar_tensor(match, at::kDouble), dt, at::kBool);
+    }
+    launch_where(acc, mask, device_scalar(value, dt), acc);
+  }
+  write_into(out, acc);
+  return out;
+}
+
 // --- where, addcmul, addcdiv -----------------------------------------------------------------
 
 Tensor& where_out(const Tensor& cond, const Tensor& self, const Tensor& other, Tensor& out) {
@@ -726,6 +788,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("clamp.Tensor_out", TORCH_FN(clamp_tensor_out));
   m.impl("clamp_min.Tensor_out", TORCH_FN(clamp_min_tensor_out));
   m.impl("clamp_max.Tensor_out", TORCH_FN(clamp_max_tensor_out));
+  m.impl("isnan", TORCH_FN(isnan));
+  m.impl("nan_to_num.out", TORCH_FN(nan_to_num_out));
   m.impl("where.self", TORCH_FN(where_self));
   m.impl("where.self_out", TORCH_FN(where_out));
   m.impl("addcmul.out", TORCH_FN(addcmul_out));

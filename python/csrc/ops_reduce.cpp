@@ -12,6 +12,7 @@
 #include <ATen/ops/all_meta.h>
 #include <ATen/ops/amax_meta.h>
 #include <ATen/ops/amin_meta.h>
+#include <ATen/ops/aminmax_meta.h>
 #include <ATen/ops/any_meta.h>
 #include <ATen/ops/argmax_meta.h>
 #include <ATen/ops/argmin_meta.h>
@@ -527,6 +528,23 @@ Tensor& any_dim_out(const Tensor& self, int64_t dim, bool keepdim, Tensor& out) 
   return out;
 }
 
+// aminmax: amin and amax, over one dim or everything.
+std::tuple<Tensor&, Tensor&> aminmax_out(const Tensor& self, c10::optional<int64_t> dim,
+                                         bool keepdim, Tensor& min, Tensor& max) {
+  OutOf<at::meta::structured_aminmax, 2> m(min, max);
+  m.meta(self, dim, keepdim);
+  if (!kernel_supports(self.scalar_type())) {
+    return run_on_cpu<ATEN_OP2(aminmax, out)>(dtype_reason(self.scalar_type()), self, dim, keepdim,
+                                              min, max);
+  }
+  std::vector<int64_t> dims;
+  if (dim.has_value() && self.dim() > 0) dims.push_back(at::maybe_wrap_dim(*dim, self.dim()));
+  // Without a dim, keepdim keeps every dimension as size 1.
+  reduce_into(ReduceOp::kAmin, min, self, dims, keepdim);
+  reduce_into(ReduceOp::kAmax, max, self, dims, keepdim);
+  return {min, max};
+}
+
 // var is not structured: sizes by hand.
 std::vector<int64_t> reduced_sizes(const Tensor& self, at::IntArrayRef dims, bool keepdim) {
   const std::vector<bool> mask = reduced_mask(self, dims);
@@ -590,6 +608,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("min.dim_min", TORCH_FN(min_dim_out));
   m.impl("argmax.out", TORCH_FN(argmax_out));
   m.impl("argmin.out", TORCH_FN(argmin_out));
+  m.impl("aminmax.out", TORCH_FN(aminmax_out));
   m.impl("all.all_out", TORCH_FN(all_all_out));
   m.impl("all.out", TORCH_FN(all_dim_out));
   m.impl("any.all_out", TORCH_FN(any_all_out));

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "allocator.h"
+#include "mtia/trace.h"
 
 #ifndef MTIA_KERNEL_LIBRARY_ELF
 #error "MTIA_KERNEL_LIBRARY_ELF must be defined by the build (python/CMakeLists.txt)"
@@ -74,6 +75,11 @@ Runtime::Runtime(const BackendOptions& options) : options_(options) {
   dev.preset = options.preset;
   dev.timing = options.timing;
   dev.overrides = options.overrides;
+  if (!options.trace.empty()) {
+    dev.trace = mtia::parse_trace_level(options.trace);
+    TORCH_CHECK_VALUE(dev.trace.has_value(), "torch_mtia_emu: '", options.trace,
+                      "' is not a trace level; use off, kernels or units");
+  }
   device_ = guarded("opening the device",
                     [&] { return std::make_unique<mtia::Device>(mtia::Device::open(dev)); });
   module_ = guarded("loading the kernel library " + kernel_path_,
@@ -104,7 +110,7 @@ void Runtime::init(const BackendOptions& options) {
     // Another thread may have won the race in get(); same options are fine.
     const BackendOptions& cur = g_runtime.load()->options();
     TORCH_CHECK(cur.preset == options.preset && cur.timing == options.timing &&
-                    cur.overrides == options.overrides,
+                    cur.overrides == options.overrides && cur.trace == options.trace,
                 "torch_mtia_emu: the device is already open (preset ", cur.preset, ", timing ",
                 cur.timing ? "on" : "off",
                 "); call init() before the first use of the device, once per process");

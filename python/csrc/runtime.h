@@ -27,12 +27,14 @@ inline constexpr c10::DeviceType kDeviceType = c10::DeviceType::PrivateUse1;
 // How the backend opens its device. Unless init() was called first, the first use reads
 // the environment: MTIA_EMU_PRESET (default mtia-v2), MTIA_EMU_TIMING (0/off: functional
 // only), MTIA_EMU_SET (comma-separated key=value preset overrides) and MTIA_EMU_KERNELS (the
-// kernel library; default: the build tree's build/kernels/mtia_kernels.elf).
+// kernel library; default: the build tree's build/kernels/mtia_kernels.elf). The trace level
+// comes from MTIA_EMU_TRACE (off, kernels, units; read by the host API) unless `trace` names one.
 struct BackendOptions {
   std::string preset = "mtia-v2";
   bool timing = true;
   std::vector<std::string> overrides;
   std::string kernel_library;
+  std::string trace;  // "" (the environment's), "off", "kernels" or "units"
 };
 
 BackendOptions options_from_environment();

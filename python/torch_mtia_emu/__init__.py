@@ -31,7 +31,7 @@ __all__ = [
     "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
     "set_rng_state", "fallback_counts", "reset_fallback_counts", "set_fallback_mode",
     "get_fallback_mode", "launch_kernel", "kernel_names", "kernel_launch_counts",
-    "reset_kernel_launch_counts", "simulated_time_ns",
+    "reset_kernel_launch_counts", "simulated_time_ns", "trace_level", "set_trace_level",
     "write_artifacts", "shutdown",
 ]
 
@@ -68,18 +68,21 @@ def _device_index(device: _DeviceLike) -> int:
 # --- device --------------------------------------------------------------------------------
 
 def init(preset: Optional[str] = None, timing: Optional[bool] = None,
-         overrides: Optional[List[str]] = None, kernels: Optional[str] = None) -> None:
+         overrides: Optional[List[str]] = None, kernels: Optional[str] = None,
+         trace: Optional[str] = None) -> None:
     """Opens the device now, with these settings instead of the environment's.
 
     preset: chip preset name or file ("mtia-v2", "mtia-v1"); timing: False runs functional
     only (simulated times stay 0); overrides: "key=value" preset overrides; kernels: path of
-    the kernel library. Must come before the first use of the device.
+    the kernel library; trace: "off", "kernels" (copies and launches) or "units" (every PE
+    unit operation too), else $MTIA_EMU_TRACE. Must come before the first use of the device.
     """
     env_preset, env_timing, env_overrides, env_kernels = _C._default_options()
     _C._init(preset if preset is not None else env_preset,
              timing if timing is not None else env_timing,
              list(overrides) if overrides is not None else list(env_overrides),
-             kernels if kernels is not None else env_kernels)
+             kernels if kernels is not None else env_kernels,
+             trace if trace is not None else "")
 
 
 def is_available() -> bool:
@@ -267,6 +270,17 @@ def reset_kernel_launch_counts() -> None:
 def simulated_time_ns() -> float:
     """The device's simulated time now, nanoseconds (0 with timing off)."""
     return _C._now_ps() / 1000.0
+
+
+def trace_level() -> str:
+    """What the device's trace records now: "off", "kernels" or "units"."""
+    return _C._trace_level()
+
+
+def set_trace_level(level: str) -> None:
+    """Records "off", "kernels" (copies and launches) or "units" (every PE unit operation
+    too) from now on; write_artifacts() writes what was recorded."""
+    _C._set_trace_level(level)
 
 
 def write_artifacts(directory: str) -> None:

@@ -217,11 +217,15 @@ const ChipConfig& Device::config() const {
 void Device::write_artifacts(const std::string& dir) {
   std::string trace;
   std::string stats;
+  uint64_t dropped = 0, dropped_detail = 0;
   Impl* impl = impl_.get();
   impl_->run_on_sim(
-      [impl, &trace, &stats] {
-        trace = impl->shared.tracer->json(sc_core::sc_time_stamp().value());
+      [impl, &trace, &stats, &dropped, &dropped_detail] {
+        const detail::Tracer& tracer = *impl->shared.tracer;
+        trace = tracer.json(sc_core::sc_time_stamp().value());
         stats = impl->model->stats_json();
+        dropped = tracer.dropped();
+        dropped_detail = tracer.dropped_detail();
       },
       "cannot snapshot the device for write_artifacts");
   std::error_code ec;
@@ -231,12 +235,12 @@ void Device::write_artifacts(const std::string& dir) {
   write_file(base / "trace.json", trace);
   write_file(base / "stats.json", stats);
   write_file(base / "config.json", to_json(impl_->shared.config));
-  const detail::Tracer& tracer = *impl_->shared.tracer;
-  if (tracer.dropped() > 0) {
+  if (dropped > 0) {
     detail::logger("sim.trace")
-        ->warn("{}/trace.json: {} events dropped at the limit of {} events ({} of them unit "
-               "operations); see otherData in the trace",
-               dir, tracer.dropped(), tracer.max_events(), tracer.dropped_detail());
+        ->warn(
+            "{}/trace.json: {} events dropped at the limit of {} events ({} of them unit "
+            "operations); see otherData in the trace",
+            dir, dropped, impl_->shared.tracer->max_events(), dropped_detail);
   }
 }
 

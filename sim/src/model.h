@@ -151,7 +151,7 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   firmware::CommandProcessor fw_;
   sc_core::sc_event work_;
   sc_core::sc_time packet_time_;
-  std::vector<uint64_t> seen_completed_;  // per queue: completion count already traced
+  std::vector<uint64_t> seen_completed_;     // per queue: completion count already traced
   std::vector<uint64_t> heads_before_step_;  // per queue: QUEUE_HEAD before this step
   uint64_t busy_steps_ = 0;
   uint64_t busy_ps_ = 0;

@@ -66,16 +66,16 @@ class PeGrid::Pe : public pe::UnitPort {
         units_(local_store, timing),
         core_(pe::CoreConfig{}, local_store, *this) {
     // DPE math goes to the grid's helper threads; settle() keeps the results in order.
-    units_.set_matmul_deferral([this](const std::array<Extent, 3>& touched,
-                                      std::function<void()> math) {
-      const uint64_t number = grid_.workers_->post(chip_index_, std::move(math));
-      pending_.push_back({number, touched});
-      for (const Extent& e : touched) {
-        guard_.lo = std::min(guard_.lo, e.lo);
-        guard_.hi = std::max(guard_.hi, e.hi);
-      }
-      core_.guard(guard_.lo, guard_.hi);
-    });
+    units_.set_matmul_deferral(
+        [this](const std::array<Extent, 3>& touched, std::function<void()> math) {
+          const uint64_t number = grid_.workers_->post(chip_index_, std::move(math));
+          pending_.push_back({number, touched});
+          for (const Extent& e : touched) {
+            guard_.lo = std::min(guard_.lo, e.lo);
+            guard_.hi = std::max(guard_.hi, e.hi);
+          }
+          core_.guard(guard_.lo, guard_.hi);
+        });
   }
 
   // Finishes this PE's deferred unit work that uses any byte of `bytes` (local-store offsets),
@@ -103,9 +103,8 @@ class PeGrid::Pe : public pe::UnitPort {
   uint32_t chip_index() const { return chip_index_; }
 
   // Forgets the previous launch's tags; `t0_ps` is the launch's start (its cycle 0).
-  void begin(uint64_t t0_ps, uint32_t launch_index) {
+  void begin(uint64_t t0_ps) {
     t0_ps_ = t0_ps;
-    launch_index_ = launch_index;
     tag_done_.clear();
     all_done_ = 0;
     std::fill(std::begin(unit_free_), std::end(unit_free_), 0);
@@ -267,7 +266,6 @@ class PeGrid::Pe : public pe::UnitPort {
   pe::FunctionalUnits units_;
   pe::RiscvCore core_;
   uint64_t t0_ps_ = 0;
-  uint32_t launch_index_ = 0;
   std::vector<uint64_t> tag_done_;  // completion cycle of tag i + 1
   uint64_t all_done_ = 0;
   uint64_t unit_free_[static_cast<size_t>(pe::UnitKind::kCount)] = {};
@@ -291,8 +289,8 @@ PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared, PeGridParams par
       timing_(shared.config.timing),
       unit_timing_(unit_timing(shared.config)) {
   pes_.resize(size_t{shared.config.pe_rows} * shared.config.pe_cols);
-  workers_ = std::make_unique<pe::UnitWorkers>(params_.unit_threads,
-                                               static_cast<uint32_t>(pes_.size()));
+  workers_ =
+      std::make_unique<pe::UnitWorkers>(params_.unit_threads, static_cast<uint32_t>(pes_.size()));
   SC_HAS_PROCESS(PeGrid);
   SC_THREAD(run);
   set_stack_size(kThreadStackBytes);
@@ -355,7 +353,7 @@ void PeGrid::trace_unit(uint32_t pe, pe::UnitKind kind, uint64_t start_ps, uint6
 void PeGrid::trace_dma(uint32_t pe, const DmaPlan& plan, uint64_t issue_ps) {
   shared_.tracer->pe_unit(pe, Tracer::Unit::kDma, issue_ps, std::max(issue_ps, plan.end_ps),
                           plan.payload_bytes);
-  shared_.tracer->reservations(plan);
+  shared_.tracer->reservations(plan, /*pe_dma=*/true);
 }
 
 void PeGrid::submit(const isa::LaunchPacket& launch) {
@@ -521,7 +519,7 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
         slot = std::make_unique<Pe>(
             *this, chip, std::span<uint8_t>(ls, shared_.config.local_store_bytes), unit_timing_);
       }
-      slot->begin(t0, index);
+      slot->begin(t0);
       pe::LaunchContext ctx;
       ctx.grid_rows = rows;
       ctx.grid_cols = cols;
@@ -559,8 +557,8 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
     const uint32_t r = i / cols, c = i % cols;
     if (core.state() == pe::RiscvCore::State::kExited) {
       return Failure{isa::ErrorCode::kKernelFault, core.pc(), i,
-                     fmt::format("PE {} (row {}, col {}) exited with status {} at pc 0x{:x}", i,
-                                 r, c, core.exit_status(), core.pc()),
+                     fmt::format("PE {} (row {}, col {}) exited with status {} at pc 0x{:x}", i, r,
+                                 c, core.exit_status(), core.pc()),
                      core.exit_status()};
     }
     const pe::Fault& f = core.fault();

@@ -195,7 +195,17 @@ void Tracer::packet(uint32_t queue, uint64_t start_ps, uint64_t end_ps, uint64_t
                     uint64_t index, uint8_t opcode, uint16_t status, uint16_t error) {
   if (!on()) return;
   const uint64_t dur = end_ps >= start_ps ? end_ps - start_ps : 0;
-  push({start_ps, dur, kQueueTrack0 + queue, Kind::kPacket, opcode, 0, 0, status, error, queue, seq,
+  push({start_ps,
+        dur,
+        kQueueTrack0 + queue,
+        Kind::kPacket,
+        opcode,
+        0,
+        0,
+        status,
+        error,
+        queue,
+        seq,
         {index, 0, 0, 0}});
 }
 
@@ -241,7 +251,7 @@ void Tracer::Bins::add(uint64_t start_ps, uint64_t end_ps, uint64_t payload) {
   }
 }
 
-void Tracer::reservations(const DmaPlan& plan) {
+void Tracer::reservations(const DmaPlan& plan, bool pe_dma) {
   if (!on() || plan.error != isa::ErrorCode::kNone) return;
   // Payload through each resource: once per side that uses it (a copy within one memory
   // reads and writes it).
@@ -252,6 +262,7 @@ void Tracer::reservations(const DmaPlan& plan) {
   if (int r = resource_of(plan.dst, false); r >= 0) ++sides[r];
   for (int r = 0; r < kNumResources; ++r) {
     if (sides[r] == 0 || plan.effective_bytes[r] == 0) continue;
+    if (pe_dma && launch_open_) launches_.back().memory_bytes[r] += plan.payload_bytes * sides[r];
     const uint64_t start = plan.resource_start_ps[r];
     bandwidth_[r].add(start, start + plan.busy_ps[r], plan.payload_bytes * sides[r]);
   }
@@ -265,7 +276,17 @@ void Tracer::launch_begin(const LaunchInfo& info) {
   l.info = info;
   launches_.push_back(l);
   launch_open_ = true;
-  push({info.start_ps, 0, kLaunchTrack, Kind::kLaunch, 0, 0, 0, 0, 0, info.queue, info.seq,
+  push({info.start_ps,
+        0,
+        kLaunchTrack,
+        Kind::kLaunch,
+        0,
+        0,
+        0,
+        0,
+        0,
+        info.queue,
+        info.seq,
         {launches_.size() - 1, 0, 0, 0}});
 }
 
@@ -282,8 +303,18 @@ void Tracer::pe_kernel(uint32_t pe, uint64_t start_ps, uint64_t end_ps) {
   if (!on()) return;
   if (launch_open_) launches_.back().core_ps += end_ps > start_ps ? end_ps - start_ps : 0;
   pe_tracks_ = std::max(pe_tracks_, pe + 1);
-  push({start_ps, end_ps >= start_ps ? end_ps - start_ps : 0, kPeTrack0 + pe, Kind::kPeKernel, 0,
-        0, 0, 0, 0, 0, 0, {}});
+  push({start_ps,
+        end_ps >= start_ps ? end_ps - start_ps : 0,
+        kPeTrack0 + pe,
+        Kind::kPeKernel,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        {}});
 }
 
 uint32_t Tracer::dma_lane(uint32_t pe, uint64_t start_ps, uint64_t end_ps) {
@@ -336,8 +367,18 @@ void Tracer::pe_unit(uint32_t pe, Unit unit, uint64_t start_ps, uint64_t end_ps,
     track = kUnitTrack0 + pe * kUnitStride + static_cast<uint32_t>(u);
   }
   pe_tracks_ = std::max(pe_tracks_, pe + 1);
-  push({start_ps, end_ps - start_ps, track, Kind::kPeUnit, static_cast<uint8_t>(u), 0, 0, 0, 0, 0,
-        0, {work, 0, 0, 0}},
+  push({start_ps,
+        end_ps - start_ps,
+        track,
+        Kind::kPeUnit,
+        static_cast<uint8_t>(u),
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        {work, 0, 0, 0}},
        /*detail=*/true);
 }
 
@@ -363,7 +404,7 @@ namespace {
 // What goes into the JSON, in the order of the sort key.
 struct Item {
   uint64_t ts;
-  uint8_t rank;  // at equal times: causes before effects, parents before children
+  uint8_t rank;    // at equal times: causes before effects, parents before children
   uint64_t order;  // then: host calls in the order they started, device events as recorded
   uint64_t dur;
   uint8_t type;
@@ -571,9 +612,8 @@ std::string Tracer::json(uint64_t now_ps) const {
       if (pe_used[p][kUnitStride]) track(kDevicePid, kPeTrack0 + p, pe, base);
       for (uint32_t u = 0; u < kUnitStride; ++u) {
         if (!pe_used[p][u]) continue;
-        const std::string name =
-            u < kDmaLane0 ? pe + " " + unit_name(static_cast<Unit>(u))
-                          : pe + " dma " + std::to_string(u - kDmaLane0);
+        const std::string name = u < kDmaLane0 ? pe + " " + unit_name(static_cast<Unit>(u))
+                                               : pe + " dma " + std::to_string(u - kDmaLane0);
         track(kDevicePid, kUnitTrack0 + p * kUnitStride + u, name, base + 1 + u);
       }
     }
@@ -582,10 +622,9 @@ std::string Tracer::json(uint64_t now_ps) const {
     // A visible note in the process label, so a truncated trace is not mistaken for the run.
     next();
     out += "{\"ph\":\"M\",\"pid\":2,\"tid\":0,\"name\":\"process_labels\",\"args\":{\"labels\":";
-    append_str(out, "trace truncated at " + std::to_string(max_events_) + " events: " +
-                        std::to_string(dropped_all) + " events dropped (" +
-                        std::to_string(dropped_detail_) +
-                        " unit operations)");
+    append_str(out, "trace truncated at " + std::to_string(max_events_) +
+                        " events: " + std::to_string(dropped_all) + " events dropped (" +
+                        std::to_string(dropped_detail_) + " unit operations)");
     out += "}}";
   }
 
@@ -769,9 +808,12 @@ std::string Tracer::json(uint64_t now_ps) const {
         field("re_elements", l.work[static_cast<size_t>(Unit::kRe)]);
         field("mlu_bytes", l.work[static_cast<size_t>(Unit::kMlu)]);
         field("dma_bytes", l.work[static_cast<size_t>(Unit::kDma)]);
+        // Of it, what went to or from DRAM and the SRAM (a copy within one counts twice).
+        field("dram_bytes", l.memory_bytes[static_cast<size_t>(Resource::kDram)]);
+        field("sram_bytes", l.memory_bytes[static_cast<size_t>(Resource::kSram)]);
         // FLOPs as the summary counts them: 2 per DPE MAC, 1 per SE element.
-        field("flops", 2 * l.work[static_cast<size_t>(Unit::kDpe)] +
-                           l.work[static_cast<size_t>(Unit::kSe)]);
+        field("flops",
+              2 * l.work[static_cast<size_t>(Unit::kDpe)] + l.work[static_cast<size_t>(Unit::kSe)]);
         field("core_ps", l.core_ps);
         out += ",\"busy_ps\":{";
         for (size_t u = 0; u < l.busy_ps.size(); ++u) {
@@ -802,9 +844,9 @@ std::string Tracer::json(uint64_t now_ps) const {
         out += ",\"name\":\"";
         out += unit_name(unit);
         out += "\",\"args\":{\"";
-        out += unit == Unit::kDpe                         ? "macs"
+        out += unit == Unit::kDpe                       ? "macs"
                : unit == Unit::kSe || unit == Unit::kRe ? "elements"
-                                                          : "bytes";
+                                                        : "bytes";
         out += "\":";
         append_u64(out, e.a[0]);
         out += "}}";

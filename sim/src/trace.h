@@ -33,7 +33,9 @@ class Tracer {
   // `config` is the effective configuration (written into the trace's metadata).
   Tracer(std::string process_name, const ChipConfig& config, TraceOptions options = {});
 
-  TraceLevel level() const { return static_cast<TraceLevel>(level_.load(std::memory_order_relaxed)); }
+  TraceLevel level() const {
+    return static_cast<TraceLevel>(level_.load(std::memory_order_relaxed));
+  }
   bool on() const { return level() != TraceLevel::kOff; }
   bool units() const { return level() == TraceLevel::kUnits; }
   void set_level(TraceLevel level);
@@ -63,7 +65,8 @@ class Tracer {
   void dma(uint32_t engine, const DmaEvent& event);
   // The bandwidth a DMA job reserved on each memory and link (host DMA engines and PE local
   // DMA alike): its payload bytes spread over each reservation, for the bandwidth counters.
-  void reservations(const DmaPlan& plan);
+  // A PE's DMA (`pe_dma`) also counts into the running launch's memory traffic.
+  void reservations(const DmaPlan& plan, bool pe_dma = false);
 
   // A kernel launch from dispatch to completion. PE events between begin and end belong to it.
   struct LaunchInfo {
@@ -108,11 +111,11 @@ class Tracer {
     uint64_t dur_ps;
     uint32_t track;
     Kind kind;
-    uint8_t b0;   // packet: opcode; dma: fill flag; pe unit: unit
-    uint8_t b1;   // dma: src space
-    uint8_t b2;   // dma: dst space
-    uint16_t h0;  // packet: status; dma: error
-    uint16_t h1;  // packet: error
+    uint8_t b0;    // packet: opcode; dma: fill flag; pe unit: unit
+    uint8_t b1;    // dma: src space
+    uint8_t b2;    // dma: dst space
+    uint16_t h0;   // packet: status; dma: error
+    uint16_t h1;   // packet: error
     uint32_t w0;   // packet, dma, launch: queue
     uint64_t seq;  // packet, dma, launch: the packet's seq
     uint64_t a[4];
@@ -128,7 +131,8 @@ class Tracer {
     std::array<uint64_t, static_cast<size_t>(Unit::kCount)> ops{};
     // Busy time summed over the launch's PEs; for DMA the time with at least one in flight.
     std::array<uint64_t, static_cast<size_t>(Unit::kCount)> busy_ps{};
-    uint64_t core_ps = 0;  // kernel spans summed over PEs
+    uint64_t core_ps = 0;                                // kernel spans summed over PEs
+    std::array<uint64_t, kNumResources> memory_bytes{};  // local DMA payload per memory
   };
   // Payload bytes over time on one memory or link, in bins that double in width when there are
   // too many of them (so a long run stays bounded).
@@ -154,7 +158,7 @@ class Tracer {
   uint64_t max_events_;
   std::vector<Event> events_;
   std::vector<Launch> launches_;
-  bool launch_open_ = false;  // launches_.back() is running
+  bool launch_open_ = false;                         // launches_.back() is running
   std::vector<uint64_t> dma_covered_until_;          // per chip PE: DMA union bookkeeping
   std::vector<std::vector<uint64_t>> dma_lane_end_;  // per chip PE: end of each lane's last DMA
   std::array<Bins, kNumResources> bandwidth_;
@@ -166,7 +170,7 @@ class Tracer {
 
   mutable std::mutex host_mu_;
   std::vector<HostCall> host_calls_;
-  uint64_t host_dropped_ = 0;  // host calls dropped at the limit (under host_mu_)
+  uint64_t host_dropped_ = 0;     // host calls dropped at the limit (under host_mu_)
   std::atomic<size_t> count_{0};  // device events + host calls and their packets
 };
 

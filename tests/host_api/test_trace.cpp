@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "device_helpers.h"
 #include "mtia/isa/pe/pe_ops.h"
@@ -107,9 +107,10 @@ void matmul(Device& dev, const KernelModule& lib, uint8_t in, int64_t m, int64_t
 
 }  // namespace
 
-TEST_CASE("a traced run: every API call's packets flow to device work, the host clock follows "
-          "what it waited for, and the summary is computed from the trace",
-          "[trace]") {
+TEST_CASE(
+    "a traced run: every API call's packets flow to device work, the host clock follows "
+    "what it waited for, and the summary is computed from the trace",
+    "[trace]") {
   const auto dir = temp_dir("run");
   {
     Device dev = Device::open(traced(TraceLevel::kUnits));
@@ -200,10 +201,14 @@ TEST_CASE("a traced run: every API call's packets flow to device work, the host 
   CHECK(k.dpe_macs[0] == 0);
   CHECK(k.flops == 2 * (k.dpe_macs[1] + k.dpe_macs[2]) + k.se_elements);
   // Each operand crosses local DMA at least once.
-  CHECK(k.bytes >= 4 * (128 * 64 + 64 * 128 + 128 * 128) + 2 * (128 * 64 + 64 * 256) +
-                       4 * 128 * 256);
+  CHECK(k.bytes >=
+        4 * (128 * 64 + 64 * 128 + 128 * 128) + 2 * (128 * 64 + 64 * 256) + 4 * 128 * 256);
   CHECK(k.roof == "dpe 16-bit");  // more of its MACs had 16-bit inputs
-  CHECK(k.intensity == Approx(double(k.flops) / double(k.bytes)));
+  // DRAM traffic: each operand crosses DRAM at least once, and no more than local DMA moved.
+  CHECK(k.dram_bytes >=
+        4 * (128 * 64 + 64 * 128 + 128 * 128) + 2 * (128 * 64 + 64 * 256) + 4 * 128 * 256);
+  CHECK(k.dram_bytes <= 2 * k.bytes);
+  CHECK(k.intensity == Approx(double(k.flops) / double(k.dram_bytes)));
   CHECK(k.ridge == Approx(s.peaks.dpe_16bit_flops / 204.8e9));
   CHECK(k.bound == (k.intensity >= k.ridge ? "compute" : "memory"));
   CHECK(k.achieved_flops <= k.peak_flops);
@@ -257,8 +262,8 @@ TEST_CASE("MTIA_EMU_TRACE and MTIA_EMU_TRACE_MAX_EVENTS set the trace; bad value
   }
   {
     ScopedEnv env("MTIA_EMU_TRACE", "everything");
-    test::expect_error(ErrorKind::kInvalidArgument, "MTIA_EMU_TRACE=everything is not a trace level",
-                       [] { Device::open(); });
+    test::expect_error(ErrorKind::kInvalidArgument,
+                       "MTIA_EMU_TRACE=everything is not a trace level", [] { Device::open(); });
   }
   {
     ScopedEnv env("MTIA_EMU_TRACE_MAX_EVENTS", "12k");
@@ -329,12 +334,11 @@ TEST_CASE("summarize_trace says what is wrong with something that is not a trace
                      [] { summarize_trace("{\"a\": 1}"); });
   test::expect_error(ErrorKind::kInvalidArgument, "format \"mtia-emu trace\"",
                      [] { summarize_trace("{\"traceEvents\": []}"); });
-  test::expect_error(
-      ErrorKind::kInvalidArgument, "otherData.config.clock_hz is missing", [] {
-        summarize_trace(
-            "{\"otherData\":{\"format\":\"mtia-emu trace\",\"config\":{\"pe_rows\":{\"value\":8},"
-            "\"pe_cols\":{\"value\":8}}},\"traceEvents\":[]}");
-      });
+  test::expect_error(ErrorKind::kInvalidArgument, "otherData.config.clock_hz is missing", [] {
+    summarize_trace(
+        "{\"otherData\":{\"format\":\"mtia-emu trace\",\"config\":{\"pe_rows\":{\"value\":8},"
+        "\"pe_cols\":{\"value\":8}}},\"traceEvents\":[]}");
+  });
   test::expect_error(ErrorKind::kInvalidArgument, "cannot open trace '/nonexistent/trace.json'",
                      [] { summarize_trace_file("/nonexistent/trace.json"); });
 }

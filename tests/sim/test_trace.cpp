@@ -177,7 +177,8 @@ TEST_CASE("a flow leads from the host call through the packet and its work to th
     CHECK_FALSE(parts[0].value("flow_in", false));
     CHECK(parts[1]["cat"] == "packet");
     CHECK(parts[2]["cat"] == (parts[1]["args"]["seq"] == 5 ? "dma" : "launch"));
-    for (int i : {1, 2}) CHECK((parts[i].value("flow_in", false) && parts[i].value("flow_out", false)));
+    for (int i : {1, 2})
+      CHECK((parts[i].value("flow_in", false) && parts[i].value("flow_out", false)));
     CHECK(parts[3]["cat"] == "completion");
     CHECK(p.track(parts[3]) == "completions (driver interrupt handler)");
     CHECK(parts[3].value("flow_in", false));
@@ -257,9 +258,10 @@ TEST_CASE("a launch's statistics: FLOPs, bytes, unit busy time and DMA lanes", "
   for (const Json& e : p.of("kernel")) CHECK(p.track(e).rfind("pe ", 0) == 0);
 }
 
-TEST_CASE("trace levels: kernels keeps launch statistics without unit slices, off records "
-          "nothing",
-          "[trace]") {
+TEST_CASE(
+    "trace levels: kernels keeps launch statistics without unit slices, off records "
+    "nothing",
+    "[trace]") {
   for (TraceLevel lv : {TraceLevel::kKernels, TraceLevel::kOff}) {
     Tracer t("dev", small_config(), level(lv));
     Tracer::LaunchInfo info;
@@ -334,13 +336,24 @@ TEST_CASE("bandwidth counters spread each reservation's payload over time bins",
   CHECK(mem["dram"]["reserved_ps"] == 200'000);
   CHECK(mem["pcie_h2d"]["payload_bytes"] == 300);
 
+  // A PE's DMA counts into the running launch's DRAM and SRAM traffic; a host DMA job does not.
+  Tracer::LaunchInfo info;
+  info.grid_rows = info.grid_cols = 1;
+  t.launch_begin(info);
+  t.reservations(plan, /*pe_dma=*/true);
+  t.reservations(plan);
+  t.launch_end(1, 0);
+  const Json l = parse(t).of("launch").at(0);
+  CHECK(l["args"]["dram_bytes"] == 2'000'000);
+  CHECK(l["args"]["sram_bytes"] == 0);
+
   // A long run: bins merge pairwise (their width doubles) so their number stays bounded.
   mtia::sim::DmaPlan late = plan;
   late.resource_start_ps[dram] = 4096ull * 100'000;
   t.reservations(late);
   const Parsed q = parse(t);
   CHECK(q.doc["otherData"]["bandwidth_bin_ps"]["dram"] == 200'000);
-  CHECK(q.doc["otherData"]["memory"]["dram"]["payload_bytes"] == 4'000'000);
+  CHECK(q.doc["otherData"]["memory"]["dram"]["payload_bytes"] == 4 * 2'000'000);
 }
 
 TEST_CASE("the trace keeps a bounded number of events and says how many it dropped", "[trace]") {
@@ -373,8 +386,7 @@ TEST_CASE("the trace keeps a bounded number of events and says how many it dropp
   CHECK(TraceOptions{}.max_events == 1'000'000);
 }
 
-TEST_CASE("host calls at the same simulated time keep the order in which they started",
-          "[trace]") {
+TEST_CASE("host calls at the same simulated time keep the order in which they started", "[trace]") {
   Tracer t("dev", small_config(), level(TraceLevel::kKernels));
   // Recorded when they return: the nested malloc first, then its caller, then a call that
   // waited 5 us. All start at 0.

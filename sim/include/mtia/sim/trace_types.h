@@ -42,12 +42,12 @@ struct HostPacket {
 // (the end time of every packet it waited for; 0 at first). That places the call no later than
 // the device work it causes, and is the same on every run.
 struct HostCall {
-  uint32_t thread = 0;     // host thread number: 1 for the first thread that made a call
-  uint64_t order = 0;      // calls are numbered as they start (orders calls at equal times)
-  std::string name;        // the API function, e.g. "launch", "copy_async", "synchronize"
-  std::string detail;      // e.g. "matmul on 8x8 PEs", "host to device, 4096 bytes"
-  uint64_t start_ps = 0;   // host clock at entry
-  uint64_t end_ps = 0;     // host clock at return (later if the call waited for the device)
+  uint32_t thread = 0;       // host thread number: 1 for the first thread that made a call
+  uint64_t order = 0;        // calls are numbered as they start (orders calls at equal times)
+  std::string name;          // the API function, e.g. "launch", "copy_async", "synchronize"
+  std::string detail;        // e.g. "matmul on 8x8 PEs", "host to device, 4096 bytes"
+  uint64_t start_ps = 0;     // host clock at entry
+  uint64_t end_ps = 0;       // host clock at return (later if the call waited for the device)
   double wall_start_us = 0;  // host wall clock since the device opened (varies run to run)
   double wall_us = 0;        // host wall time the call took (varies run to run)
   std::string error;         // what the call threw, if it threw
