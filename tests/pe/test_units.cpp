@@ -716,6 +716,59 @@ TEST_CASE("SE: hand-computed special cases", "[units][se]") {
   CHECK(run1(MTIA_PE_SE_CAST, MTIA_PE_DT_FP32, MTIA_PE_DT_BF16, 0x3f808000) == 0x3f80);
 }
 
+TEST_CASE("SE: fp32 tanh is correctly rounded over a sweep of inputs", "[units][se]") {
+  // Every 4099th fp32 bit pattern (both signs, tiny, subnormal and huge values) against the
+  // long double tanh rounded once to float; then the special values.
+  Pe pe;
+  constexpr uint32_t kStep = 4099, kLanes = 1024;
+  std::vector<float> in;
+  for (uint64_t bits = 0; bits <= 0xffffffffull; bits += kStep) {
+    const float f = ref::decode_f32(static_cast<uint32_t>(bits));
+    if (!std::isnan(f)) in.push_back(f);
+  }
+  uint64_t mismatches = 0;
+  for (size_t base = 0; base < in.size(); base += kLanes) {
+    const uint32_t n = static_cast<uint32_t>(std::min<size_t>(kLanes, in.size() - base));
+    std::memcpy(pe.p(4096), in.data() + base, n * 4);
+    mtia_pe_se_desc d{};
+    d.hdr = header(MTIA_PE_DESC_SE);
+    d.op = MTIA_PE_SE_TANH;
+    d.in_dtype = d.out_dtype = MTIA_PE_DT_FP32;
+    d.count = n;
+    d.mode[0] = MTIA_PE_OPND_VECTOR;
+    d.src[0] = L + 4096;
+    d.dst = L + 4096 + 8 * kLanes;
+    REQUIRE(pe.units.eltwise(d).ok());
+    for (uint32_t i = 0; i < n; ++i) {
+      float got;
+      std::memcpy(&got, pe.p(4096 + 8 * kLanes + 4 * i), 4);
+      const float want = static_cast<float>(std::tanh(static_cast<long double>(in[base + i])));
+      if (std::memcmp(&got, &want, 4) != 0) {
+        ++mismatches;
+        UNSCOPED_INFO("tanh(" << in[base + i] << ") = " << got << ", want " << want);
+      }
+    }
+  }
+  CHECK(in.size() > 1000000);
+  CHECK(mismatches == 0);
+  auto tanh1 = [&](uint32_t bits) {
+    mtia_pe_se_desc d{};
+    d.hdr = header(MTIA_PE_DESC_SE);
+    d.op = MTIA_PE_SE_TANH;
+    d.in_dtype = d.out_dtype = MTIA_PE_DT_FP32;
+    d.count = 1;
+    d.mode[0] = MTIA_PE_OPND_IMMEDIATE;
+    d.imm[0] = bits;
+    d.dst = L;
+    REQUIRE(pe.units.eltwise(d).ok());
+    return static_cast<uint32_t>(raw_at(pe.p(0), MTIA_PE_DT_FP32, 0));
+  };
+  CHECK(tanh1(0x80000000) == 0x80000000);  // -0 stays -0
+  CHECK(tanh1(0x7f800000) == 0x3f800000);  // +Inf -> 1
+  CHECK(tanh1(0xff800000) == 0xbf800000);  // -Inf -> -1
+  CHECK(std::isnan(ref::decode_f32(tanh1(0x7fc00000))));
+}
+
 TEST_CASE("SE: operands the doc does not allow are rejected", "[units][se]") {
   Pe pe;
   const std::vector<uint8_t> before(pe.ls.begin(), pe.ls.end());
