@@ -65,9 +65,16 @@ class PeGrid::Pe : public pe::UnitPort {
         ls_device_base_(isa::kLocalStoreBase + uint64_t{chip_index} * isa::kLocalStoreStride),
         units_(local_store, timing),
         core_(pe::CoreConfig{}, local_store, *this) {
-    // DPE math goes to the grid's helper threads; settle() keeps the results in order.
+    // DPE math goes to the grid's helper threads; settle() keeps the results in order. A small
+    // one runs here and now, after the deferred work on its bytes: waking a helper would cost
+    // more than the math. Results are the same either way.
     units_.set_matmul_deferral(
-        [this](const std::array<Extent, 3>& touched, std::function<void()> math) {
+        [this](const std::array<Extent, 3>& touched, uint64_t macs, std::function<void()> math) {
+          if (macs <= kInlineMatmulMaxMacs) {
+            for (const Extent& e : touched) settle(e);
+            math();
+            return;
+          }
           const uint64_t number = grid_.workers_->post(chip_index_, std::move(math));
           pending_.push_back({number, touched});
           for (const Extent& e : touched) {
@@ -276,6 +283,9 @@ class PeGrid::Pe : public pe::UnitPort {
     std::array<Extent, 3> touched;
   };
   static constexpr Extent kNoGuard{~0ull, 0};
+  // Matmuls up to this many MACs run in place (a few microseconds of host math; measured on
+  // a training step, where handing them to a helper cost more CPU time than it saved).
+  static constexpr uint64_t kInlineMatmulMaxMacs = 256 * 1024;
   std::vector<PendingOp> pending_;
   Extent guard_ = kNoGuard;
 };

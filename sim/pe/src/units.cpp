@@ -385,7 +385,8 @@ UnitOutcome FunctionalUnits::execute(const RiscvCore& core, const UnitRequest& r
       if (!d) return finish(UnitKind::kDpe, d.error());
       if (defer_matmul_) {
         const mtia_pe_matmul_desc desc = d.value();
-        defer_matmul_(matmul_extents(desc), [this, desc] { run_matmul(desc); });
+        defer_matmul_(matmul_extents(desc), uint64_t{desc.m} * desc.n * desc.k,
+                      [this, desc] { run_matmul(desc); });
       } else {
         run_matmul(d.value());
       }

@@ -110,10 +110,11 @@ class FunctionalUnits {
   static std::array<Extent, 3> matmul_extents(const mtia_pe_matmul_desc& d);
 
   // When set, execute() validates and costs a matmul at once and hands its math to `defer`
-  // instead of running it (the PE model runs it on a helper thread: UnitWorkers). The math
-  // only touches the extents' bytes of the local store, and the instance's DPE scratch.
-  using MatmulDeferral =
-      std::function<void(const std::array<Extent, 3>& touched, std::function<void()> math)>;
+  // instead of running it (the PE model runs it on a helper thread: UnitWorkers, or at once
+  // when it is small). The math only touches the extents' bytes of the local store, and the
+  // instance's DPE scratch; `macs` is its size (m x n x k).
+  using MatmulDeferral = std::function<void(const std::array<Extent, 3>& touched, uint64_t macs,
+                                            std::function<void()> math)>;
   void set_matmul_deferral(MatmulDeferral defer) { defer_matmul_ = std::move(defer); }
 
   const UnitTiming& timing() const { return timing_; }
