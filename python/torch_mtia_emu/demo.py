@@ -84,13 +84,13 @@ def main(argv=None) -> int:
                          "operation too)")
     ap.add_argument("--no-timing", action="store_true",
                     help="functional only: simulated times stay 0")
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--features", type=int, default=32)
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--classes", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=0.1)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=8, help="training steps (default 8)")
+    ap.add_argument("--batch", type=int, default=64, help="points per step (default 64)")
+    ap.add_argument("--features", type=int, default=32, help="input features (default 32)")
+    ap.add_argument("--hidden", type=int, default=128, help="hidden width (default 128)")
+    ap.add_argument("--classes", type=int, default=4, help="classes (default 4)")
+    ap.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
+    ap.add_argument("--seed", type=int, default=0, help="data and weight seed (default 0)")
     ap.add_argument("--tolerance", type=float, default=1e-4,
                     help="largest allowed |device loss - CPU loss| per step")
     args = ap.parse_args(argv)
@@ -103,9 +103,13 @@ def main(argv=None) -> int:
         ap.error(f"--lr must be positive, not {args.lr}")
 
     torch.set_num_threads(1)  # the CPU reference: steadiest timings beside the emulator
-    torch_mtia_emu.init(preset=args.preset, timing=not args.no_timing, trace=args.trace)
+    try:
+        torch_mtia_emu.init(preset=args.preset, timing=not args.no_timing, trace=args.trace)
+        props = torch_mtia_emu.get_device_properties()
+    except (RuntimeError, ValueError) as e:
+        print(f"demo: cannot open the emulated device: {e}", file=sys.stderr)
+        return 2
     dev = torch.device(torch_mtia_emu.DEVICE_TYPE)
-    props = torch_mtia_emu.get_device_properties()
 
     points, labels = make_data(args.steps * args.batch, args.features, args.classes, args.seed)
     cpu_model = make_model(args.features, args.hidden, args.classes, args.seed)

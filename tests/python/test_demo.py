@@ -57,6 +57,10 @@ def test_demo_rejects_bad_arguments(tmp_path):
     assert r.returncode == 2
     assert "--classes must be at least 2" in r.stderr
     assert not (tmp_path / "trace.json").exists()
+    r = run_demo(tmp_path, "--preset", "mtia-v9")
+    assert r.returncode == 2
+    assert "demo: cannot open the emulated device" in r.stderr
+    assert "mtia-v9" in r.stderr
 
 
 def test_trace_level_from_init_and_set_trace_level(tmp_path):
