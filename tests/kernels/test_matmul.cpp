@@ -21,68 +21,14 @@ void expect_ok(const LaunchResult& r) {
 }
 
 // A [batch, rows, cols] operand as the 4-D view [1, batch, rows, cols].
-enum class Layout { kRowMajor, kColMajor, kPadded };
-
-Tensor matrix(Device& dev, uint8_t dt, int64_t batch, int64_t rows, int64_t cols, Layout l) {
+Tensor matrix(Device& dev, uint8_t dt, int64_t batch, int64_t rows, int64_t cols, MatLayout l) {
   const Shape size{1, batch, rows, cols};
-  switch (l) {
-    case Layout::kRowMajor:
-      return make_tensor(dev, dt, size);
-    case Layout::kColMajor:
-      return make_tensor(dev, dt, size, permuted(size, {0, 1, 3, 2}));
-    default:
-      // Padded rows and a column stride of 2: neither layout the DPE flags can express.
-      Shape st = permuted(size, {0, 1, 2, 3}, cols + 7);
-      st[3] = 2;
-      return make_tensor(dev, dt, size, st);
-  }
+  return make_tensor(dev, dt, size, matrix_strides(size, l));
 }
 
-// C[b] = alpha * A[b'] @ B[b''] + beta * bias, references in double; broadcast batches read
-// batch 0 of an operand whose batch size is 1.
-struct MmRef {
-  const Tensor* a;
-  const Tensor* b;
-  const Tensor* bias = nullptr;  // [1, 1, m or 1, n or 1]
-  double alpha = 1, beta = 0;
-
-  double at(int64_t bi, int64_t i, int64_t j, double* mag) const {
-    const int64_t k = a->size[3];
-    double s = 0, m = 0;
-    const int64_t ab = a->size[1] == 1 ? 0 : bi, bb = b->size[1] == 1 ? 0 : bi;
-    for (int64_t l = 0; l < k; ++l) {
-      const double p = a->at({0, ab, i, l}) * b->at({0, bb, l, j});
-      s += p;
-      m += std::fabs(p);
-    }
-    double v = alpha * s;
-    if (bias != nullptr && beta != 0) {
-      const double bv = bias->at({0, 0, bias->size[2] == 1 ? 0 : i, bias->size[3] == 1 ? 0 : j});
-      v += beta * bv;
-      m = std::fabs(alpha) * m + std::fabs(beta * bv);
-    }
-    *mag = m;
-    return v;
-  }
-};
-
-void check_mm(Device& dev, Tensor& c, const MmRef& ref, const std::string& what) {
+void check_mm(Device& dev, Tensor& c, const MatmulRef& ref, const std::string& what) {
   c.download(dev);
-  const Tol t = tol_for(c.dt);
-  int64_t bad = 0;
-  std::string first;
-  for_each(c.size, [&](const Shape& i) {
-    double mag;
-    const double want = ref.at(i[1], i[2], i[3], &mag), got = c.at(i);
-    // fp32 accumulation in any order, then one rounding to the output dtype.
-    const double err = std::fabs(got - want);
-    const double allowed = dt_float(c.dt) ? t.abs + t.rel * std::fabs(want) + 4e-6 * mag : 0;
-    if (err > allowed && bad++ == 0) {
-      first = fmt::format("[{},{},{}] got {} want {}", i[1], i[2], i[3], got, want);
-    }
-  });
-  INFO(what << ": " << bad << " mismatches, first " << first);
-  CHECK(bad == 0);
+  check_matmul_view(c, ref, what);
 }
 
 LaunchResult run_matmul(Device& dev, const Tensor& c, const Tensor& a, const Tensor& b,
@@ -128,11 +74,11 @@ TEST_CASE("matmul for every dtype pair on 1, 4 and 64 PEs", "[kernels][matmul]")
     for (uint32_t pes : {1u, 4u, 64u}) {
       Device dev;
       const int64_t m = 70, n = 50, k = 90;  // not multiples of any tile size
-      Tensor a = matrix(dev, in, 1, m, k, Layout::kRowMajor);
-      Tensor b = matrix(dev, in, 1, k, n, Layout::kRowMajor);
+      Tensor a = matrix(dev, in, 1, m, k, MatLayout::kRowMajor);
+      Tensor b = matrix(dev, in, 1, k, n, MatLayout::kRowMajor);
       randomize(dev, a, rng);
       randomize(dev, b, rng);
-      Tensor c = matrix(dev, out, 1, m, n, Layout::kRowMajor);
+      Tensor c = matrix(dev, out, 1, m, n, MatLayout::kRowMajor);
       auto r = run_matmul(dev, c, a, b, grid(pes));
       expect_ok(r);
       check_mm(dev, c, {&a, &b},
@@ -144,19 +90,19 @@ TEST_CASE("matmul for every dtype pair on 1, 4 and 64 PEs", "[kernels][matmul]")
 TEST_CASE("matmul takes column-major operands with the DPE's transpose flags",
           "[kernels][matmul]") {
   std::mt19937 rng(32);
-  for (Layout la : {Layout::kRowMajor, Layout::kColMajor, Layout::kPadded}) {
-    for (Layout lb : {Layout::kRowMajor, Layout::kColMajor, Layout::kPadded}) {
+  for (MatLayout la : {MatLayout::kRowMajor, MatLayout::kColMajor, MatLayout::kPadded}) {
+    for (MatLayout lb : {MatLayout::kRowMajor, MatLayout::kColMajor, MatLayout::kPadded}) {
       Device dev;
       Tensor a = matrix(dev, kF32, 1, 45, 77, la);
       Tensor b = matrix(dev, kF32, 1, 77, 39, lb);
       randomize(dev, a, rng);
       randomize(dev, b, rng);
       Tensor c = matrix(dev, kF32, 1, 45, 39,
-                        lb == Layout::kPadded ? Layout::kColMajor : Layout::kRowMajor);
+                        lb == MatLayout::kPadded ? MatLayout::kColMajor : MatLayout::kRowMajor);
       auto r = run_matmul(dev, c, a, b, grid(4));
       expect_ok(r);
-      CHECK((r.stats.matmul_trans_a > 0) == (la == Layout::kColMajor));
-      CHECK((r.stats.matmul_trans_b > 0) == (lb == Layout::kColMajor));
+      CHECK((r.stats.matmul_trans_a > 0) == (la == MatLayout::kColMajor));
+      CHECK((r.stats.matmul_trans_b > 0) == (lb == MatLayout::kColMajor));
       check_mm(dev, c, {&a, &b}, fmt::format("matmul layouts {} {}", int(la), int(lb)));
     }
   }
@@ -167,11 +113,11 @@ TEST_CASE("matmul double-buffers its tiles over a long k", "[kernels][matmul]") 
   for (uint64_t ls : {uint64_t{128 * 1024}, uint64_t{384 * 1024}}) {
     for (uint32_t pes : {4u, 64u}) {
       Device dev(16ull << 20);
-      Tensor a = matrix(dev, kF32, 1, 300, 520, Layout::kRowMajor);
-      Tensor b = matrix(dev, kF32, 1, 520, 260, Layout::kColMajor);
+      Tensor a = matrix(dev, kF32, 1, 300, 520, MatLayout::kRowMajor);
+      Tensor b = matrix(dev, kF32, 1, 520, 260, MatLayout::kColMajor);
       randomize(dev, a, rng);
       randomize(dev, b, rng);
-      Tensor c = matrix(dev, kF32, 1, 300, 260, Layout::kRowMajor);
+      Tensor c = matrix(dev, kF32, 1, 300, 260, MatLayout::kRowMajor);
       auto r = run_matmul(dev, c, a, b, grid(pes, ls));
       expect_ok(r);
       // Every k step but a PE's last found the next step's DMA already in flight.
@@ -189,12 +135,12 @@ TEST_CASE("bmm with per-batch and broadcast operands", "[kernels][matmul]") {
     for (bool broadcast_a : {false, true}) {
       Device dev;
       const int64_t batch = 3;
-      Tensor a = matrix(dev, in, broadcast_a ? 1 : batch, 33, 21, Layout::kRowMajor);
+      Tensor a = matrix(dev, in, broadcast_a ? 1 : batch, 33, 21, MatLayout::kRowMajor);
       Tensor b =
-          matrix(dev, in, batch, 21, 17, broadcast_a ? Layout::kColMajor : Layout::kRowMajor);
+          matrix(dev, in, batch, 21, 17, broadcast_a ? MatLayout::kColMajor : MatLayout::kRowMajor);
       randomize(dev, a, rng);
       randomize(dev, b, rng);
-      Tensor c = matrix(dev, out, batch, 33, 17, Layout::kPadded);
+      Tensor c = matrix(dev, out, batch, 33, 17, MatLayout::kPadded);
       auto r = run_bmm(dev, c, a, b, grid(broadcast_a ? 64 : 4));
       expect_ok(r);
       check_mm(dev, c, {&a, &b},
@@ -216,16 +162,16 @@ TEST_CASE("addmm adds a broadcast bias with alpha and beta", "[kernels][matmul]"
     for (uint32_t pes : {1u, 64u}) {
       Device dev;
       const int64_t m = 41, n = 67, kk = 100;
-      Tensor a = matrix(dev, k.in, 1, m, kk, Layout::kRowMajor);
-      Tensor b = matrix(dev, k.in, 1, kk, n, Layout::kColMajor);  // x @ W.T
+      Tensor a = matrix(dev, k.in, 1, m, kk, MatLayout::kRowMajor);
+      Tensor b = matrix(dev, k.in, 1, kk, n, MatLayout::kColMajor);  // x @ W.T
       Tensor bias = make_tensor(dev, k.out, {1, 1, k.row_vector ? 1 : m, n});
       randomize(dev, a, rng);
       randomize(dev, b, rng);
       randomize(dev, bias, rng);
-      Tensor out = matrix(dev, k.out, 1, m, n, Layout::kRowMajor);
+      Tensor out = matrix(dev, k.out, 1, m, n, MatLayout::kRowMajor);
       auto r = run_addmm(dev, out, bias, a, b, k.alpha, k.beta, grid(pes));
       expect_ok(r);
-      MmRef ref{&a, &b, &bias, k.alpha, k.beta};
+      MatmulRef ref{&a, &b, &bias, k.alpha, k.beta};
       check_mm(dev, out, ref,
                fmt::format("addmm {} -> {} alpha {} beta {} on {} PEs", dt_name(k.in),
                            dt_name(k.out), k.alpha, k.beta, pes));
@@ -236,20 +182,20 @@ TEST_CASE("addmm adds a broadcast bias with alpha and beta", "[kernels][matmul]"
 TEST_CASE("addmm with beta 0 ignores the bias, and k = 0 gives beta * bias", "[kernels][matmul]") {
   std::mt19937 rng(36);
   Device dev;
-  Tensor a = matrix(dev, kF32, 1, 20, 30, Layout::kRowMajor);
-  Tensor b = matrix(dev, kF32, 1, 30, 10, Layout::kRowMajor);
+  Tensor a = matrix(dev, kF32, 1, 20, 30, MatLayout::kRowMajor);
+  Tensor b = matrix(dev, kF32, 1, 30, 10, MatLayout::kRowMajor);
   randomize(dev, a, rng);
   randomize(dev, b, rng);
   Tensor bias = make_tensor(dev, kF32, {1, 1, 1, 10});
   for (int64_t j = 0; j < 10; ++j) bias.set({0, 0, 0, j}, std::numeric_limits<double>::quiet_NaN());
   bias.upload(dev);
-  Tensor out = matrix(dev, kF32, 1, 20, 10, Layout::kRowMajor);
+  Tensor out = matrix(dev, kF32, 1, 20, 10, MatLayout::kRowMajor);
   expect_ok(run_addmm(dev, out, bias, a, b, 1, 0, grid(4)));
   check_mm(dev, out, {&a, &b}, "addmm beta 0");
 
   randomize(dev, bias, rng);
-  Tensor a0 = matrix(dev, kF32, 1, 20, 0, Layout::kRowMajor);
-  Tensor b0 = matrix(dev, kF32, 1, 0, 10, Layout::kRowMajor);
+  Tensor a0 = matrix(dev, kF32, 1, 20, 0, MatLayout::kRowMajor);
+  Tensor b0 = matrix(dev, kF32, 1, 0, 10, MatLayout::kRowMajor);
   expect_ok(run_addmm(dev, out, bias, a0, b0, 1, 3, grid(4)));
   check_tensor(
       dev, out,
@@ -257,7 +203,7 @@ TEST_CASE("addmm with beta 0 ignores the bias, and k = 0 gives beta * bias", "[k
         return 3 * bias.at({0, 0, 0, i[3]});
       },
       tol_for(kF32), "addmm k = 0");
-  Tensor c = matrix(dev, kF32, 1, 20, 10, Layout::kRowMajor);
+  Tensor c = matrix(dev, kF32, 1, 20, 10, MatLayout::kRowMajor);
   expect_ok(run_matmul(dev, c, a0, b0, grid(4)));
   check_tensor(
       dev, c, [](const Shape&) { return 0.0; }, {0, 0}, "matmul k = 0");
@@ -265,14 +211,14 @@ TEST_CASE("addmm with beta 0 ignores the bias, and k = 0 gives beta * bias", "[k
 
 TEST_CASE("matmul kernels reject unsupported dtype pairs", "[kernels][matmul]") {
   Device dev;
-  Tensor a8 = matrix(dev, kI8, 1, 4, 4, Layout::kRowMajor);
-  Tensor c32 = matrix(dev, kF32, 1, 4, 4, Layout::kRowMajor);
-  Tensor c16 = matrix(dev, kF16, 1, 4, 4, Layout::kRowMajor);
-  Tensor a32 = matrix(dev, kF32, 1, 4, 4, Layout::kRowMajor);
+  Tensor a8 = matrix(dev, kI8, 1, 4, 4, MatLayout::kRowMajor);
+  Tensor c32 = matrix(dev, kF32, 1, 4, 4, MatLayout::kRowMajor);
+  Tensor c16 = matrix(dev, kF16, 1, 4, 4, MatLayout::kRowMajor);
+  Tensor a32 = matrix(dev, kF32, 1, 4, 4, MatLayout::kRowMajor);
   CHECK(run_matmul(dev, c32, a8, a8, grid(1)).status() == MTIA_KSTATUS_BAD_DTYPE);
   CHECK(run_matmul(dev, c16, a32, a32, grid(1)).status() == MTIA_KSTATUS_BAD_DTYPE);
-  Tensor ci = matrix(dev, kI32, 1, 4, 4, Layout::kRowMajor);
+  Tensor ci = matrix(dev, kI32, 1, 4, 4, MatLayout::kRowMajor);
   CHECK(run_addmm(dev, ci, ci, a8, a8, 1, 1, grid(1)).status() == MTIA_KSTATUS_BAD_DTYPE);
-  Tensor bool_in = matrix(dev, kBool, 1, 4, 4, Layout::kRowMajor);
+  Tensor bool_in = matrix(dev, kBool, 1, 4, 4, MatLayout::kRowMajor);
   CHECK(run_bmm(dev, ci, bool_in, bool_in, grid(1)).status() == MTIA_KSTATUS_BAD_DTYPE);
 }

@@ -25,33 +25,6 @@ void expect_ok(const LaunchResult& r) {
   REQUIRE(r.ok());
 }
 
-Tol tol_norm(uint8_t dt) {
-  return dt == kF32 ? Tol{2e-5, 2e-6} : tol_for(dt);
-}
-
-// softmax / log_softmax of `in` along dim: a function of the index, with each line's max and
-// sum of exponentials computed once.
-std::function<double(const Shape&)> ref_softmax(const Tensor& in, int dim, bool log_form) {
-  Shape lines = in.size;
-  lines[dim] = 1;
-  auto stats = std::make_shared<std::vector<std::pair<double, double>>>();
-  for_each(lines, [&](const Shape& o) {
-    Shape i = o;
-    double m = -INFINITY;
-    for (i[dim] = 0; i[dim] < in.size[dim]; ++i[dim]) m = std::max(m, in.at(i));
-    double s = 0;
-    for (i[dim] = 0; i[dim] < in.size[dim]; ++i[dim]) s += std::exp(in.at(i) - m);
-    stats->push_back({m, s});
-  });
-  return [&in, dim, log_form, lines, stats](const Shape& i) {
-    Shape o = i;
-    o[dim] = 0;
-    const int64_t line = ((o[0] * lines[1] + o[1]) * lines[2] + o[2]) * lines[3] + o[3];
-    const auto [m, s] = (*stats)[static_cast<size_t>(line)];
-    return log_form ? (in.at(i) - m) - std::log(s) : std::exp(in.at(i) - m) / s;
-  };
-}
-
 LaunchResult run_softmax(Device& dev, bool log_form, const Tensor& out, const Tensor& in, int dim,
                          uint32_t pes, uint64_t ls = 128 * 1024) {
   return dev.launch(
@@ -116,25 +89,6 @@ TEST_CASE("softmax rejects integer dtypes", "[kernels][softmax]") {
 
 namespace {
 
-struct LnRef {
-  std::vector<double> mean, rstd;
-};
-
-LnRef ln_stats(const Tensor& x, double eps) {
-  LnRef r;
-  const int64_t rows = x.size[2], cols = x.size[3];
-  for (int64_t i = 0; i < rows; ++i) {
-    double s = 0;
-    for (int64_t j = 0; j < cols; ++j) s += x.at({0, 0, i, j});
-    const double m = s / static_cast<double>(cols);
-    double q = 0;
-    for (int64_t j = 0; j < cols; ++j) q += (x.at({0, 0, i, j}) - m) * (x.at({0, 0, i, j}) - m);
-    r.mean.push_back(m);
-    r.rstd.push_back(1.0 / std::sqrt(q / static_cast<double>(cols) + eps));
-  }
-  return r;
-}
-
 // x, out: [1, 1, rows, cols] views; weight, bias: [cols]; mean, rstd: [rows] fp32.
 LaunchResult run_ln(Device& dev, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                     const Tensor& x, const Tensor& w, const Tensor& b, int64_t flags, float eps,
@@ -163,23 +117,19 @@ void layer_norm_case(uint8_t dt, int64_t rows, int64_t cols, bool transposed, in
   const float eps = 1e-5f;
   auto r = run_ln(dev, out, mean, rstd, x, w, b, flags, eps, pes);
   expect_ok(r);
-  const LnRef ref = ln_stats(x, eps);
+  const LayerNormStats ref = layer_norm_stats(x, eps);
   const std::string what = fmt::format("layer_norm {} {}x{} flags {}{}", dt_name(dt), rows, cols,
                                        flags, transposed ? " transposed" : "");
   check_tensor(
-      dev, out,
-      [&](const Shape& i) {
-        double y = (x.at(i) - ref.mean[i[2]]) * ref.rstd[i[2]];
-        if (flags & 1) y *= w.at({0, 0, 0, i[3]});
-        if (flags & 2) y += b.at({0, 0, 0, i[3]});
-        return y;
-      },
-      dt == kF32 ? Tol{1e-4, 1e-5} : tol_for(dt), what);
+      dev, out, [&](const Shape& i) { return ref.out(x, w, b, flags, i); }, tol_layer_norm(dt),
+      what);
   if (flags & 4) {
     check_tensor(
-        dev, mean, [&](const Shape& i) { return ref.mean[i[2]]; }, {1e-5, 1e-6}, what + " mean");
+        dev, mean, [&](const Shape& i) { return ref.mean[i[2]]; }, kTolLayerNormMean,
+        what + " mean");
     check_tensor(
-        dev, rstd, [&](const Shape& i) { return ref.rstd[i[2]]; }, {1e-4, 1e-6}, what + " rstd");
+        dev, rstd, [&](const Shape& i) { return ref.rstd[i[2]]; }, kTolLayerNormRstd,
+        what + " rstd");
   } else {
     mean.download(dev);
     CHECK(std::all_of(mean.host.begin(), mean.host.end(), [](uint8_t v) { return v == 0xA5; }));

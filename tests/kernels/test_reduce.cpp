@@ -18,60 +18,27 @@ std::vector<Arg> cat(std::vector<Arg> a, const std::vector<Arg>& b) {
   return a;
 }
 
-Shape reduced(Shape s, int dim) {
-  s[dim] = 1;
-  return s;
-}
-
-// The values of `in` along `dim` at the output position o.
-std::vector<double> along(const Tensor& in, Shape o, int dim) {
-  std::vector<double> v;
-  for (int64_t r = 0; r < in.size[dim]; ++r) {
-    o[dim] = r;
-    v.push_back(in.at(o));
-  }
-  return v;
-}
-
 void expect_ok(const LaunchResult& r) {
   INFO(r.describe());
   REQUIRE(r.ok());
 }
 
-// Checks a floating reduction result: the output dtype's rounding, plus fp32 accumulation
-// error relative to the sum of magnitudes (the order of the device's sums is its own).
+// Checks a reduction result: the output dtype's rounding, plus fp32 accumulation error
+// relative to the sum of magnitudes (the order of the device's sums is its own). A NaN must
+// come out as a NaN.
 void check_acc(Device& dev, Tensor& out, const Tensor& in, int dim,
                const std::function<double(const std::vector<double>&)>& ref, double acc_rel,
                const std::string& what, bool average = false) {
   out.download(dev);
-  int64_t bad = 0;
-  std::string first;
   const Tol t = tol_for(out.dt);
-  for_each(out.size, [&](const Shape& o) {
-    const auto v = along(in, o, dim);
-    double mag = 0;
-    for (double x : v) mag += std::fabs(x);
-    if (average) mag /= static_cast<double>(v.size());
-    const double want = ref(v), got = out.at(o);
-    const bool ok = std::isnan(want)
-                        ? std::isnan(got)
-                        : std::fabs(got - want) <= t.abs + t.rel * std::fabs(want) + acc_rel * mag;
-    if (!ok && bad++ == 0) first = "got " + std::to_string(got) + " want " + std::to_string(want);
-  });
-  INFO(what << ": " << bad << " mismatches, first " << first);
-  CHECK(bad == 0);
-}
-
-double sum_of(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return s;
-}
-double var_of(const std::vector<double>& v, int64_t correction) {
-  const double m = sum_of(v) / static_cast<double>(v.size());
-  double s = 0;
-  for (double x : v) s += (x - m) * (x - m);
-  return s / static_cast<double>(std::max<int64_t>(static_cast<int64_t>(v.size()) - correction, 0));
+  check_reduction_view(
+      out, in, dim, ref, average,
+      [&](double got, double want, double mag) {
+        return std::isnan(want)
+                   ? std::isnan(got)
+                   : std::fabs(got - want) <= t.abs + t.rel * std::fabs(want) + acc_rel * mag;
+      },
+      what);
 }
 
 // Runs one of sum/mean/amax/amin/var: args = out, in, dtype(s)..., then the common tail.
@@ -182,11 +149,7 @@ void check_maxmin(Device& dev, bool is_max, Tensor& values, Tensor& indices, con
                   int dim, const std::string& what) {
   auto pick = [&](const Shape& o) {
     const auto v = along(in, o, dim);
-    size_t best = 0;
-    for (size_t r = 1; r < v.size(); ++r) {
-      if (std::isnan(v[best])) break;
-      if (std::isnan(v[r]) || (is_max ? v[r] > v[best] : v[r] < v[best])) best = r;
-    }
+    const size_t best = first_extreme(v, is_max);
     return std::pair<double, double>(v[best], static_cast<double>(best));
   };
   check_tensor(
