@@ -282,7 +282,7 @@ TEST_CASE("at the event limit unit slices go first, so the summary stays complet
   {
     Device dev = Device::open(traced(TraceLevel::kUnits, 400));
     const KernelModule lib = dev.load_module(MTIA_KERNEL_LIBRARY_ELF);
-    matmul(dev, lib, MTIA_PE_DT_FP32, 128, 128, 64);
+    matmul(dev, lib, MTIA_PE_DT_FP32, 128, 128, 512);
     dev.write_artifacts(dir.string());
   }
   const Json trace = read_json(dir / "trace.json");
@@ -295,7 +295,7 @@ TEST_CASE("at the event limit unit slices go first, so the summary stays complet
   const TraceSummary s = summarize_trace_file((dir / "trace.json").string());
   CHECK(s.launches == 1);
   // The statistics come from the launch, not from the unit slices that were dropped.
-  CHECK(s.kernels.at(0).dpe_macs[2] == 128 * 128 * 64);
+  CHECK(s.kernels.at(0).dpe_macs[2] == 128 * 128 * 512);
   std::filesystem::remove_all(dir);
 }
 

@@ -1,10 +1,15 @@
-// matmul on the full device, where products with more than one output tile stage A and B in
-// the on-chip SRAM (kernels/lib/matmul.c): every layout of A and B, shapes that are not
-// multiples of the tiles, several grids, both presets, against a double-precision reference.
+// matmul on the full device, where products with more than one output tile and at least 1 MiB
+// of operands stage A and B in the on-chip SRAM (kernels/lib/matmul.c): every layout of A and
+// B, shapes that are not multiples of the tiles, several grids, both presets, against a
+// double-precision reference. All cases but the last are above the staging threshold on both
+// presets; the last (k = 1) reads its tiles straight from DRAM.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,6 +37,16 @@ Matrix random_matrix(int64_t rows, int64_t cols, bool col_major, std::mt19937& r
   return m;
 }
 
+// Payload bytes the device has moved through the on-chip SRAM so far (stats.json).
+uint64_t sram_bytes(mtia::Device& dev) {
+  const auto dir = std::filesystem::temp_directory_path() / "mtia_staged_matmul_stats";
+  dev.write_artifacts(dir.string());
+  std::ifstream in(dir / "stats.json");
+  const auto stats = nlohmann::json::parse(in);
+  std::filesystem::remove_all(dir);
+  return stats.at("sram").at("bytes").at("value").get<uint64_t>();
+}
+
 }  // namespace
 
 TEST_CASE("staged matmul matches a CPU reference for every layout, shape and grid",
@@ -46,12 +61,13 @@ TEST_CASE("staged matmul matches a CPU reference for every layout, shape and gri
   struct Case {
     int64_t m, n, k;
     uint32_t rows, cols;
+    bool staged;  // at least 1 MiB of operands: A and B go through the SRAM
   };
-  const Case cases[] = {{300, 520, 260, 8, 8},
-                        {1031, 129, 77, 8, 8},
-                        {200, 330, 513, 3, 5},
-                        {129, 1000, 64, 2, 2},
-                        {65, 97, 1, 1, 8}};
+  const Case cases[] = {{300, 520, 600, 8, 8, true},
+                        {1031, 129, 250, 8, 8, true},
+                        {200, 330, 513, 3, 5, true},
+                        {129, 1000, 300, 2, 2, true},
+                        {65, 97, 1, 1, 8, false}};
   for (const Case& t : cases) {
     for (int layout = 0; layout < 4; ++layout) {
       const bool a_cm = (layout & 1) != 0, b_cm = (layout & 2) != 0;
@@ -66,12 +82,15 @@ TEST_CASE("staged matmul matches a CPU reference for every layout, shape and gri
       mtia::DevicePtr dc = dev.malloc(t.m * ldc * 4);
       dev.copy(da, a.data.data(), a.data.size() * 4);
       dev.copy(db, b.data.data(), b.data.size() * 4);
+      dev.synchronize();
+      const uint64_t sram_before = sram_bytes(dev);
       dev.launch(lib.kernel("matmul"), mtia::Grid{t.rows, t.cols},
                  {dc, da, db, mtia::Arg::dtype(kFp32), mtia::Arg::dtype(kFp32), t.m, t.n, t.k,
                   a.stride_row(), a.stride_col(), b.stride_row(), b.stride_col(), ldc, int64_t{1}});
       std::vector<float> c(t.m * ldc);
       dev.copy(c.data(), dc, c.size() * 4);
       dev.synchronize();
+      CHECK((sram_bytes(dev) > sram_before) == t.staged);
       int bad = 0;
       for (int64_t i = 0; i < t.m && bad < 5; ++i) {
         for (int64_t j = 0; j < t.n && bad < 5; ++j) {
