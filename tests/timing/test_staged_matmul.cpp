@@ -63,10 +63,10 @@ TEST_CASE("staged matmul matches a CPU reference for every layout, shape and gri
     uint32_t rows, cols;
     bool staged;  // at least 1 MiB of operands: A and B go through the SRAM
   };
-  const Case cases[] = {{300, 520, 600, 8, 8, true},
+  const Case cases[] = {{300, 520, 330, 8, 8, true},
                         {1031, 129, 250, 8, 8, true},
                         {200, 330, 513, 3, 5, true},
-                        {129, 1000, 300, 2, 2, true},
+                        {129, 1000, 250, 2, 2, true},
                         {65, 97, 1, 1, 8, false}};
   for (const Case& t : cases) {
     for (int layout = 0; layout < 4; ++layout) {
