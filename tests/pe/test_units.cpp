@@ -656,24 +656,33 @@ TEST_CASE("SE: broadcast and immediate operands, and exactly in place", "[units]
   }
 }
 
+namespace {
+
+// One SE op on immediate operands (bit patterns), one lane; returns the result's bits.
+uint64_t se_on_immediates(Pe& pe, uint8_t op, uint8_t in, uint8_t out, uint64_t a, uint64_t b = 0) {
+  mtia_pe_se_desc d{};
+  d.hdr = header(MTIA_PE_DESC_SE);
+  d.op = op;
+  d.in_dtype = in;
+  d.out_dtype = out;
+  d.count = 1;
+  d.mode[0] = MTIA_PE_OPND_IMMEDIATE;
+  d.imm[0] = a;
+  if (se_arity(op) == 2) {
+    d.mode[1] = MTIA_PE_OPND_IMMEDIATE;
+    d.imm[1] = b;
+  }
+  d.dst = L;
+  REQUIRE(pe.units.eltwise(d).ok());
+  return raw_at(pe.p(0), out, 0);
+}
+
+}  // namespace
+
 TEST_CASE("SE: hand-computed special cases", "[units][se]") {
   Pe pe;
   auto run1 = [&](uint8_t op, uint8_t in, uint8_t out, uint64_t a, uint64_t b = 0) {
-    mtia_pe_se_desc d{};
-    d.hdr = header(MTIA_PE_DESC_SE);
-    d.op = op;
-    d.in_dtype = in;
-    d.out_dtype = out;
-    d.count = 1;
-    d.mode[0] = MTIA_PE_OPND_IMMEDIATE;
-    d.imm[0] = a;
-    if (se_arity(op) == 2) {
-      d.mode[1] = MTIA_PE_OPND_IMMEDIATE;
-      d.imm[1] = b;
-    }
-    d.dst = L;
-    REQUIRE(pe.units.eltwise(d).ok());
-    return raw_at(pe.p(0), out, 0);
+    return se_on_immediates(pe, op, in, out, a, b);
   };
   const uint8_t I8 = MTIA_PE_DT_INT8, I32 = MTIA_PE_DT_INT32, I64 = MTIA_PE_DT_INT64;
   // Integer division: truncation, x/0 = -1, MIN/-1 = MIN.
@@ -752,16 +761,8 @@ TEST_CASE("SE: fp32 tanh is correctly rounded over a sweep of inputs", "[units][
   CHECK(in.size() > 1000000);
   CHECK(mismatches == 0);
   auto tanh1 = [&](uint32_t bits) {
-    mtia_pe_se_desc d{};
-    d.hdr = header(MTIA_PE_DESC_SE);
-    d.op = MTIA_PE_SE_TANH;
-    d.in_dtype = d.out_dtype = MTIA_PE_DT_FP32;
-    d.count = 1;
-    d.mode[0] = MTIA_PE_OPND_IMMEDIATE;
-    d.imm[0] = bits;
-    d.dst = L;
-    REQUIRE(pe.units.eltwise(d).ok());
-    return static_cast<uint32_t>(raw_at(pe.p(0), MTIA_PE_DT_FP32, 0));
+    return static_cast<uint32_t>(
+        se_on_immediates(pe, MTIA_PE_SE_TANH, MTIA_PE_DT_FP32, MTIA_PE_DT_FP32, bits));
   };
   CHECK(tanh1(0x80000000) == 0x80000000);  // -0 stays -0
   CHECK(tanh1(0x7f800000) == 0x3f800000);  // +Inf -> 1
