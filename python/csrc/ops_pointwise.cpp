@@ -466,7 +466,7 @@ Tensor& clamp_max_tensor_out(const Tensor& self, const Tensor& hi, Tensor& out) 
 // --- NaN handling --------------------------------------------------------------------------
 
 // isnan: x != x (only a NaN is unequal to itself); never true for integers and bool.
-Tensor isnan(const Tensor& self) {
+Tensor isnan_device(const Tensor& self) {
   Tensor out = empty_like_dtype(self, at::kBool);
   const ScalarType dt = self.scalar_type();
   if (is_kernel_float(dt)) {
@@ -492,7 +492,7 @@ double finite_max(ScalarType t) {
 }
 
 // NaN -> nan, +inf -> posinf, -inf -> neginf (defaults 0 and the dtype's finite extremes):
-// three masks and three selects.
+// a mask and a select for each.
 Tensor& nan_to_num_out(const Tensor& self, c10::optional<double> nan, c10::optional<double> posinf,
                        c10::optional<double> neginf, Tensor& out) {
   check_device(self, "nan_to_num");
@@ -505,21 +505,16 @@ Tensor& nan_to_num_out(const Tensor& self, c10::optional<double> nan, c10::optio
     write_into(out, self);
     return out;
   }
-  const double inf = std::numeric_limits<double>::infinity();
-  const std::pair<double, double> cases[] = {
-      {std::numeric_limits<double>::quiet_NaN(), nan.value_or(0.0)},
-      {inf, posinf.value_or(finite_max(dt))},
-      {-inf, neginf.value_or(-finite_max(dt))}};
   Tensor acc = empty_like_dtype(self, dt);
   write_into(acc, self);
+  launch_where(acc, isnan_device(self), device_scalar(nan.value_or(0.0), dt), acc);
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::pair<double, double> infinities[] = {{inf, posinf.value_or(finite_max(dt))},
+                                                  {-inf, neginf.value_or(-finite_max(dt))}};
   Tensor mask = empty_like_dtype(self, at::kBool);
-  for (const auto& [match, value] : cases) {
-    if (std::isnan(match)) {
-      apply_binary(MTIA_PE_SE_NE, mask, self, self, dt, at::kBool);
-    } else {
-      apply_binary(MTIA_PE_SE_EQ, mask, self, at::scalar_tensor(match, at::kDouble), dt, at::kBool);
-    }
-    launch_where(acc, mask, device_scalar(value, dt), acc);
+  for (const auto& [value, replacement] : infinities) {
+    apply_binary(MTIA_PE_SE_EQ, mask, self, at::scalar_tensor(value, at::kDouble), dt, at::kBool);
+    launch_where(acc, mask, device_scalar(replacement, dt), acc);
   }
   write_into(out, acc);
   return out;
@@ -788,7 +783,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("clamp.Tensor_out", TORCH_FN(clamp_tensor_out));
   m.impl("clamp_min.Tensor_out", TORCH_FN(clamp_min_tensor_out));
   m.impl("clamp_max.Tensor_out", TORCH_FN(clamp_max_tensor_out));
-  m.impl("isnan", TORCH_FN(isnan));
+  m.impl("isnan", TORCH_FN(isnan_device));
   m.impl("nan_to_num.out", TORCH_FN(nan_to_num_out));
   m.impl("where.self", TORCH_FN(where_self));
   m.impl("where.self_out", TORCH_FN(where_out));

@@ -17,6 +17,7 @@ curves. scripts/demo then prints the trace's summary and plots it (scripts/plot-
 import argparse
 import copy
 import json
+import math
 import os
 import sys
 import time
@@ -144,7 +145,7 @@ def main(argv=None) -> int:
         sim_ns = torch_mtia_emu.simulated_time_ns() - sim0
 
         diff = abs(dev_loss - cpu_loss)
-        worst = max(worst, diff) if diff == diff else float("inf")
+        worst = float("inf") if math.isnan(diff) else max(worst, diff)
         device_losses.append(dev_loss)
         cpu_losses.append(cpu_loss)
         sim_total_ns += sim_ns
