@@ -494,28 +494,40 @@ uint8_t* MemorySystem::translate(const SideInfo& side) const {
   return device_.translate(side.span.lo, side.span.size());
 }
 
-DmaResult MemorySystem::perform(const DmaPlan& plan) {
+DmaResult MemorySystem::bind(const DmaPlan& plan, BoundDma& out) const {
   assert(plan.error == isa::ErrorCode::kNone);
   auto fault = [](const SideInfo& side) {
     return DmaResult{
         side.host ? isa::ErrorCode::kHostAddressFault : isa::ErrorCode::kDeviceAddressFault,
         side.span.lo, side.span.size()};
   };
-  // Unsigned strides: the region's base address is the lowest byte of its span.
+  out.is_fill = plan.is_fill;
+  out.dst = translate(plan.dst);
+  if (out.dst == nullptr) return fault(plan.dst);
   if (plan.is_fill) {
-    uint8_t* dst = translate(plan.dst);
-    if (dst == nullptr) return fault(plan.dst);
-    const auto& p = plan.fill;
-    nd_fill(dst, p.dst.strides, p.sizes, p.ndims, p.pattern_size, p.pattern);
+    out.fill = plan.fill;
     return {};
   }
-  const uint8_t* src = translate(plan.src);
-  if (src == nullptr) return fault(plan.src);
-  uint8_t* dst = translate(plan.dst);
-  if (dst == nullptr) return fault(plan.dst);
-  const auto& p = plan.copy;
-  nd_copy(dst, p.dst.strides, src, p.src.strides, p.sizes, p.ndims, p.elem_size);
+  out.src = translate(plan.src);
+  if (out.src == nullptr) return fault(plan.src);
+  out.copy = plan.copy;
   return {};
+}
+
+void BoundDma::run() const {
+  // Unsigned strides: the region's base address is the lowest byte of its span.
+  if (is_fill) {
+    nd_fill(dst, fill.dst.strides, fill.sizes, fill.ndims, fill.pattern_size, fill.pattern);
+  } else {
+    nd_copy(dst, copy.dst.strides, src, copy.src.strides, copy.sizes, copy.ndims, copy.elem_size);
+  }
+}
+
+DmaResult MemorySystem::perform(const DmaPlan& plan) {
+  BoundDma bound;
+  const DmaResult r = bind(plan, bound);
+  if (r.error == isa::ErrorCode::kNone) bound.run();
+  return r;
 }
 
 }  // namespace mtia::sim

@@ -56,6 +56,7 @@ pe::UnitTiming unit_timing(const ChipConfig& c) {
 
 class PeGrid::Pe : public pe::UnitPort {
   using Extent = pe::FunctionalUnits::Extent;
+  using Touched = pe::FunctionalUnits::Touched;
 
  public:
   Pe(PeGrid& grid, uint32_t chip_index, std::span<uint8_t> local_store,
@@ -65,24 +66,32 @@ class PeGrid::Pe : public pe::UnitPort {
         ls_device_base_(isa::kLocalStoreBase + uint64_t{chip_index} * isa::kLocalStoreStride),
         units_(local_store, timing),
         core_(pe::CoreConfig{}, local_store, *this) {
-    // DPE math goes to the grid's helper threads; settle() keeps the results in order. A small
-    // one runs here and now, after the deferred work on its bytes: waking a helper would cost
-    // more than the math. Results are the same either way.
-    units_.set_matmul_deferral(
-        [this](const std::array<Extent, 3>& touched, uint64_t macs, std::function<void()> math) {
-          if (macs <= kInlineMatmulMaxMacs) {
-            for (const Extent& e : touched) settle(e);
-            math();
-            return;
-          }
-          const uint64_t number = grid_.workers_->post(chip_index_, std::move(math));
-          pending_.push_back({number, touched});
-          for (const Extent& e : touched) {
-            guard_.lo = std::min(guard_.lo, e.lo);
-            guard_.hi = std::max(guard_.hi, e.hi);
-          }
-          core_.guard(guard_.lo, guard_.hi);
+    // Unit math and DMA copies go to the grid's helper threads, in order per PE.
+    units_.set_deferral(
+        [this](const Touched& touched, uint64_t host_ns, std::function<void()> math) {
+          run_or_defer(touched, host_ns, std::move(math));
         });
+  }
+
+  // Runs an operation's math (or a DMA's copy loop) here and now when it is cheap and nothing
+  // of this PE is queued; otherwise queues it behind the PE's queued work for the helper
+  // threads. Queued work runs in issue order, so only what reads the local store outside the
+  // queue (the core, descriptor reads, other PEs) has to settle it first.
+  void run_or_defer(const Touched& touched, uint64_t host_ns, std::function<void()> work) {
+    if (pending_.empty() &&
+        (host_ns < grid_.params_.inline_work_ns || grid_.workers_->threads() == 0)) {
+      work();
+      return;
+    }
+    const bool big = host_ns >= grid_.params_.inline_work_ns;
+    const uint64_t number = grid_.workers_->post(chip_index_, std::move(work), big);
+    pending_.push_back({number, touched});
+    for (const Extent& e : touched) {
+      if (e.lo >= e.hi) continue;
+      guard_.lo = std::min(guard_.lo, e.lo);
+      guard_.hi = std::max(guard_.hi, e.hi);
+    }
+    if (guard_.lo < guard_.hi) core_.guard(guard_.lo, guard_.hi);
   }
 
   // Finishes this PE's deferred unit work that uses any byte of `bytes` (local-store offsets),
@@ -156,14 +165,11 @@ class PeGrid::Pe : public pe::UnitPort {
       case UnitOp::kEltwise:
       case UnitOp::kReduce:
       case UnitOp::kLayout: {
-        // A matmul queues behind the deferred ones (in order); the other units run here and
-        // now, so they wait for them. The descriptor itself must be settled either way.
+        // The math queues behind the PE's deferred work (run_or_defer); the descriptor is
+        // read now, so the bytes it sits in must be settled.
         const uint64_t desc = r.rs1 - MTIA_PE_LS_BASE;
-        if (r.op == UnitOp::kMatmul) {
-          settle({desc, desc + sizeof(mtia_pe_matmul_desc)});
-        } else {
-          join();
-        }
+        settle({desc, desc + std::max({sizeof(mtia_pe_matmul_desc), sizeof(mtia_pe_se_desc),
+                                       sizeof(mtia_pe_re_desc), sizeof(mtia_pe_mlu_desc)})});
         auto outcome = units_.execute(core, r);
         if (!outcome.ok()) return UnitResponse::fault(outcome.error().reason);
         const auto kind = pe::FunctionalUnits::unit_of(r.op);
@@ -202,26 +208,32 @@ class PeGrid::Pe : public pe::UnitPort {
     return addr;
   }
 
-  // Finishes deferred DPE work on local-store bytes one side of a DMA touches: this PE's
-  // (a local address) or any PE's (a device address in the local-store windows).
-  void settle_dma_side(uint8_t space, uint64_t addr, const uint64_t* strides,
-                       const mtia_pe_dma_desc& d) {
+  // The bytes of this PE's local store that one side of a DMA touches (empty if none). A side
+  // in another PE's local store (through its device window) first finishes that PE's queued
+  // work: its queue is not ordered with this one.
+  Extent dma_side(uint8_t space, uint64_t addr, const uint64_t* strides,
+                  const mtia_pe_dma_desc& d) {
     __int128 lo = 0, hi = d.elem_size;
     for (int i = 0; i < d.ndims && i < MTIA_PE_DMA_MAX_DIMS; ++i) {
-      if (d.sizes[i] == 0) return;  // an empty copy touches nothing
+      if (d.sizes[i] == 0) return {};  // an empty copy touches nothing
       const __int128 ext = static_cast<__int128>(d.sizes[i] - 1) * static_cast<int64_t>(strides[i]);
       (ext < 0 ? lo : hi) += ext;
     }
+    __int128 base = 0;
     if (space == MTIA_PE_SPACE_LOCAL) {
-      const __int128 base = static_cast<__int128>(addr) - MTIA_PE_LS_BASE;
-      if (base + hi <= 0) return;
-      const __int128 l = std::max<__int128>(0, base + lo);
-      settle({static_cast<uint64_t>(l), static_cast<uint64_t>(base + hi)});
-      return;
+      base = static_cast<__int128>(addr) - MTIA_PE_LS_BASE;
+    } else {
+      if (addr < isa::kLocalStoreBase) return {};
+      const uint64_t owner = (addr - isa::kLocalStoreBase) / isa::kLocalStoreStride;
+      if (owner != chip_index_) {
+        if (owner < grid_.pes_.size() && grid_.pes_[owner]) grid_.pes_[owner]->join();
+        return {};
+      }
+      base = static_cast<__int128>(addr) - static_cast<__int128>(ls_device_base_);
     }
-    if (addr < isa::kLocalStoreBase) return;
-    const uint64_t owner = (addr - isa::kLocalStoreBase) / isa::kLocalStoreStride;
-    if (owner < grid_.pes_.size() && grid_.pes_[owner]) grid_.pes_[owner]->join();
+    if (base + hi <= 0) return {};
+    const __int128 l = std::max<__int128>(0, base + lo);
+    return {static_cast<uint64_t>(l), static_cast<uint64_t>(base + hi)};
   }
 
   UnitResponse dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
@@ -230,8 +242,8 @@ class PeGrid::Pe : public pe::UnitPort {
     auto desc = pe::read_descriptor<mtia_pe_dma_desc>(core, r.rs1);
     if (!desc.ok()) return UnitResponse::fault("dma.start rejected: " + desc.error().reason);
     const mtia_pe_dma_desc& d = desc.value();
-    settle_dma_side(d.src_space, d.src, d.src_strides, d);
-    settle_dma_side(d.dst_space, d.dst, d.dst_strides, d);
+    const Touched touched{dma_side(d.src_space, d.src, d.src_strides, d),
+                          dma_side(d.dst_space, d.dst, d.dst_strides, d), Extent{}, Extent{}};
     // The same job as a host DMA packet, so it goes through the shared memory system: its
     // address checks, its bandwidth timelines (contention with the other PEs and the host
     // DMA engines) and its copy loops.
@@ -250,7 +262,8 @@ class PeGrid::Pe : public pe::UnitPort {
     const uint64_t now = t0_ps_ + grid_.cycles_to_ps(r.cycle);
     const DmaPlan plan = memory.plan_copy(p, now);
     DmaResult result{plan.error, plan.error_arg0, plan.error_arg1};
-    if (plan.error == isa::ErrorCode::kNone) result = memory.perform(plan);
+    BoundDma bound;
+    if (plan.error == isa::ErrorCode::kNone) result = memory.bind(plan, bound);
     if (result.error != isa::ErrorCode::kNone) {
       return UnitResponse::fault(fmt::format(
           "dma.start: {}: device range 0x{:x} + {} bytes is not inside one device memory "
@@ -259,6 +272,7 @@ class PeGrid::Pe : public pe::UnitPort {
           d.src_space == MTIA_PE_SPACE_LOCAL ? "local" : "device", d.src,
           d.dst_space == MTIA_PE_SPACE_LOCAL ? "local" : "device", d.dst));
     }
+    run_or_defer(touched, plan.payload_bytes / 8, [bound] { bound.run(); });
     ++grid_.stats_.dma_ops;
     grid_.stats_.dma_bytes += plan.payload_bytes;
     uint64_t done = 0;
@@ -276,16 +290,13 @@ class PeGrid::Pe : public pe::UnitPort {
   std::vector<uint64_t> tag_done_;  // completion cycle of tag i + 1
   uint64_t all_done_ = 0;
   uint64_t unit_free_[static_cast<size_t>(pe::UnitKind::kCount)] = {};
-  // Deferred DPE operations that may still be running, and the hull of their bytes, which the
-  // core guards.
+  // Deferred unit operations and DMA copies that may still be running, and the hull of their
+  // local-store bytes, which the core guards.
   struct PendingOp {
     uint64_t number;  // UnitWorkers' number for it
-    std::array<Extent, 3> touched;
+    Touched touched;
   };
   static constexpr Extent kNoGuard{~0ull, 0};
-  // Matmuls up to this many MACs run in place (a few microseconds of host math; measured on
-  // a training step, where handing them to a helper cost more CPU time than it saved).
-  static constexpr uint64_t kInlineMatmulMaxMacs = 256 * 1024;
   std::vector<PendingOp> pending_;
   Extent guard_ = kNoGuard;
 };
@@ -308,17 +319,29 @@ PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared, PeGridParams par
 
 PeGrid::~PeGrid() = default;
 
+namespace {
+
+// A whole number from the environment variable `name` in [0, max], or `fallback` when it is
+// unset (or not such a number, with a warning).
+uint64_t env_number(const char* name, uint64_t max, uint64_t fallback) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == 0) return fallback;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(env, &end, 10);
+  if (end != nullptr && *end == 0 && *env != '-' && n <= max) return n;
+  logger("sim.pe")->warn("{}={} is not a whole number in 0..{}; ignored", name, env, max);
+  return fallback;
+}
+
+}  // namespace
+
 unsigned PeGridParams::default_unit_threads() {
-  // MTIA_EMU_UNIT_THREADS overrides (0 = everything on the simulator thread).
-  if (const char* env = std::getenv("MTIA_EMU_UNIT_THREADS"); env != nullptr && *env != 0) {
-    char* end = nullptr;
-    const unsigned long n = std::strtoul(env, &end, 10);
-    if (end != nullptr && *end == 0 && n <= 256) return static_cast<unsigned>(n);
-    logger("sim.pe")->warn("MTIA_EMU_UNIT_THREADS={} is not a number of threads 0..256; ignored",
-                           env);
-  }
   const unsigned cores = std::thread::hardware_concurrency();
-  return cores > 1 ? cores - 1 : 0;
+  return static_cast<unsigned>(env_number("MTIA_EMU_UNIT_THREADS", 256, cores > 1 ? cores - 1 : 0));
+}
+
+uint64_t PeGridParams::default_inline_work_ns() {
+  return env_number("MTIA_EMU_INLINE_WORK_NS", 1'000'000'000, 20'000);
 }
 
 void PeGrid::join_units() {
@@ -614,6 +637,7 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
     if (running == 0) break;
     if (waiting == running) {
       ++stats_.barriers;
+      join_units();  // what a PE wrote before the barrier is there for the others after it
       for (Pe* p : pes) {
         if (!p->at_barrier) continue;
         p->at_barrier = false;

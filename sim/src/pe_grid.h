@@ -52,12 +52,18 @@ struct PeGridParams {
   uint64_t default_watchdog_cycles = 1'000'000'000;  // when LaunchPacket::watchdog_cycles is 0
   uint64_t max_image_bytes = 16ull << 20;            // a larger ELF is rejected
   size_t max_cached_programs = 16;                   // decoded images kept (cleared when full)
-  // Host threads that run DPE math beside the simulator thread (pe::UnitWorkers); the
-  // default leaves one host core to the simulator thread, and the environment variable
-  // MTIA_EMU_UNIT_THREADS overrides it. 0 runs it all on that thread.
+  // Host threads that run the units' math and the local DMA copies beside the simulator
+  // thread (pe::UnitWorkers); the default leaves one host core to the simulator thread, and
+  // the environment variable MTIA_EMU_UNIT_THREADS overrides it. 0 runs it all on that thread.
   // Results and simulated time do not depend on it, only wall time does.
   unsigned unit_threads = default_unit_threads();
   static unsigned default_unit_threads();
+  // An operation estimated to take the host less than this (nanoseconds) runs on the
+  // simulator thread when its PE has nothing queued: waking a helper would cost more (tens of
+  // microseconds in a virtual machine). MTIA_EMU_INLINE_WORK_NS overrides it; 0 hands every
+  // operation to the helpers.
+  uint64_t inline_work_ns = default_inline_work_ns();
+  static uint64_t default_inline_work_ns();
 };
 
 class PeGrid : public sc_core::sc_module {

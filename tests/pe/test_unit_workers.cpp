@@ -1,5 +1,5 @@
-// The host-side helpers of the PE model: UnitWorkers (DPE math on helper threads, in order
-// per PE) and the DPE's fp32 GEMM builds.
+// The host-side helpers of the PE model: UnitWorkers (unit math and local DMA copies on helper
+// threads, in order per PE) and the DPE's fp32 GEMM builds.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -47,6 +47,31 @@ TEST_CASE("unit workers run each PE's work in order, and join waits for it", "[p
   }
   CHECK(workers.posted() == uint64_t{kOps} * kPes);
   CHECK(workers.threads() == threads);
+}
+
+TEST_CASE("work posted without waking a helper still runs, in order, by join at the latest",
+          "[pe][workers]") {
+  const unsigned threads = GENERATE(0u, 1u, 2u);
+  INFO(threads << " helper threads");
+  UnitWorkers workers(threads, 2);
+  std::vector<int> seen;
+  // A long operation that wakes a helper, then small ones behind it that do not.
+  workers.post(0, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    seen.push_back(0);
+  });
+  for (int i = 1; i < 20; ++i)
+    workers.post(
+        0, [&, i] { seen.push_back(i); }, /*wake=*/false);
+  // Only unwoken work on the other PE: nobody runs it until the join.
+  int other = 0;
+  workers.post(
+      1, [&] { ++other; }, /*wake=*/false);
+  workers.join(0);
+  REQUIRE(seen.size() == 20);
+  for (int i = 0; i < 20; ++i) CHECK(seen[i] == i);
+  workers.join_all();
+  CHECK(other == 1);
 }
 
 TEST_CASE("the DPE's fp32 GEMM builds match a double reference", "[pe][sgemm]") {

@@ -378,38 +378,39 @@ UnitOutcome FunctionalUnits::layout(const mtia_pe_mlu_desc& d) {
 
 UnitOutcome FunctionalUnits::execute(const RiscvCore& core, const UnitRequest& request) {
   assert(core.local_store().data() == ls_.data() && core.local_store().size() == ls_.size());
+  // Reads, checks and costs the descriptor now; runs the math now or hands it to defer_.
   // read_descriptor validates against the core's local store, which is this one.
+  auto run = [&](UnitKind kind, auto tag, auto math) -> UnitOutcome {
+    using Desc = decltype(tag);
+    auto d = read_descriptor<Desc>(core, request.rs1);
+    if (!d) return finish(kind, d.error());
+    const Desc desc = d.value();
+    if (defer_) {
+      Touched touched;
+      uint64_t ns = 0;
+      if constexpr (std::is_same_v<Desc, mtia_pe_matmul_desc>) touched = matmul_extents(desc);
+      if constexpr (std::is_same_v<Desc, mtia_pe_se_desc>) touched = eltwise_extents(desc);
+      if constexpr (std::is_same_v<Desc, mtia_pe_re_desc>) touched = reduce_extents(desc);
+      if constexpr (std::is_same_v<Desc, mtia_pe_mlu_desc>) touched = layout_extents(desc);
+      ns = host_cost_ns(desc);
+      defer_(touched, ns, [this, desc, math] { (this->*math)(desc); });
+    } else {
+      (this->*math)(desc);
+    }
+    if constexpr (std::is_same_v<Desc, mtia_pe_matmul_desc>) return finish(kind, matmul_cost(desc));
+    if constexpr (std::is_same_v<Desc, mtia_pe_se_desc>) return finish(kind, eltwise_cost(desc));
+    if constexpr (std::is_same_v<Desc, mtia_pe_re_desc>) return finish(kind, reduce_cost(desc));
+    if constexpr (std::is_same_v<Desc, mtia_pe_mlu_desc>) return finish(kind, layout_cost(desc));
+  };
   switch (request.op) {
-    case UnitOp::kMatmul: {
-      auto d = read_descriptor<mtia_pe_matmul_desc>(core, request.rs1);
-      if (!d) return finish(UnitKind::kDpe, d.error());
-      if (defer_matmul_) {
-        const mtia_pe_matmul_desc desc = d.value();
-        defer_matmul_(matmul_extents(desc), uint64_t{desc.m} * desc.n * desc.k,
-                      [this, desc] { run_matmul(desc); });
-      } else {
-        run_matmul(d.value());
-      }
-      return finish(UnitKind::kDpe, matmul_cost(d.value()));
-    }
-    case UnitOp::kEltwise: {
-      auto d = read_descriptor<mtia_pe_se_desc>(core, request.rs1);
-      if (!d) return finish(UnitKind::kSe, d.error());
-      run_eltwise(d.value());
-      return finish(UnitKind::kSe, eltwise_cost(d.value()));
-    }
-    case UnitOp::kReduce: {
-      auto d = read_descriptor<mtia_pe_re_desc>(core, request.rs1);
-      if (!d) return finish(UnitKind::kRe, d.error());
-      run_reduce(d.value());
-      return finish(UnitKind::kRe, reduce_cost(d.value()));
-    }
-    case UnitOp::kLayout: {
-      auto d = read_descriptor<mtia_pe_mlu_desc>(core, request.rs1);
-      if (!d) return finish(UnitKind::kMlu, d.error());
-      run_layout(d.value());
-      return finish(UnitKind::kMlu, layout_cost(d.value()));
-    }
+    case UnitOp::kMatmul:
+      return run(UnitKind::kDpe, mtia_pe_matmul_desc{}, &FunctionalUnits::run_matmul);
+    case UnitOp::kEltwise:
+      return run(UnitKind::kSe, mtia_pe_se_desc{}, &FunctionalUnits::run_eltwise);
+    case UnitOp::kReduce:
+      return run(UnitKind::kRe, mtia_pe_re_desc{}, &FunctionalUnits::run_reduce);
+    case UnitOp::kLayout:
+      return run(UnitKind::kMlu, mtia_pe_mlu_desc{}, &FunctionalUnits::run_layout);
     default:
       return isa::reject(isa::ErrorCode::kUnsupported,
                          fmt::format("{} is not a compute-unit instruction (DPE, SE, RE, MLU)",
@@ -417,14 +418,69 @@ UnitOutcome FunctionalUnits::execute(const RiscvCore& core, const UnitRequest& r
   }
 }
 
-std::array<FunctionalUnits::Extent, 3> FunctionalUnits::matmul_extents(
-    const mtia_pe_matmul_desc& d) {
+FunctionalUnits::Touched FunctionalUnits::matmul_extents(const mtia_pe_matmul_desc& d) {
   const bool ta = (d.hdr.flags & MTIA_PE_MM_TRANS_A) != 0;
   const bool tb = (d.hdr.flags & MTIA_PE_MM_TRANS_B) != 0;
   const unsigned ies = dtype_bytes(d.in_dtype), oes = dtype_bytes(d.out_dtype);
   return {tile_extent(d.a - MTIA_PE_LS_BASE, ta ? d.k : d.m, ta ? d.m : d.k, d.lda, ies),
           tile_extent(d.b - MTIA_PE_LS_BASE, tb ? d.n : d.k, tb ? d.k : d.n, d.ldb, ies),
-          tile_extent(d.c - MTIA_PE_LS_BASE, d.m, d.n, d.ldc, oes)};
+          tile_extent(d.c - MTIA_PE_LS_BASE, d.m, d.n, d.ldc, oes), Extent{}};
+}
+
+FunctionalUnits::Touched FunctionalUnits::eltwise_extents(const mtia_pe_se_desc& d) {
+  Touched t{};
+  for (int j = 0; j < 3; ++j) {
+    if (d.mode[j] == MTIA_PE_OPND_IMMEDIATE || d.src[j] < MTIA_PE_LS_BASE) continue;
+    const unsigned es = (d.op == MTIA_PE_SE_SELECT && j == 0) ? 1 : dtype_bytes(d.in_dtype);
+    const uint64_t n = d.mode[j] == MTIA_PE_OPND_BROADCAST ? 1 : d.count;
+    t[j] = {d.src[j] - MTIA_PE_LS_BASE, d.src[j] - MTIA_PE_LS_BASE + n * es};
+  }
+  t[3] = {d.dst - MTIA_PE_LS_BASE,
+          d.dst - MTIA_PE_LS_BASE + uint64_t{d.count} * dtype_bytes(d.out_dtype)};
+  return t;
+}
+
+FunctionalUnits::Touched FunctionalUnits::reduce_extents(const mtia_pe_re_desc& d) {
+  const uint64_t results = d.axis == 1 ? d.rows : d.cols;
+  const uint64_t dst = d.dst - MTIA_PE_LS_BASE;
+  return {tile_extent(d.src - MTIA_PE_LS_BASE, d.rows, d.cols, d.ld_src, dtype_bytes(d.in_dtype)),
+          Extent{dst, dst + results * dtype_bytes(d.out_dtype)}, Extent{}, Extent{}};
+}
+
+FunctionalUnits::Touched FunctionalUnits::layout_extents(const mtia_pe_mlu_desc& d) {
+  const bool transpose = d.op == MTIA_PE_MLU_TRANSPOSE;
+  return {tile_extent(d.src - MTIA_PE_LS_BASE, d.rows, d.cols, d.ld_src, d.elem_size),
+          tile_extent(d.dst - MTIA_PE_LS_BASE, transpose ? d.cols : d.rows,
+                      transpose ? d.rows : d.cols, d.ld_dst, d.elem_size),
+          Extent{}, Extent{}};
+}
+
+// Rough host speeds: packed fp32 GEMM ~32 MACs/ns, copies ~8 bytes/ns, simple elementwise
+// ~2 elements/ns, transcendental ~0.2 elements/ns. Only the order of magnitude matters.
+uint64_t FunctionalUnits::host_cost_ns(const mtia_pe_matmul_desc& d) {
+  return uint64_t{d.m} * d.n * d.k / 32;
+}
+
+uint64_t FunctionalUnits::host_cost_ns(const mtia_pe_se_desc& d) {
+  switch (d.op) {
+    case MTIA_PE_SE_EXP:
+    case MTIA_PE_SE_LOG:
+    case MTIA_PE_SE_TANH:
+    case MTIA_PE_SE_ERF:
+    case MTIA_PE_SE_SIGMOID:
+    case MTIA_PE_SE_SILU:
+      return uint64_t{d.count} * 5;
+    default:
+      return d.count / 2;
+  }
+}
+
+uint64_t FunctionalUnits::host_cost_ns(const mtia_pe_re_desc& d) {
+  return uint64_t{d.rows} * d.cols / 2;
+}
+
+uint64_t FunctionalUnits::host_cost_ns(const mtia_pe_mlu_desc& d) {
+  return uint64_t{d.rows} * d.cols * d.elem_size / 8;
 }
 
 // ---- Costs -------------------------------------------------------------------------------------

@@ -122,6 +122,17 @@ struct DmaResult {
   uint64_t arg1 = 0;
 };
 
+// A planned job's data movement with its regions translated to host pointers: perform() in
+// two halves, so that the copy loop can run later or on another thread (the PE grid does).
+struct BoundDma {
+  bool is_fill = false;
+  isa::DmaCopyPacket copy{};
+  isa::FillPacket fill{};
+  const uint8_t* src = nullptr;
+  uint8_t* dst = nullptr;
+  void run() const;  // moves the bytes
+};
+
 class MemorySystem {
  public:
   // Throws like DeviceMemory if the memories cannot be reserved.
@@ -138,6 +149,8 @@ class MemorySystem {
   // Moves the data of a plan without error. The regions are translated again, so host memory
   // unregistered since planning ends in kHostAddressFault instead of a stray write.
   DmaResult perform(const DmaPlan& plan);
+  // The first half of perform(): translates the regions (with perform()'s faults) into `out`.
+  DmaResult bind(const DmaPlan& plan, BoundDma& out) const;
 
   const ResourceParams& params(Resource r) const { return params_[static_cast<int>(r)]; }
   const ResourceStats& stats(Resource r) const { return stats_[static_cast<int>(r)]; }

@@ -6,8 +6,8 @@
 // store at once and answers how many cycles the unit is busy with it; the PE model turns that
 // into a completion time (and ignores it with the timing model off: the results never depend
 // on timing). A bad descriptor is rejected before any byte is touched. Plain C++, no SystemC.
-// Not thread-safe: one instance per PE, driven by the simulator thread; only a deferred matmul
-// (set_matmul_deferral) runs elsewhere, one at a time per instance.
+// Not thread-safe: one instance per PE, driven by the simulator thread; only deferred math
+// (set_deferral) runs elsewhere, one operation at a time per instance.
 #pragma once
 
 #include <array>
@@ -106,16 +106,28 @@ class FunctionalUnits {
     uint64_t lo = 0;
     uint64_t hi = 0;
   };
-  // A matmul's operands: A, B and C.
-  static std::array<Extent, 3> matmul_extents(const mtia_pe_matmul_desc& d);
+  // The bytes each operation reads or writes, at most four ranges; unused ones are empty
+  // ({0, 0}, which overlaps nothing).
+  using Touched = std::array<Extent, 4>;
+  static Touched matmul_extents(const mtia_pe_matmul_desc& d);  // A, B, C
+  static Touched eltwise_extents(const mtia_pe_se_desc& d);     // a, b, c (in memory), out
+  static Touched reduce_extents(const mtia_pe_re_desc& d);      // src, dst
+  static Touched layout_extents(const mtia_pe_mlu_desc& d);     // src, dst
 
-  // When set, execute() validates and costs a matmul at once and hands its math to `defer`
-  // instead of running it (the PE model runs it on a helper thread: UnitWorkers, or at once
-  // when it is small). The math only touches the extents' bytes of the local store, and the
-  // instance's DPE scratch; `macs` is its size (m x n x k).
-  using MatmulDeferral = std::function<void(const std::array<Extent, 3>& touched, uint64_t macs,
-                                            std::function<void()> math)>;
-  void set_matmul_deferral(MatmulDeferral defer) { defer_matmul_ = std::move(defer); }
+  // About how long an operation's math takes the host, in nanoseconds: the PE model runs
+  // cheap ones in place rather than pay a hand-off to a helper thread.
+  static uint64_t host_cost_ns(const mtia_pe_matmul_desc& d);
+  static uint64_t host_cost_ns(const mtia_pe_se_desc& d);
+  static uint64_t host_cost_ns(const mtia_pe_re_desc& d);
+  static uint64_t host_cost_ns(const mtia_pe_mlu_desc& d);
+
+  // When set, execute() validates and costs an operation at once and hands its math to
+  // `defer` instead of running it (the PE model runs it on a helper thread, UnitWorkers, in
+  // order with the PE's other deferred work). The math only touches the `touched` bytes of the
+  // local store and the instance's scratch buffers.
+  using Deferral =
+      std::function<void(const Touched& touched, uint64_t host_ns, std::function<void()> math)>;
+  void set_deferral(Deferral defer) { defer_ = std::move(defer); }
 
   const UnitTiming& timing() const { return timing_; }
   const UnitCounters& counters(UnitKind kind) const { return counters_[static_cast<size_t>(kind)]; }
@@ -136,7 +148,7 @@ class FunctionalUnits {
   // one k chunk and the wrapping int32 sums.
   std::vector<float> fa_, fb_, fc_;
   std::vector<uint32_t> acc_;
-  MatmulDeferral defer_matmul_;
+  Deferral defer_;
 };
 
 }  // namespace mtia::sim::pe
