@@ -301,6 +301,20 @@ void widen_tile(uint8_t dt, const uint8_t* src, uint32_t rows, uint32_t cols, ui
   }
 }
 
+bool is_transcendental(uint8_t se_op) {
+  switch (se_op) {
+    case MTIA_PE_SE_EXP:
+    case MTIA_PE_SE_LOG:
+    case MTIA_PE_SE_TANH:
+    case MTIA_PE_SE_ERF:
+    case MTIA_PE_SE_SIGMOID:
+    case MTIA_PE_SE_SILU:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Bytes [lo, hi) of a rows x cols tile with row stride ld (elements) at local-store offset off.
 FunctionalUnits::Extent tile_extent(uint64_t off, uint32_t rows, uint32_t cols, uint32_t ld,
                                     unsigned es) {
@@ -462,17 +476,7 @@ uint64_t FunctionalUnits::host_cost_ns(const mtia_pe_matmul_desc& d) {
 }
 
 uint64_t FunctionalUnits::host_cost_ns(const mtia_pe_se_desc& d) {
-  switch (d.op) {
-    case MTIA_PE_SE_EXP:
-    case MTIA_PE_SE_LOG:
-    case MTIA_PE_SE_TANH:
-    case MTIA_PE_SE_ERF:
-    case MTIA_PE_SE_SIGMOID:
-    case MTIA_PE_SE_SILU:
-      return uint64_t{d.count} * 5;
-    default:
-      return d.count / 2;
-  }
+  return is_transcendental(d.op) ? uint64_t{d.count} * 5 : d.count / 2;
 }
 
 uint64_t FunctionalUnits::host_cost_ns(const mtia_pe_re_desc& d) {
@@ -504,15 +508,8 @@ UnitWork FunctionalUnits::eltwise_cost(const mtia_pe_se_desc& d) const {
     case MTIA_PE_SE_RSQRT:
       per_vector = timing_.se_divide_cycles;
       break;
-    case MTIA_PE_SE_EXP:
-    case MTIA_PE_SE_LOG:
-    case MTIA_PE_SE_TANH:
-    case MTIA_PE_SE_ERF:
-    case MTIA_PE_SE_SIGMOID:
-    case MTIA_PE_SE_SILU:
-      per_vector = timing_.se_transcendental_cycles;
-      break;
     default:
+      if (is_transcendental(d.op)) per_vector = timing_.se_transcendental_cycles;
       break;
   }
   return {timing_.se_issue_cycles + ceil_div(d.count, lanes) * per_vector, d.count};
