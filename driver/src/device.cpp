@@ -22,6 +22,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -66,8 +67,11 @@ struct Queue {
 
   std::mutex mu;
   std::condition_variable space_cv;  // a ring slot was freed (or the queue was reset)
-  std::condition_variable done_cv;   // done_through advanced
-  uint64_t last_seq = 0;             // most recent seq handed out
+  std::condition_variable done_cv;   // done_through reached a seq a thread waits for
+  // The seqs threads wait for: a completion wakes them only when it reaches one (waking a
+  // thread for every packet before its own costs a context switch each).
+  std::multiset<uint64_t> waiting;
+  uint64_t last_seq = 0;  // most recent seq handed out
   // Ring indices since the last queue reset, as the device counts them (it restarts at 0).
   uint64_t tail = 0;       // packets written and doorbelled
   uint64_t completed = 0;  // completion records consumed (or packets aborted)
@@ -213,7 +217,11 @@ class DeviceImpl final : public Device {
     Queue& q = get_queue(queue);
     std::unique_lock lock(q.mu);
     check_seq(q, seq);
-    q.done_cv.wait(lock, [&] { return q.done_through >= seq; });
+    if (q.done_through < seq) {
+      const auto me = q.waiting.insert(seq);
+      q.done_cv.wait(lock, [&] { return q.done_through >= seq; });
+      q.waiting.erase(me);
+    }
     if (auto it = q.recent.find(seq); it != q.recent.end()) return it->second;
     if (auto it = q.failures.find(seq); it != q.failures.end()) return it->second;
     // Older than both windows: it is done, and failures are kept longer, so it succeeded.
@@ -397,7 +405,7 @@ class DeviceImpl final : public Device {
     }
     while (q.recent.size() > kKeepCompletions) q.recent.erase(q.recent.begin());
     q.done_through = std::max(q.done_through, done.back().first.seq);
-    q.done_cv.notify_all();
+    if (!q.waiting.empty() && *q.waiting.begin() <= q.done_through) q.done_cv.notify_all();
   }
 
   Completion to_completion(const Queue& q, const Pending& p, const uint8_t* rec) {
