@@ -13,6 +13,7 @@
 #include "log.h"
 #include "mtia/sim/pe/descriptors.h"
 #include "mtia/sim/pe/sgemm.h"
+#include "vector_math.h"
 
 namespace mtia::sim::pe {
 
@@ -190,27 +191,6 @@ C relu(C a) {
     return a > 0 ? a : 0;
 }
 
-// tanh from one double-precision exp, rounded once to float: e^2|a| in double leaves the
-// quotient far more precise than float needs, so the result is the correctly rounded tanh in
-// practice (checked against a long double reference in tests/pe), and it costs a third of the
-// C library's tanhf. Below |a| = 2^-13, where e - 1 would cancel, tanh(a) = a - a^3/3 rounds
-// to a; past |a| = 9.1 it rounds to +-1. NaN stays NaN, -0 stays -0.
-float tanh_via_exp(float a) {
-  const double x = std::fabs(static_cast<double>(a));
-  if (x < 0x1p-13) return a;
-  if (x > 9.1) return std::copysign(1.0f, a);
-  const double e = std::exp(2.0 * x);
-  return static_cast<float>(std::copysign((e - 1.0) / (e + 1.0), static_cast<double>(a)));
-}
-
-// 1 / (1 + e^-a), written so that large negative inputs keep their tiny results instead of
-// dividing by an overflowed e^-a.
-float sigmoid(float a) {
-  if (a >= 0.0f) return 1.0f / (1.0f + std::exp(-a));
-  const float e = std::exp(a);
-  return e / (1.0f + e);
-}
-
 // ---- Element loops -----------------------------------------------------------------------------
 
 // One SE operand: a pointer and a byte stride (0 for broadcast and immediate operands).
@@ -224,6 +204,22 @@ struct Operand {
 // cases; any other stride takes the loop with run-time strides. Same results either way. The
 // operand pointers are copied into locals first: stores through `dst` could alias `o` itself,
 // which would make the compiler reload them every iteration and give up on vectorizing.
+// A float function of one operand that works on whole blocks (vector_math.h): the operand is
+// gathered into a float buffer, transformed in place and rounded to the dtype on store.
+template <typename T>
+void map1_blocks(const Operand* o, uint8_t* dst, uint32_t n, void (*block)(float*, size_t)) {
+  constexpr uint32_t kBlock = 1024;
+  float buf[kBlock];
+  const uint8_t* a = o[0].p;
+  const size_t stride = o[0].stride;
+  for (uint32_t i0 = 0; i0 < n; i0 += kBlock) {
+    const uint32_t m = std::min(kBlock, n - i0);
+    for (uint32_t i = 0; i < m; ++i) buf[i] = T::load(a + (i0 + i) * stride);
+    block(buf, m);
+    for (uint32_t i = 0; i < m; ++i) T::store(dst + size_t{i0 + i} * T::kBytes, buf[i]);
+  }
+}
+
 template <typename In, typename Out, typename F, typename S0>
 void map1_loop(const Operand* o, uint8_t* dst, uint32_t n, F& f, S0 s0) {
   const uint8_t* a = o[0].p;
@@ -675,7 +671,7 @@ void FunctionalUnits::run_eltwise(const mtia_pe_se_desc& d) {
         using T = decltype(t);
         switch (op) {
           case MTIA_PE_SE_EXP:
-            return map1<T, T>(o, dst, n, [](float a) { return std::exp(a); });
+            return map1_blocks<T>(o, dst, n, detail::exp_block);
           case MTIA_PE_SE_LOG:
             return map1<T, T>(o, dst, n, [](float a) { return std::log(a); });
           case MTIA_PE_SE_SQRT:
@@ -683,14 +679,13 @@ void FunctionalUnits::run_eltwise(const mtia_pe_se_desc& d) {
           case MTIA_PE_SE_RSQRT:
             return map1<T, T>(o, dst, n, [](float a) { return 1.0f / std::sqrt(a); });
           case MTIA_PE_SE_TANH:
-            return map1<T, T>(o, dst, n, [](float a) { return tanh_via_exp(a); });
+            return map1_blocks<T>(o, dst, n, detail::tanh_block);
           case MTIA_PE_SE_ERF:
             return map1<T, T>(o, dst, n, [](float a) { return std::erf(a); });
           case MTIA_PE_SE_SIGMOID:
-            return map1<T, T>(o, dst, n, [](float a) { return sigmoid(a); });
+            return map1_blocks<T>(o, dst, n, detail::sigmoid_block);
           default:  // silu = a * sigmoid(a), whose limit at -Inf is -0
-            return map1<T, T>(
-                o, dst, n, [](float a) { return std::isinf(a) && a < 0 ? -0.0f : a * sigmoid(a); });
+            return map1_blocks<T>(o, dst, n, detail::silu_block);
         }
       });
     case MTIA_PE_SE_EQ:

@@ -1,0 +1,19 @@
+// The SE's transcendental functions over blocks of fp32 values, in place. On x86-64 they run
+// four lanes at a time through glibc's vector math library (libmvec, whose functions are
+// within a few ulp like the scalar ones); elsewhere they loop over the C library's functions.
+// The results never depend on a value's position in the block.
+#pragma once
+
+#include <cstddef>
+
+namespace mtia::sim::pe::detail {
+
+void exp_block(float* v, size_t n);      // e^v
+void sigmoid_block(float* v, size_t n);  // 1 / (1 + e^-v), tiny results kept for large -v
+void silu_block(float* v, size_t n);     // v * sigmoid(v); -0 at -Inf
+// tanh from one double-precision exp, rounded once to float: e^2|v| in double leaves the
+// quotient far more precise than float needs, so the result is the correctly rounded tanh in
+// practice (checked against a long double reference in tests/pe).
+void tanh_block(float* v, size_t n);
+
+}  // namespace mtia::sim::pe::detail
