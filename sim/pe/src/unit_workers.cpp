@@ -1,22 +1,8 @@
 #include "mtia/sim/pe/unit_workers.h"
 
 #include <cassert>
-#include <chrono>
 
 namespace mtia::sim::pe {
-
-namespace {
-
-// How long a helper looks for more work before it sleeps.
-constexpr auto kSpin = std::chrono::microseconds(20);
-
-void spin_pause() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
-}  // namespace
 
 UnitWorkers::UnitWorkers(unsigned threads, uint32_t pes) : queues_(pes) {
   threads_.reserve(threads);
@@ -82,17 +68,6 @@ void UnitWorkers::worker() {
   std::unique_lock lock(mu_);
   for (;;) {
     int64_t pe = -1;
-    if (!stop_ && (pe = pick_locked()) < 0) {
-      // Work tends to come in bursts: look for more for a little while before sleeping, so
-      // that small operations posted without a wake-up still find a helper.
-      lock.unlock();
-      const auto until = std::chrono::steady_clock::now() + kSpin;
-      while (queued_.load(std::memory_order_relaxed) == 0 &&
-             std::chrono::steady_clock::now() < until) {
-        for (int i = 0; i < 16; ++i) spin_pause();
-      }
-      lock.lock();
-    }
     work_cv_.wait(lock, [&] { return stop_ || (pe = pick_locked()) >= 0; });
     if (stop_) return;
     run_one(static_cast<uint32_t>(pe), lock);

@@ -9,7 +9,6 @@
 // With zero threads, post() runs the work at once on the caller.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -29,8 +28,9 @@ class UnitWorkers {
   UnitWorkers& operator=(const UnitWorkers&) = delete;
 
   // Queues `work` behind the PE's earlier work and returns its number: 1, 2, ... per PE.
-  // `wake`: wake a sleeping helper for it; otherwise it waits for a helper that is awake
-  // anyway, or for join() (a hand-off costs more than small work). Simulator thread only.
+  // `wake`: wake a sleeping helper for it; otherwise it waits for a helper that is busy with
+  // the PE's earlier work anyway, or for join() (a wake-up costs more than small work).
+  // Simulator thread only.
   uint64_t post(uint32_t pe, std::function<void()> work, bool wake = true);
   // Returns when the PE's operations up to number `upto` have run (all of them by default);
   // the caller runs queued ones itself rather than sit idle.
@@ -59,8 +59,8 @@ class UnitWorkers {
   std::condition_variable work_cv_;  // work was posted, or stopping
   std::condition_variable done_cv_;  // an operation finished
   std::vector<Queue> queues_;
-  std::atomic<uint64_t> queued_{0};  // operations waiting, all PEs; read unlocked to spin
-  uint32_t next_ = 0;                // round-robin start of pick_locked
+  uint64_t queued_ = 0;  // operations waiting, all PEs
+  uint32_t next_ = 0;    // round-robin start of pick_locked
   uint64_t posted_ = 0;
   bool stop_ = false;
   std::vector<std::thread> threads_;
