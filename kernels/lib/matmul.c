@@ -115,6 +115,14 @@ static int mm_plan(mmjob* j) {
       break;
     }
   }
+  /* Tiles that shrank leave room for longer k steps: fewer, larger DPE operations, each with
+   * its own issue cost, and fewer DMA descriptors. Two steps at least, so that loading the
+   * next step overlaps the DPE. */
+  for (;;) {
+    const uint64_t tk = j->tk + 32;
+    if (2 * tk > KMAX(j->k, 1u) + 31 || mm_need(j, j->tm, j->tn, tk) > left) break;
+    j->tk = tk;
+  }
   j->ntm = kceil_div(j->m, j->tm);
   j->ntn = kceil_div(j->n, j->tn);
   j->nk = kceil_div(j->k, j->tk);

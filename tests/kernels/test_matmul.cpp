@@ -120,8 +120,9 @@ TEST_CASE("matmul double-buffers its tiles over a long k", "[kernels][matmul]") 
       Tensor c = matrix(dev, kF32, 1, 300, 260, MatLayout::kRowMajor);
       auto r = run_matmul(dev, c, a, b, grid(pes, ls));
       expect_ok(r);
-      // Every k step but a PE's last found the next step's DMA already in flight.
-      CHECK(r.stats.matmul >= 8 * pes);
+      // Several k steps per PE, and every k step but a PE's last found the next step's DMA
+      // already in flight.
+      CHECK(r.stats.matmul >= 2 * pes);
       CHECK(r.stats.matmul_overlapping_dma + pes >= r.stats.matmul);
       check_mm(dev, c, {&a, &b}, fmt::format("large matmul on {} PEs, {} KiB", pes, ls / 1024));
     }
