@@ -114,27 +114,27 @@ static inline uint64_t kalloc_bytes(uint64_t bytes) {
 static inline mtia_tag_t kdma(uint64_t dst, uint8_t dst_space, const int64_t* dst_st, uint64_t src,
                               uint8_t src_space, const int64_t* src_st, const uint64_t* sizes,
                               int nd, unsigned es) {
-  uint64_t sz[4];
-  int64_t ss[4], ds[4];
-  int n = 0;
-  for (int i = 0; i < nd; ++i) {
-    if (sizes[i] == 1) continue;
-    sz[n] = sizes[i];
-    ss[n] = src_st[i];
-    ds[n] = dst_st[i];
-    ++n;
-  }
-  /* Merge inner into outer where the outer stride is the inner extent on both sides. */
+  /* Built straight into the descriptor, in one pass: every DMA of the library comes through
+   * here, so its instruction count is a good part of a small launch's. */
+  mtia_pe_dma_desc d;
+  MTIA_ZERO_(d);
+  uint64_t* sz = d.sizes;
+  uint64_t* ss = d.src_strides;
+  uint64_t* ds = d.dst_strides;
   int m = 0;
-  for (int i = 0; i < n; ++i) {
-    if (m > 0 && ss[m - 1] == ss[i] * (int64_t)sz[i] && ds[m - 1] == ds[i] * (int64_t)sz[i]) {
-      sz[m - 1] *= sz[i];
-      ss[m - 1] = ss[i];
-      ds[m - 1] = ds[i];
+  for (int i = 0; i < nd; ++i) {
+    const uint64_t n = sizes[i];
+    if (n == 1) continue;
+    const uint64_t s = (uint64_t)src_st[i], t = (uint64_t)dst_st[i];
+    /* Merge into the outer dimension where its stride is this one's extent on both sides. */
+    if (m > 0 && ss[m - 1] == s * n && ds[m - 1] == t * n) {
+      sz[m - 1] *= n;
+      ss[m - 1] = s;
+      ds[m - 1] = t;
     } else {
-      sz[m] = sz[i];
-      ss[m] = ss[i];
-      ds[m] = ds[i];
+      sz[m] = n;
+      ss[m] = s;
+      ds[m] = t;
       ++m;
     }
   }
@@ -144,20 +144,19 @@ static inline mtia_tag_t kdma(uint64_t dst, uint8_t dst_space, const int64_t* ds
     ds[0] = es;
     m = 1;
   }
-  /* Wider elements when the innermost run is contiguous on both sides. */
+  /* Wider elements (up to 8 bytes) when the innermost run is contiguous on both sides and
+   * every address, stride and run length allows them. */
   unsigned w = es;
-  if (ss[m - 1] == (int64_t)es && ds[m - 1] == (int64_t)es) {
-    for (unsigned cand = 8; cand > es; cand /= 2) {
-      uint64_t all = src | dst | (sz[m - 1] * es);
-      for (int i = 0; i < m - 1; ++i) all |= (uint64_t)ss[i] | (uint64_t)ds[i];
-      if (all % cand == 0) {
-        w = cand;
-        break;
-      }
+  if (es < 8 && ss[m - 1] == es && ds[m - 1] == es) {
+    uint64_t all = src | dst | (sz[m - 1] * es);
+    for (int i = 0; i < m - 1; ++i) all |= ss[i] | ds[i];
+    while (w < 8 && (all & (2 * w - 1)) == 0) w *= 2;
+    if (w != es) {
+      sz[m - 1] = sz[m - 1] * es / w;
+      ss[m - 1] = w;
+      ds[m - 1] = w;
     }
   }
-  mtia_pe_dma_desc d;
-  MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_DMA, 0);
   d.ndims = (uint8_t)m;
   d.elem_size = (uint8_t)w;
@@ -165,16 +164,6 @@ static inline mtia_tag_t kdma(uint64_t dst, uint8_t dst_space, const int64_t* ds
   d.dst_space = dst_space;
   d.src = src;
   d.dst = dst;
-  for (int i = 0; i < m; ++i) {
-    d.sizes[i] = sz[i];
-    d.src_strides[i] = (uint64_t)ss[i];
-    d.dst_strides[i] = (uint64_t)ds[i];
-  }
-  if (w != es) {
-    d.sizes[m - 1] = sz[m - 1] * es / w;
-    d.src_strides[m - 1] = w;
-    d.dst_strides[m - 1] = w;
-  }
   return mtia_dma_start(&d);
 }
 
