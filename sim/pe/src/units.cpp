@@ -199,11 +199,6 @@ struct Operand {
   size_t stride = 0;
 };
 
-// The loops take each operand's stride as a template argument where it is the element size
-// (a vector) or 0 (a broadcast or immediate), so that the compiler can vectorize the common
-// cases; any other stride takes the loop with run-time strides. Same results either way. The
-// operand pointers are copied into locals first: stores through `dst` could alias `o` itself,
-// which would make the compiler reload them every iteration and give up on vectorizing.
 // A float function of one operand that works on whole blocks (vector_math.h): the operand is
 // gathered into a float buffer, transformed in place and rounded to the dtype on store.
 template <typename T>
@@ -220,6 +215,11 @@ void map1_blocks(const Operand* o, uint8_t* dst, uint32_t n, void (*block)(float
   }
 }
 
+// The loops take each operand's stride as a template argument where it is the element size
+// (a vector) or 0 (a broadcast or immediate), so that the compiler can vectorize the common
+// cases; any other stride takes the loop with run-time strides. Same results either way. The
+// operand pointers are copied into locals first: stores through `dst` could alias `o` itself,
+// which would make the compiler reload them every iteration and give up on vectorizing.
 template <typename In, typename Out, typename F, typename S0>
 void map1_loop(const Operand* o, uint8_t* dst, uint32_t n, F& f, S0 s0) {
   const uint8_t* a = o[0].p;
@@ -365,25 +365,25 @@ UnitOutcome FunctionalUnits::finish(UnitKind kind, UnitOutcome outcome) {
 UnitOutcome FunctionalUnits::matmul(const mtia_pe_matmul_desc& d) {
   if (auto bad = validate(d, ls_.size())) return finish(UnitKind::kDpe, *bad);
   run_matmul(d);
-  return finish(UnitKind::kDpe, matmul_cost(d));
+  return finish(UnitKind::kDpe, cost(d));
 }
 
 UnitOutcome FunctionalUnits::eltwise(const mtia_pe_se_desc& d) {
   if (auto bad = validate(d, ls_.size())) return finish(UnitKind::kSe, *bad);
   run_eltwise(d);
-  return finish(UnitKind::kSe, eltwise_cost(d));
+  return finish(UnitKind::kSe, cost(d));
 }
 
 UnitOutcome FunctionalUnits::reduce(const mtia_pe_re_desc& d) {
   if (auto bad = validate(d, ls_.size())) return finish(UnitKind::kRe, *bad);
   run_reduce(d);
-  return finish(UnitKind::kRe, reduce_cost(d));
+  return finish(UnitKind::kRe, cost(d));
 }
 
 UnitOutcome FunctionalUnits::layout(const mtia_pe_mlu_desc& d) {
   if (auto bad = validate(d, ls_.size())) return finish(UnitKind::kMlu, *bad);
   run_layout(d);
-  return finish(UnitKind::kMlu, layout_cost(d));
+  return finish(UnitKind::kMlu, cost(d));
 }
 
 UnitOutcome FunctionalUnits::execute(const RiscvCore& core, const UnitRequest& request) {
@@ -396,21 +396,11 @@ UnitOutcome FunctionalUnits::execute(const RiscvCore& core, const UnitRequest& r
     if (!d) return finish(kind, d.error());
     const Desc desc = d.value();
     if (defer_) {
-      Touched touched;
-      uint64_t ns = 0;
-      if constexpr (std::is_same_v<Desc, mtia_pe_matmul_desc>) touched = matmul_extents(desc);
-      if constexpr (std::is_same_v<Desc, mtia_pe_se_desc>) touched = eltwise_extents(desc);
-      if constexpr (std::is_same_v<Desc, mtia_pe_re_desc>) touched = reduce_extents(desc);
-      if constexpr (std::is_same_v<Desc, mtia_pe_mlu_desc>) touched = layout_extents(desc);
-      ns = host_cost_ns(desc);
-      defer_(touched, ns, [this, desc, math] { (this->*math)(desc); });
+      defer_(extents(desc), host_cost_ns(desc), [this, desc, math] { (this->*math)(desc); });
     } else {
       (this->*math)(desc);
     }
-    if constexpr (std::is_same_v<Desc, mtia_pe_matmul_desc>) return finish(kind, matmul_cost(desc));
-    if constexpr (std::is_same_v<Desc, mtia_pe_se_desc>) return finish(kind, eltwise_cost(desc));
-    if constexpr (std::is_same_v<Desc, mtia_pe_re_desc>) return finish(kind, reduce_cost(desc));
-    if constexpr (std::is_same_v<Desc, mtia_pe_mlu_desc>) return finish(kind, layout_cost(desc));
+    return finish(kind, cost(desc));
   };
   switch (request.op) {
     case UnitOp::kMatmul:
@@ -428,7 +418,7 @@ UnitOutcome FunctionalUnits::execute(const RiscvCore& core, const UnitRequest& r
   }
 }
 
-FunctionalUnits::Touched FunctionalUnits::matmul_extents(const mtia_pe_matmul_desc& d) {
+FunctionalUnits::Touched FunctionalUnits::extents(const mtia_pe_matmul_desc& d) {
   const bool ta = (d.hdr.flags & MTIA_PE_MM_TRANS_A) != 0;
   const bool tb = (d.hdr.flags & MTIA_PE_MM_TRANS_B) != 0;
   const unsigned ies = dtype_bytes(d.in_dtype), oes = dtype_bytes(d.out_dtype);
@@ -437,7 +427,7 @@ FunctionalUnits::Touched FunctionalUnits::matmul_extents(const mtia_pe_matmul_de
           tile_extent(d.c - MTIA_PE_LS_BASE, d.m, d.n, d.ldc, oes), Extent{}};
 }
 
-FunctionalUnits::Touched FunctionalUnits::eltwise_extents(const mtia_pe_se_desc& d) {
+FunctionalUnits::Touched FunctionalUnits::extents(const mtia_pe_se_desc& d) {
   Touched t{};
   for (int j = 0; j < 3; ++j) {
     if (d.mode[j] == MTIA_PE_OPND_IMMEDIATE || d.src[j] < MTIA_PE_LS_BASE) continue;
@@ -450,14 +440,14 @@ FunctionalUnits::Touched FunctionalUnits::eltwise_extents(const mtia_pe_se_desc&
   return t;
 }
 
-FunctionalUnits::Touched FunctionalUnits::reduce_extents(const mtia_pe_re_desc& d) {
+FunctionalUnits::Touched FunctionalUnits::extents(const mtia_pe_re_desc& d) {
   const uint64_t results = d.axis == 1 ? d.rows : d.cols;
   const uint64_t dst = d.dst - MTIA_PE_LS_BASE;
   return {tile_extent(d.src - MTIA_PE_LS_BASE, d.rows, d.cols, d.ld_src, dtype_bytes(d.in_dtype)),
           Extent{dst, dst + results * dtype_bytes(d.out_dtype)}, Extent{}, Extent{}};
 }
 
-FunctionalUnits::Touched FunctionalUnits::layout_extents(const mtia_pe_mlu_desc& d) {
+FunctionalUnits::Touched FunctionalUnits::extents(const mtia_pe_mlu_desc& d) {
   const bool transpose = d.op == MTIA_PE_MLU_TRANSPOSE;
   return {tile_extent(d.src - MTIA_PE_LS_BASE, d.rows, d.cols, d.ld_src, d.elem_size),
           tile_extent(d.dst - MTIA_PE_LS_BASE, transpose ? d.cols : d.rows,
@@ -485,7 +475,7 @@ uint64_t FunctionalUnits::host_cost_ns(const mtia_pe_mlu_desc& d) {
 
 // ---- Costs -------------------------------------------------------------------------------------
 
-UnitWork FunctionalUnits::matmul_cost(const mtia_pe_matmul_desc& d) const {
+UnitWork FunctionalUnits::cost(const mtia_pe_matmul_desc& d) const {
   // m*n*k <= 2^60: each pair of m, n, k spans a tile that fits the local store.
   const uint64_t macs = uint64_t{d.m} * d.n * d.k;
   const uint32_t rate = d.in_dtype == MTIA_PE_DT_INT8   ? timing_.dpe_int8_macs_per_cycle
@@ -494,7 +484,7 @@ UnitWork FunctionalUnits::matmul_cost(const mtia_pe_matmul_desc& d) const {
   return {timing_.dpe_issue_cycles + ceil_div(macs, rate), macs};
 }
 
-UnitWork FunctionalUnits::eltwise_cost(const mtia_pe_se_desc& d) const {
+UnitWork FunctionalUnits::cost(const mtia_pe_se_desc& d) const {
   const unsigned widest = std::max(dtype_bytes(d.in_dtype), dtype_bytes(d.out_dtype));
   const uint64_t lanes = std::max(1u, timing_.se_vector_bytes / std::max(1u, widest));
   uint32_t per_vector = timing_.se_simple_cycles;
@@ -511,12 +501,12 @@ UnitWork FunctionalUnits::eltwise_cost(const mtia_pe_se_desc& d) const {
   return {timing_.se_issue_cycles + ceil_div(d.count, lanes) * per_vector, d.count};
 }
 
-UnitWork FunctionalUnits::reduce_cost(const mtia_pe_re_desc& d) const {
+UnitWork FunctionalUnits::cost(const mtia_pe_re_desc& d) const {
   const uint64_t elements = uint64_t{d.rows} * d.cols;
   return {timing_.re_issue_cycles + ceil_div(elements, timing_.re_elements_per_cycle), elements};
 }
 
-UnitWork FunctionalUnits::layout_cost(const mtia_pe_mlu_desc& d) const {
+UnitWork FunctionalUnits::cost(const mtia_pe_mlu_desc& d) const {
   const uint64_t bytes = uint64_t{d.rows} * d.cols * d.elem_size;
   return {timing_.mlu_issue_cycles + ceil_div(bytes, timing_.mlu_bytes_per_cycle), bytes};
 }

@@ -96,10 +96,10 @@ class FunctionalUnits {
   static UnitKind unit_of(UnitOp op);  // kMatmul -> kDpe, ...; other ops: kCount
 
   // The cost alone, for a descriptor that validates (no memory is touched).
-  UnitWork matmul_cost(const mtia_pe_matmul_desc& d) const;
-  UnitWork eltwise_cost(const mtia_pe_se_desc& d) const;
-  UnitWork reduce_cost(const mtia_pe_re_desc& d) const;
-  UnitWork layout_cost(const mtia_pe_mlu_desc& d) const;
+  UnitWork cost(const mtia_pe_matmul_desc& d) const;
+  UnitWork cost(const mtia_pe_se_desc& d) const;
+  UnitWork cost(const mtia_pe_re_desc& d) const;
+  UnitWork cost(const mtia_pe_mlu_desc& d) const;
 
   // Bytes of the local store an operation reads or writes: offsets [lo, hi) from its start.
   struct Extent {
@@ -109,10 +109,10 @@ class FunctionalUnits {
   // The bytes each operation reads or writes, at most four ranges; unused ones are empty
   // ({0, 0}, which overlaps nothing).
   using Touched = std::array<Extent, 4>;
-  static Touched matmul_extents(const mtia_pe_matmul_desc& d);  // A, B, C
-  static Touched eltwise_extents(const mtia_pe_se_desc& d);     // a, b, c (in memory), out
-  static Touched reduce_extents(const mtia_pe_re_desc& d);      // src, dst
-  static Touched layout_extents(const mtia_pe_mlu_desc& d);     // src, dst
+  static Touched extents(const mtia_pe_matmul_desc& d);  // A, B, C
+  static Touched extents(const mtia_pe_se_desc& d);      // a, b, c (in memory), out
+  static Touched extents(const mtia_pe_re_desc& d);      // src, dst
+  static Touched extents(const mtia_pe_mlu_desc& d);     // src, dst
 
   // About how long an operation's math takes the host, in nanoseconds: the PE model runs
   // cheap ones in place rather than pay a hand-off to a helper thread.
