@@ -78,13 +78,12 @@ class PeGrid::Pe : public pe::UnitPort {
   // threads. Queued work runs in issue order, so only what reads the local store outside the
   // queue (the core, descriptor reads, other PEs) has to settle it first.
   void run_or_defer(const Touched& touched, uint64_t host_ns, std::function<void()> work) {
-    if (pending_.empty() &&
-        (host_ns < grid_.params_.inline_work_ns || grid_.workers_->threads() == 0)) {
+    const bool small = host_ns < grid_.params_.inline_work_ns;
+    if (pending_.empty() && (small || grid_.workers_->threads() == 0)) {
       work();
       return;
     }
-    const bool big = host_ns >= grid_.params_.inline_work_ns;
-    const uint64_t number = grid_.workers_->post(chip_index_, std::move(work), big);
+    const uint64_t number = grid_.workers_->post(chip_index_, std::move(work), /*wake=*/!small);
     pending_.push_back({number, touched});
     for (const Extent& e : touched) {
       if (e.lo >= e.hi) continue;

@@ -297,6 +297,11 @@ void widen_tile(uint8_t dt, const uint8_t* src, uint32_t rows, uint32_t cols, ui
   }
 }
 
+// Bytes of one element of SE operand j (0..2): select's condition is bool.
+unsigned se_operand_bytes(const mtia_pe_se_desc& d, int j) {
+  return d.op == MTIA_PE_SE_SELECT && j == 0 ? 1 : dtype_bytes(d.in_dtype);
+}
+
 bool is_transcendental(uint8_t se_op) {
   switch (se_op) {
     case MTIA_PE_SE_EXP:
@@ -431,7 +436,7 @@ FunctionalUnits::Touched FunctionalUnits::extents(const mtia_pe_se_desc& d) {
   Touched t{};
   for (int j = 0; j < 3; ++j) {
     if (d.mode[j] == MTIA_PE_OPND_IMMEDIATE || d.src[j] < MTIA_PE_LS_BASE) continue;
-    const unsigned es = (d.op == MTIA_PE_SE_SELECT && j == 0) ? 1 : dtype_bytes(d.in_dtype);
+    const unsigned es = se_operand_bytes(d, j);
     const uint64_t n = d.mode[j] == MTIA_PE_OPND_BROADCAST ? 1 : d.count;
     t[j] = {d.src[j] - MTIA_PE_LS_BASE, d.src[j] - MTIA_PE_LS_BASE + n * es};
   }
@@ -597,7 +602,7 @@ void FunctionalUnits::run_eltwise(const mtia_pe_se_desc& d) {
   uint8_t imm[3][8];
   Operand o[3];
   for (int j = 0; j < 3; ++j) {
-    const unsigned es = (op == MTIA_PE_SE_SELECT && j == 0) ? 1 : dtype_bytes(d.in_dtype);
+    const unsigned es = se_operand_bytes(d, j);
     const bool in_memory = d.src[j] >= MTIA_PE_LS_BASE;  // unused operands are all zero
     switch (d.mode[j]) {
       case MTIA_PE_OPND_VECTOR:
