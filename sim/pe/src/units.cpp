@@ -199,6 +199,22 @@ struct Operand {
   size_t stride = 0;
 };
 
+// SELECT: a bit copy of b or c (no conversion, NaN payloads kept), one U-sized element at a
+// time. Both are read before the element is written, so dst may be b or c; reading both and
+// picking without a branch keeps a random mask from costing a misprediction per element.
+template <typename U>
+void select_bits(const Operand* o, uint8_t* dst, uint32_t n) {
+  const Operand cond = o[0], b = o[1], c = o[2];  // locals: dst's stores cannot alias them
+  for (uint32_t i = 0; i < n; ++i) {
+    U vb, vc;
+    std::memcpy(&vb, b.p + i * b.stride, sizeof vb);
+    std::memcpy(&vc, c.p + i * c.stride, sizeof vc);
+    const U take_b = static_cast<U>(0) - static_cast<U>(cond.p[i * cond.stride] != 0);
+    const U v = (vb & take_b) | (vc & ~take_b);
+    std::memcpy(dst + size_t{i} * sizeof v, &v, sizeof v);
+  }
+}
+
 // A float function of one operand that works on whole blocks (vector_math.h): the operand is
 // gathered into a float buffer, transformed in place and rounded to the dtype on store.
 template <typename T>
@@ -752,16 +768,17 @@ void FunctionalUnits::run_eltwise(const mtia_pe_se_desc& d) {
             }
         }
       });
-    case MTIA_PE_SE_SELECT: {
-      // A bit copy of b or c: no conversion, NaN payloads kept. memmove: dst may be b or c.
-      const unsigned es = dtype_bytes(d.in_dtype);
-      for (uint32_t i = 0; i < n; ++i) {
-        const bool cond = o[0].p[i * o[0].stride] != 0;
-        const Operand& pick = cond ? o[1] : o[2];
-        std::memmove(dst + size_t{i} * es, pick.p + i * pick.stride, es);
+    case MTIA_PE_SE_SELECT:
+      switch (dtype_bytes(d.in_dtype)) {
+        case 1:
+          return select_bits<uint8_t>(o, dst, n);
+        case 2:
+          return select_bits<uint16_t>(o, dst, n);
+        case 4:
+          return select_bits<uint32_t>(o, dst, n);
+        default:
+          return select_bits<uint64_t>(o, dst, n);
       }
-      return;
-    }
     case MTIA_PE_SE_CLAMP:
       return visit_numeric(d.in_dtype, [&](auto t) {
         using T = decltype(t);
