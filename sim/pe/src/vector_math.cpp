@@ -53,6 +53,8 @@ constexpr size_t kChunk = 256;  // elements per pass through a stack buffer
 
 }  // namespace
 
+namespace baseline {
+
 void exp_block(float* v, size_t n) {
   expf_lanes(v, n);
 }
@@ -99,6 +101,44 @@ void tanh_block(float* v, size_t n) {
           static_cast<float>(std::copysign((e[i] - 1.0) / (e[i] + 1.0), static_cast<double>(a[i])));
     }
   }
+}
+
+}  // namespace baseline
+
+namespace {
+
+bool have_avx2() {
+#if defined(MTIA_HAVE_VECTOR_MATH_AVX2)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2");
+#else
+  return false;
+#endif
+}
+
+const bool kAvx2 = have_avx2();
+
+}  // namespace
+
+#if defined(MTIA_HAVE_VECTOR_MATH_AVX2)
+#define MTIA_VECTOR_MATH_DISPATCH(name)                     \
+  void name(float* v, size_t n) {                           \
+    return kAvx2 ? avx2::name(v, n) : baseline::name(v, n); \
+  }
+#else
+#define MTIA_VECTOR_MATH_DISPATCH(name) \
+  void name(float* v, size_t n) {       \
+    return baseline::name(v, n);        \
+  }
+#endif
+MTIA_VECTOR_MATH_DISPATCH(exp_block)
+MTIA_VECTOR_MATH_DISPATCH(sigmoid_block)
+MTIA_VECTOR_MATH_DISPATCH(silu_block)
+MTIA_VECTOR_MATH_DISPATCH(tanh_block)
+#undef MTIA_VECTOR_MATH_DISPATCH
+
+const char* vector_math_variant() {
+  return kAvx2 ? "avx2" : "baseline";
 }
 
 }  // namespace mtia::sim::pe::detail
