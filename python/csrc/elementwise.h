@@ -1,5 +1,6 @@
 // Elementwise device work on tensors: one call per library kernel (fill, copy, cast, unary,
-// binary, binary_scalar, where, clamp), plus the building blocks the ATen ops are made of.
+// binary, add_scaled, binary_scalar, where, clamp), plus the building blocks the ATen ops are made
+// of.
 //
 // Every function takes tensors already on the device in a kernel dtype; inputs are broadcast
 // to the output's sizes (stride 0). Callers choose dtypes; these only check and launch.
@@ -19,6 +20,10 @@ void launch_unary(SeOp op, const at::Tensor& out, const at::Tensor& a);
 // out = a op b. a and b have one dtype; out has it too, or bool for comparisons and logical
 // ops.
 void launch_binary(SeOp op, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
+// out = a + alpha * b (op add) or a - alpha * b (op sub), one dtype, alpha a bit pattern of
+// it: one launch where a multiply and an add would take two.
+void launch_add_scaled(SeOp op, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                       uint64_t alpha_bits);
 // out = a op scalar, the scalar given as a bit pattern of a's dtype.
 void launch_binary_scalar(SeOp op, const at::Tensor& out, const at::Tensor& a, uint64_t bits);
 void launch_cast(const at::Tensor& out, const at::Tensor& in);

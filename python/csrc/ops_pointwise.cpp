@@ -187,8 +187,8 @@ Tensor& log2_out(const Tensor& self, Tensor& out) {
 
 // --- binary --------------------------------------------------------------------------------
 
-// a + alpha * b (sub: a - alpha * b). With alpha != 1 the narrow float dtypes compute in
-// float32 and round once, as the CPU kernels do.
+// a + alpha * b (sub: a - alpha * b): one add_scaled launch when the dtype computes in
+// itself; the narrow float dtypes compute in float32 and round once, as the CPU kernels do.
 Tensor& add_sub(SeOp op, at::TensorIteratorBase& m, Tensor& out, const c10::Scalar& alpha) {
   const ScalarType dt = m.common_dtype();
   const Tensor& a = m.input(0);
@@ -198,6 +198,10 @@ Tensor& add_sub(SeOp op, at::TensorIteratorBase& m, Tensor& out, const c10::Scal
     return out;
   }
   const ScalarType acc = acc_dtype(dt);
+  if (acc == dt && out.scalar_type() == dt && !is_cpu_scalar(a) && !is_cpu_scalar(b)) {
+    launch_add_scaled(op, out, as_dtype(a, dt), as_dtype(b, dt), scalar_bits(alpha, dt));
+    return out;
+  }
   if (is_cpu_scalar(b)) {
     b = c10::isIntegralType(dt, true)
             ? at::scalar_tensor(b.item().toLong() * alpha.toLong(), at::kLong)

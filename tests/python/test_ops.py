@@ -227,3 +227,31 @@ def test_foreach_ops_match_cpu(no_fallback):
 
     for got, want in zip(run(DEVICE), run("cpu")):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64, torch.bfloat16])
+def test_add_sub_alpha_match_cpu(dtype, no_fallback):
+    """add/sub with alpha (an optimizer's update) against the CPU: strided and broadcast
+    operands, in place too; float32 and the integers take one add_scaled launch each."""
+    g = torch.Generator().manual_seed(6)
+    a = (torch.randn(9, 37, generator=g) * 8).to(dtype)
+    b = (torch.randn(37, 9, generator=g) * 8).to(dtype)
+    row = (torch.randn(37, generator=g) * 8).to(dtype)
+    alpha = -0.375 if dtype.is_floating_point else 3
+
+    def run(device):
+        x, y, r = a.to(device), b.to(device), row.to(device)
+        out = [torch.add(x, y.t(), alpha=alpha), torch.sub(x, r, alpha=alpha)]
+        z = x.clone()
+        z.add_(y.t(), alpha=alpha)
+        return [t.cpu() for t in out + [z]]
+
+    torch_mtia_emu.reset_kernel_launch_counts()
+    got = run(DEVICE)
+    counts = torch_mtia_emu.kernel_launch_counts()
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    for g_, w in zip(got, run("cpu")):
+        torch.testing.assert_close(g_.double(), w.double(), rtol=tol, atol=tol)
+    if dtype != torch.bfloat16:
+        assert counts.get("add_scaled") == 3
+        assert "binary_scalar" not in counts
