@@ -1,4 +1,5 @@
-/* Elementwise kernels: fill, copy, cast, unary, binary, add_scaled, binary_scalar, where, clamp.
+/* Elementwise kernels: fill, copy, cast, unary, binary, add_scaled, binary_scalar, where, clamp,
+ * pointwise.
  *
  * Every operand is a 4-D view (sizes shared by all operands, element strides per operand), so
  * one kernel serves contiguous, strided, transposed and broadcast (stride 0) operands alike:
@@ -125,11 +126,16 @@ static void ewchunk_at(const ewview* v, const ewchunks* c, uint64_t idx, ewbox* 
 
 /* ---- The double-buffered elementwise engine ------------------------------------------------ */
 typedef struct ewjob ewjob;
-/* Computes n outputs from n-element contiguous inputs; waits for its own unit operations. */
+typedef struct pwprog pwprog;
+/* Computes n outputs from n-element contiguous inputs (in[0..nin)), with in[3..3+ntmp) n-element
+ * scratch buffers of the output's element size; waits for its own unit operations. */
 typedef void (*ew_fn)(const ewjob* j, void* out, void* const* in, uint32_t n);
+
+#define EW_MAX_TMP 3
 
 struct ewjob {
   int nin;
+  int ntmp; /* scratch buffers fn needs besides the inputs and the output */
   uint64_t in[3];
   uint8_t in_dt[3];
   uint64_t out;
@@ -138,6 +144,7 @@ struct ewjob {
   uint8_t op;
   uint8_t dt;
   uint64_t imm[2];
+  const pwprog* pw; /* pointwise: the checked program */
 };
 
 static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st) {
@@ -156,18 +163,23 @@ static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st)
   }
   karena a;
   karena_init(&a);
-  const uint64_t slack = 2u * EW_MAX_OPS * 64u;
-  uint64_t cap = karena_left(&a) > slack ? (karena_left(&a) - slack) / (2 * bpe) : 0;
+  const uint64_t slack = (2u * EW_MAX_OPS + EW_MAX_TMP) * 64u;
+  const uint64_t per = 2 * bpe + (uint64_t)j->ntmp * oes; /* bytes per element of a chunk */
+  uint64_t cap = karena_left(&a) > slack ? (karena_left(&a) - slack) / per : 0;
   cap = KMIN(cap, 1u << 16);
   /* Small tensors: spread them over the PEs rather than fill one PE's buffers. */
   cap = KMIN(cap, KMAX(256u, kceil_div(v.total, pes)));
   if (cap == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
-  void* inb[2][3] = {{0, 0, 0}, {0, 0, 0}};
+  void* inb[2][3 + EW_MAX_TMP] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}};
   void* outb[2];
   for (int set = 0; set < 2; ++set) {
     for (int i = 0; i < j->nin; ++i) inb[set][i] = kalloc(&a, cap * ies[i]);
     outb[set] = kalloc(&a, cap * oes);
     if (outb[set] == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
+  }
+  for (int t = 0; t < j->ntmp; ++t) { /* one set: a chunk's scratch is dead after its compute */
+    inb[0][3 + t] = inb[1][3 + t] = kalloc(&a, cap * oes);
+    if (inb[0][3 + t] == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
   }
 
   ewchunks c;
@@ -542,5 +554,153 @@ int clamp(const uint64_t* args, uint64_t args_bytes) {
   j.dt = (uint8_t)A->dtype;
   j.fn = fn_clamp;
   const int64_t* st[2] = {A->out_st, A->a_st};
+  return ew_run(&j, A->size, st);
+}
+
+/* ---- pointwise -----------------------------------------------------------------------------
+ * A short program of SE steps over up to three inputs of one dtype, in one launch, where each
+ * step would otherwise be a launch and a trip through device memory (a backward formula such
+ * as grad * (1 - y * y)). Step k computes
+ *   dst = op(src0, src1, src2)     (as many sources as op takes)
+ * over slots 0-2 (inputs a, b, c), 3-5 (scratch), 6 (the output) and 15 (the step's
+ * immediate, a bit pattern of the step's input dtype), encoded in an i64 as
+ *   op | dst << 8 | src0 << 12 | src1 << 16 | src2 << 20.
+ * Inputs hold dtype. A step writes scratch or the output, in its op's result dtype: a
+ * comparison or logical op gives bool, which a SELECT takes as its condition (src0, a slot);
+ * every other source of a step must hold one dtype. The output must end in dtype. */
+#define PW_MAX_STEPS 6
+#define PW_SLOT_TMP 3
+#define PW_SLOT_OUT 6
+#define PW_SLOT_IMM 15
+#define PW_SLOTS 7
+
+struct pwprog {
+  int n;
+  uint8_t op[PW_MAX_STEPS], dst[PW_MAX_STEPS], src[PW_MAX_STEPS][3], arity[PW_MAX_STEPS];
+  uint8_t in_dt[PW_MAX_STEPS], out_dt[PW_MAX_STEPS];
+  uint64_t imm[PW_MAX_STEPS];
+};
+
+/* Checks the program and fills p; *ntmp = the scratch slots it uses. */
+static int pw_check(pwprog* p, const uint64_t* step, const uint64_t* imm, uint64_t nsteps,
+                    uint64_t dt, uint64_t nin, int* ntmp) {
+  if (nsteps == 0 || nsteps > PW_MAX_STEPS || nin > 3) return MTIA_KSTATUS_BAD_OP;
+  uint8_t sdt[PW_SLOTS] = {0, 0, 0, 0, 0, 0, 0}; /* 0: not written yet */
+  for (uint64_t i = 0; i < nin; ++i) sdt[i] = (uint8_t)dt;
+  *ntmp = 0;
+  p->n = (int)nsteps;
+  for (int k = 0; k < p->n; ++k) {
+    const uint64_t w = step[k];
+    const uint8_t op = (uint8_t)(w & 0xff);
+    const unsigned dst = (unsigned)(w >> 8) & 15;
+    /* SELECT and CLAMP take three; kse_out_dtype tells one (a dtype error at worst) from the
+     * rest, and an unknown op fails its check below. */
+    int arity = 3;
+    if (op != MTIA_PE_SE_SELECT && op != MTIA_PE_SE_CLAMP) {
+      int st1;
+      kse_out_dtype(op, dt, 1, &st1);
+      arity = st1 == MTIA_KSTATUS_BAD_OP ? 2 : 1;
+    }
+    if ((w >> (12 + 4 * arity)) != 0) return MTIA_KSTATUS_BAD_OP; /* unused fields are 0 */
+    if (dst < PW_SLOT_TMP || dst > PW_SLOT_OUT) return MTIA_KSTATUS_BAD_OP;
+    const int first_value = op == MTIA_PE_SE_SELECT; /* SELECT's src0 is the condition */
+    uint8_t vdt = 0;
+    for (int i = 0; i < arity; ++i) {
+      const unsigned sl = (unsigned)(w >> (12 + 4 * i)) & 15;
+      p->src[k][i] = (uint8_t)sl;
+      if (sl == PW_SLOT_IMM) {
+        if (i < first_value) return MTIA_KSTATUS_BAD_OP;
+        continue;
+      }
+      if (sl >= PW_SLOTS || sdt[sl] == 0) return MTIA_KSTATUS_BAD_OP; /* read before written */
+      if (i < first_value) {
+        if (sdt[sl] != MTIA_PE_DT_BOOL) return MTIA_KSTATUS_BAD_DTYPE;
+      } else if (vdt == 0) {
+        vdt = sdt[sl];
+      } else if (sdt[sl] != vdt) {
+        return MTIA_KSTATUS_BAD_DTYPE;
+      }
+    }
+    if (vdt == 0) vdt = (uint8_t)dt; /* every value source an immediate */
+    int st = MTIA_KSTATUS_OK;
+    uint8_t odt = vdt;
+    if (op == MTIA_PE_SE_CLAMP) {
+      if (!kdt_is_float(vdt) && !kdt_is_int(vdt)) return MTIA_KSTATUS_BAD_DTYPE;
+    } else if (op != MTIA_PE_SE_SELECT) {
+      odt = kse_out_dtype(op, vdt, arity, &st);
+      if (st != MTIA_KSTATUS_OK) return st;
+    }
+    /* In place only over a source of the same element size (the SE's rule). */
+    for (int i = 0; i < arity; ++i) {
+      if (p->src[k][i] == dst && kdt_size(sdt[dst]) != kdt_size(odt)) return MTIA_KSTATUS_BAD_OP;
+    }
+    if (dst != PW_SLOT_OUT && kdt_size(odt) > kdt_size(dt)) return MTIA_KSTATUS_BAD_DTYPE;
+    st = kimm_bits(vdt, imm[k], &p->imm[k]);
+    if (st != MTIA_KSTATUS_OK) return st;
+    p->op[k] = op;
+    p->dst[k] = (uint8_t)dst;
+    p->arity[k] = (uint8_t)arity;
+    p->in_dt[k] = vdt;
+    p->out_dt[k] = odt;
+    sdt[dst] = odt;
+    if (dst < PW_SLOT_OUT) *ntmp = KMAX(*ntmp, (int)dst - PW_SLOT_TMP + 1);
+  }
+  return sdt[PW_SLOT_OUT] == dt ? MTIA_KSTATUS_OK : MTIA_KSTATUS_BAD_DTYPE;
+}
+
+static void fn_pointwise(const ewjob* j, void* out, void* const* in, uint32_t n) {
+  const pwprog* p = j->pw;
+  void* const slot[PW_SLOTS] = {in[0], in[1], in[2], in[3], in[4], in[5], out};
+  for (int k = 0; k < p->n; ++k) {
+    mtia_pe_se_desc d;
+    MTIA_ZERO_(d);
+    d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
+    d.op = p->op[k];
+    d.in_dtype = p->in_dt[k];
+    d.out_dtype = p->out_dt[k];
+    d.count = n;
+    for (int i = 0; i < p->arity[k]; ++i) {
+      if (p->src[k][i] == PW_SLOT_IMM) {
+        d.mode[i] = MTIA_PE_OPND_IMMEDIATE;
+        d.imm[i] = p->imm[k];
+      } else {
+        d.src[i] = kaddr(slot[p->src[k][i]]);
+      }
+    }
+    d.dst = kaddr(slot[p->dst[k]]);
+    mtia_wait(mtia_se_op(&d));
+  }
+}
+
+typedef struct {
+  uint64_t out, a, b, c, dtype, nin, nsteps;
+  uint64_t step[PW_MAX_STEPS], imm[PW_MAX_STEPS];
+  int64_t size[4], out_st[4], a_st[4], b_st[4], c_st[4];
+} pointwise_args;
+
+MTIA_KERNEL(pointwise,
+            "out:ptr a:ptr b:ptr c:ptr dtype:dtype nin:i64 nsteps:i64 step0:i64 "
+            "step1:i64 step2:i64 step3:i64 step4:i64 step5:i64 imm0:i64 imm1:i64 "
+            "imm2:i64 imm3:i64 imm4:i64 imm5:i64 " KSIG_SIZES " " KSIG_STRIDES(
+                "out") " " KSIG_STRIDES("a") " " KSIG_STRIDES("b") " " KSIG_STRIDES("c"));
+int pointwise(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(pointwise_args, A);
+  if (kdt_size(A->dtype) == 0 || A->dtype == MTIA_PE_DT_BOOL) return MTIA_KSTATUS_BAD_DTYPE;
+  pwprog p;
+  ewjob j;
+  MTIA_ZERO_(j);
+  const int s = pw_check(&p, A->step, A->imm, A->nsteps, A->dtype, A->nin, &j.ntmp);
+  if (s != MTIA_KSTATUS_OK) return s;
+  j.nin = (int)A->nin;
+  j.in[0] = A->a;
+  j.in[1] = A->b;
+  j.in[2] = A->c;
+  j.in_dt[0] = j.in_dt[1] = j.in_dt[2] = (uint8_t)A->dtype;
+  j.out = A->out;
+  j.out_dt = (uint8_t)A->dtype;
+  j.dt = (uint8_t)A->dtype;
+  j.fn = fn_pointwise;
+  j.pw = &p;
+  const int64_t* st[4] = {A->out_st, A->a_st, A->b_st, A->c_st};
   return ew_run(&j, A->size, st);
 }

@@ -101,6 +101,37 @@ void launch_add_scaled(SeOp op, const at::Tensor& out, const at::Tensor& a, cons
   });
 }
 
+void launch_pointwise(const at::Tensor& out, const std::vector<at::Tensor>& inputs,
+                      const std::vector<PwStep>& steps) {
+  TORCH_INTERNAL_ASSERT(inputs.size() <= 3 && !steps.empty() && steps.size() <= pw::kMaxSteps,
+                        "pointwise takes up to 3 inputs and ", pw::kMaxSteps, " steps");
+  for (const at::Tensor& t : inputs) {
+    TORCH_INTERNAL_ASSERT(t.scalar_type() == out.scalar_type(), "pointwise inputs differ in dtype");
+  }
+  const uint8_t dt = dtype_code(out);
+  const int64_t nin = int64_t(inputs.size());
+  // Unused inputs: the output stands in (its strides are valid; the kernel does not read it).
+  const at::Tensor& a = nin > 0 ? inputs[0] : out;
+  const at::Tensor& b = nin > 1 ? inputs[1] : out;
+  const at::Tensor& c = nin > 2 ? inputs[2] : out;
+  run("pointwise", out, {a, b, c}, [&](const std::vector<mtia::DevicePtr>& p) {
+    std::vector<mtia::Arg> args{
+        p[0], p[1], p[2], p[3], mtia::Arg::dtype(dt), nin, int64_t(steps.size())};
+    for (size_t k = 0; k < pw::kMaxSteps; ++k) {
+      int64_t w = 0;
+      if (k < steps.size()) {
+        const PwStep& s = steps[k];
+        w = s.op | s.dst << 8 | s.src[0] << 12 | s.src[1] << 16 | s.src[2] << 20;
+      }
+      args.emplace_back(w);
+    }
+    for (size_t k = 0; k < pw::kMaxSteps; ++k) {
+      args.emplace_back(int64_t(k < steps.size() ? steps[k].imm : 0));
+    }
+    return args;
+  });
+}
+
 void launch_binary_scalar(SeOp op, const at::Tensor& out, const at::Tensor& a, uint64_t bits) {
   const uint8_t dt = dtype_code(a);
   run("binary_scalar", out, {a}, [&](const std::vector<mtia::DevicePtr>& p) {

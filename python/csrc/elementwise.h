@@ -1,6 +1,6 @@
 // Elementwise device work on tensors: one call per library kernel (fill, copy, cast, unary,
-// binary, add_scaled, binary_scalar, where, clamp), plus the building blocks the ATen ops are made
-// of.
+// binary, add_scaled, binary_scalar, where, clamp, pointwise), plus the building blocks the ATen
+// ops are made of.
 //
 // Every function takes tensors already on the device in a kernel dtype; inputs are broadcast
 // to the output's sizes (stride 0). Callers choose dtypes; these only check and launch.
@@ -8,8 +8,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mtia::torch_backend {
 
@@ -24,6 +26,23 @@ void launch_binary(SeOp op, const at::Tensor& out, const at::Tensor& a, const at
 // it: one launch where a multiply and an add would take two.
 void launch_add_scaled(SeOp op, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
                        uint64_t alpha_bits);
+// One step of a pointwise program (the `pointwise` kernel): dst = op(src...), over the
+// slots below; `imm` is the bit pattern, in the step's input dtype, that kImm sources read.
+struct PwStep {
+  SeOp op;
+  int dst;
+  std::array<int, 3> src{0, 0, 0};
+  uint64_t imm = 0;
+};
+namespace pw {
+constexpr int kA = 0, kB = 1, kC = 2;     // the inputs
+constexpr int kT0 = 3, kT1 = 4, kT2 = 5;  // scratch
+constexpr int kOut = 6, kImm = 15;        // the output; the step's immediate
+constexpr size_t kMaxSteps = 6;
+}  // namespace pw
+// Runs up to pw::kMaxSteps SE steps over up to three inputs of out's dtype in one launch.
+void launch_pointwise(const at::Tensor& out, const std::vector<at::Tensor>& inputs,
+                      const std::vector<PwStep>& steps);
 // out = a op scalar, the scalar given as a bit pattern of a's dtype.
 void launch_binary_scalar(SeOp op, const at::Tensor& out, const at::Tensor& a, uint64_t bits);
 void launch_cast(const at::Tensor& out, const at::Tensor& in);

@@ -591,13 +591,17 @@ Tensor& addcdiv_out(const Tensor& self, const Tensor& t1, const Tensor& t2,
   return out;
 }
 
-// --- activation backward (composed, in float32 for the narrow dtypes) -------------------------
+// --- activation backward (one pointwise launch, in float32 for the narrow dtypes) --------------
 
-// 1 - x, into a new tensor of acc dtype.
-Tensor one_minus(const Tensor& x, ScalarType acc) {
-  Tensor r = empty_device(x.sizes(), acc);
-  apply_binary(MTIA_PE_SE_SUB, r, at::scalar_tensor(1.0, at::kDouble), x, acc, acc);
-  return r;
+// out = a pointwise program over `inputs`, computed in `compute` (inputs cast to it on the
+// device when they differ) and written into out through a cast when out's dtype differs.
+void pointwise_into(const Tensor& out, const std::vector<Tensor>& inputs, ScalarType compute,
+                    const std::vector<PwStep>& steps) {
+  std::vector<Tensor> in;
+  for (const Tensor& t : inputs) in.push_back(as_dtype(t, compute));
+  const Tensor r = out.scalar_type() == compute ? out : empty_device(out.sizes(), compute);
+  launch_pointwise(r, in, steps);
+  write_into(out, r);
 }
 
 Tensor& tanh_backward_out(const Tensor& grad, const Tensor& y, Tensor& grad_input) {
@@ -607,13 +611,14 @@ Tensor& tanh_backward_out(const Tensor& grad, const Tensor& y, Tensor& grad_inpu
   if (!is_kernel_float(dt)) {
     return run_on_cpu<ATEN_OP2(tanh_backward, grad_input)>(dtype_reason(dt), grad, y, grad_input);
   }
-  // grad * (1 - y^2)
+  // grad * (1 - y^2), one launch
+  using namespace pw;
   const ScalarType acc = acc_dtype(dt);
-  Tensor t = empty_device(grad_input.sizes(), acc);
-  apply_binary(MTIA_PE_SE_MUL, t, y, y, acc, acc);
-  t = one_minus(t, acc);
-  apply_binary(MTIA_PE_SE_MUL, t, grad, t, acc, acc);
-  write_into(grad_input, t);
+  const uint64_t one = scalar_bits(1.0, acc);
+  pointwise_into(grad_input, {grad, y}, acc,
+                 {{MTIA_PE_SE_MUL, kT0, {kB, kB}},
+                  {MTIA_PE_SE_SUB, kT0, {kImm, kT0}, one},
+                  {MTIA_PE_SE_MUL, kOut, {kA, kT0}}});
   return grad_input;
 }
 
@@ -625,12 +630,13 @@ Tensor& sigmoid_backward_out(const Tensor& grad, const Tensor& y, Tensor& grad_i
     return run_on_cpu<ATEN_OP2(sigmoid_backward, grad_input)>(dtype_reason(dt), grad, y,
                                                               grad_input);
   }
-  // grad * (1 - y) * y
+  // grad * (1 - y) * y, one launch
+  using namespace pw;
   const ScalarType acc = acc_dtype(dt);
-  Tensor t = one_minus(y.expand(grad_input.sizes()), acc);
-  apply_binary(MTIA_PE_SE_MUL, t, grad, t, acc, acc);
-  apply_binary(MTIA_PE_SE_MUL, t, t, y, acc, acc);
-  write_into(grad_input, t);
+  pointwise_into(grad_input, {grad, y}, acc,
+                 {{MTIA_PE_SE_SUB, kT0, {kImm, kB}, scalar_bits(1.0, acc)},
+                  {MTIA_PE_SE_MUL, kT0, {kA, kT0}},
+                  {MTIA_PE_SE_MUL, kOut, {kT0, kB}}});
   return grad_input;
 }
 
@@ -641,18 +647,26 @@ Tensor& silu_backward_out(const Tensor& grad, const Tensor& x, Tensor& grad_inpu
   if (!is_kernel_float(dt)) {
     return run_on_cpu<ATEN_OP2(silu_backward, grad_input)>(dtype_reason(dt), grad, x, grad_input);
   }
-  // grad * s * (1 + x * (1 - s)), s = sigmoid(x)
+  // grad * s * (1 + x * (1 - s)), s = sigmoid(x), one launch
+  using namespace pw;
   const ScalarType acc = acc_dtype(dt);
-  const at::IntArrayRef sizes = grad_input.sizes();
-  Tensor s = empty_device(sizes, acc);
-  apply_unary(MTIA_PE_SE_SIGMOID, s, x, acc, acc);
-  Tensor u = one_minus(s, acc);
-  apply_binary(MTIA_PE_SE_MUL, u, x, u, acc, acc);
-  apply_binary_scalar(MTIA_PE_SE_ADD, u, u, 1.0, acc);
-  apply_binary(MTIA_PE_SE_MUL, s, grad, s, acc, acc);
-  apply_binary(MTIA_PE_SE_MUL, s, s, u, acc, acc);
-  write_into(grad_input, s);
+  const uint64_t one = scalar_bits(1.0, acc);
+  pointwise_into(grad_input, {grad, x}, acc,
+                 {{MTIA_PE_SE_SIGMOID, kT0, {kB}},
+                  {MTIA_PE_SE_SUB, kT1, {kImm, kT0}, one},
+                  {MTIA_PE_SE_MUL, kT1, {kB, kT1}},
+                  {MTIA_PE_SE_ADD, kT1, {kT1, kImm}, one},
+                  {MTIA_PE_SE_MUL, kT0, {kA, kT0}},
+                  {MTIA_PE_SE_MUL, kOut, {kT0, kT1}}});
   return grad_input;
+}
+
+// The functional form has a CompositeImplicitAutograd kernel (six ops) that a backend kernel
+// replaces, as CUDA's does; autograd keeps its own formula for the double backward.
+Tensor silu_backward(const Tensor& grad, const Tensor& x) {
+  const ScalarType dt = at::result_type(grad, x);
+  Tensor grad_input = at::empty(at::infer_size(grad.sizes(), x.sizes()), grad.options().dtype(dt));
+  return silu_backward_out(grad, x, grad_input);
 }
 
 Tensor& threshold_backward_out(const Tensor& grad, const Tensor& self, const c10::Scalar& threshold,
@@ -664,13 +678,11 @@ Tensor& threshold_backward_out(const Tensor& grad, const Tensor& self, const c10
     return run_on_cpu<ATEN_OP2(threshold_backward, grad_input)>(dtype_reason(dt), grad, self,
                                                                 threshold, grad_input);
   }
-  // where(self <= threshold, 0, grad)
-  Tensor mask = empty_device(grad_input.sizes(), at::kBool);
-  apply_binary(MTIA_PE_SE_LE, mask, self, at::scalar_tensor(threshold), dt, at::kBool);
-  const Tensor target =
-      grad_input.scalar_type() == dt ? grad_input : empty_like_dtype(grad_input, dt);
-  launch_where(target, mask, device_scalar(0, dt), as_dtype(grad, dt));
-  write_into(grad_input, target);
+  // where(self <= threshold, 0, grad), one launch
+  using namespace pw;
+  pointwise_into(grad_input, {grad, self}, dt,
+                 {{MTIA_PE_SE_LE, kT0, {kB, kImm}, scalar_bits(threshold, dt)},
+                  {MTIA_PE_SE_SELECT, kOut, {kT0, kImm, kA}, scalar_bits(0, dt)}});
   return grad_input;
 }
 
@@ -797,6 +809,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("tanh_backward.grad_input", TORCH_FN(tanh_backward_out));
   m.impl("sigmoid_backward.grad_input", TORCH_FN(sigmoid_backward_out));
   m.impl("silu_backward.grad_input", TORCH_FN(silu_backward_out));
+  m.impl("silu_backward", TORCH_FN(silu_backward));
   m.impl("threshold_backward.grad_input", TORCH_FN(threshold_backward_out));
   m.impl("mse_loss", TORCH_FN(mse_loss));
   m.impl("mse_loss.out", TORCH_FN(mse_loss_out));

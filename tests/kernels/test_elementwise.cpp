@@ -1,6 +1,7 @@
-// fill, copy, cast, unary, binary, add_scaled, binary_scalar, where and clamp against nested-loop
-// references, for every dtype they take, with strided, transposed, padded and broadcast
-// operands, shapes that are not multiples of any chunk size, and grids of 1, 4 and 64 PEs.
+// fill, copy, cast, unary, binary, add_scaled, binary_scalar, where, clamp and pointwise against
+// nested-loop references, for every dtype they take, with strided, transposed, padded and
+// broadcast operands, shapes that are not multiples of any chunk size, and grids of 1, 4 and 64
+// PEs.
 #include <catch2/catch.hpp>
 
 #include "check.h"
@@ -291,6 +292,131 @@ TEST_CASE("add_scaled adds or subtracts alpha times a broadcast tensor", "[kerne
   CHECK(run(MTIA_PE_SE_MUL, kF32).status() == MTIA_KSTATUS_BAD_OP);
   CHECK(run(MTIA_PE_SE_ADD, kBool).status() == MTIA_KSTATUS_BAD_DTYPE);
   CHECK(run(MTIA_PE_SE_ADD, kF32).ok());
+}
+
+namespace {
+
+// One step of a pointwise program (kernels/lib/elementwise.c): dst = op(src0, src1, src2).
+struct PwStep {
+  uint8_t op, dst, s0 = 0, s1 = 0, s2 = 0;
+  uint64_t imm = 0;
+};
+constexpr uint8_t kPwA = 0, kPwB = 1, kPwC = 2, kPwT0 = 3, kPwT1 = 4, kPwOut = 6, kPwImm = 15;
+
+LaunchResult launch_pointwise(Device& dev, uint8_t dt, Tensor& out,
+                              const std::vector<const Tensor*>& in,
+                              const std::vector<PwStep>& steps, uint32_t pes,
+                              const std::vector<Shape>& strides = {}) {
+  std::vector<Arg> args{ptr(out.addr)};
+  for (size_t i = 0; i < 3; ++i) args.push_back(ptr(i < in.size() ? in[i]->addr : out.addr));
+  args.push_back(dtype(dt));
+  args.push_back(i64(static_cast<int64_t>(in.size())));
+  args.push_back(i64(static_cast<int64_t>(steps.size())));
+  for (size_t k = 0; k < 6; ++k) {
+    const PwStep s = k < steps.size() ? steps[k] : PwStep{0, 0};
+    args.push_back(
+        i64(k < steps.size() ? s.op | s.dst << 8 | s.s0 << 12 | s.s1 << 16 | s.s2 << 20 : 0));
+  }
+  for (size_t k = 0; k < 6; ++k) {
+    args.push_back(i64(static_cast<int64_t>(k < steps.size() ? steps[k].imm : 0)));
+  }
+  args = cat(cat(args, out.size_args()), out.stride_args());
+  for (size_t i = 0; i < 3; ++i) {
+    if (i < strides.size()) {
+      for (int64_t v : strides[i]) args.push_back(i64(v));
+    } else {
+      args = cat(args, i < in.size() ? in[i]->stride_args() : out.stride_args());
+    }
+  }
+  return dev.launch(lib(), "pointwise", args, grid(pes));
+}
+
+}  // namespace
+
+TEST_CASE("pointwise runs a program of SE steps in one launch", "[kernels][elementwise]") {
+  std::mt19937 rng(12);
+  // grad * s * (1 + x * (1 - s)), s = sigmoid(x): SiLU's backward, scratch and immediates.
+  for (uint8_t dt : {kF32, kBF16}) {
+    for (uint32_t pes : {1u, 4u, 64u}) {
+      Device dev;
+      const Shape size{2, 3, 37, 41};
+      Tensor g = make_tensor(dev, dt, size, odd_strides(size));
+      Tensor x = make_tensor(dev, dt, size);
+      randomize(dev, g, rng, -2, 2);
+      randomize(dev, x, rng, -4, 4);
+      Tensor out = make_tensor(dev, dt, size);
+      const uint64_t one = bits_of(dt, 1.0);
+      auto r = launch_pointwise(dev, dt, out, {&g, &x},
+                                {{MTIA_PE_SE_SIGMOID, kPwT0, kPwB},
+                                 {MTIA_PE_SE_SUB, kPwT1, kPwImm, kPwT0, 0, one},
+                                 {MTIA_PE_SE_MUL, kPwT1, kPwB, kPwT1},
+                                 {MTIA_PE_SE_ADD, kPwT1, kPwT1, kPwImm, 0, one},
+                                 {MTIA_PE_SE_MUL, kPwT0, kPwA, kPwT0},
+                                 {MTIA_PE_SE_MUL, kPwOut, kPwT0, kPwT1}},
+                                pes);
+      expect_ok(r);
+      CHECK(r.stats.eltwise >= 6);  // six SE steps per chunk, in the one launch
+      check_tensor(
+          dev, out,
+          [&](const Shape& i) {
+            const double s = ref_unary(MTIA_PE_SE_SIGMOID, dt, x.at(i));
+            double u = ref_binary(MTIA_PE_SE_SUB, dt, 1.0, s);
+            u = ref_binary(MTIA_PE_SE_MUL, dt, x.at(i), u);
+            u = ref_binary(MTIA_PE_SE_ADD, dt, u, 1.0);
+            return ref_binary(MTIA_PE_SE_MUL, dt, ref_binary(MTIA_PE_SE_MUL, dt, g.at(i), s), u);
+          },
+          tol_for(dt), std::string("silu backward ") + dt_name(dt));
+    }
+  }
+  // A bool scratch from a comparison picks between an immediate and an input; the third input
+  // is broadcast and clamps the result.
+  for (uint8_t dt : {kF32, kI32, kF16}) {
+    Device dev;
+    const Shape size{1, 4, 29, 53};
+    Tensor a = make_tensor(dev, dt, size);
+    Tensor b = make_tensor(dev, dt, size, odd_strides(size));
+    Tensor hi = make_tensor(dev, dt, {1, 1, 1, 53});
+    randomize(dev, a, rng, -4, 4);
+    randomize(dev, b, rng, -4, 4);
+    randomize(dev, hi, rng, -2, 2);
+    Tensor out = make_tensor(dev, dt, size);
+    const double thr = dt_float(dt) ? 0.5 : 1;
+    auto r = launch_pointwise(dev, dt, out, {&a, &b, &hi},
+                              {{MTIA_PE_SE_LE, kPwT0, kPwB, kPwImm, 0, bits_of(dt, thr)},
+                               {MTIA_PE_SE_SELECT, kPwT1, kPwT0, kPwImm, kPwA, bits_of(dt, 0)},
+                               {MTIA_PE_SE_MIN, kPwOut, kPwT1, kPwC}},
+                              4, {a.stride, b.stride, Shape{0, 0, 0, hi.stride[3]}});
+    expect_ok(r);
+    check_tensor(
+        dev, out,
+        [&](const Shape& i) {
+          const double picked = b.at(i) <= thr ? 0.0 : a.at(i);
+          return std::min(picked, hi.at({0, 0, 0, i[3]}));
+        },
+        {0, 0}, std::string("threshold, select and min ") + dt_name(dt));
+  }
+  // Bad programs come back as a status.
+  Device dev;
+  const Shape size{1, 1, 4, 4};
+  Tensor a = make_tensor(dev, kF32, size);
+  Tensor out = make_tensor(dev, kF32, size);
+  auto run = [&](const std::vector<PwStep>& steps, uint8_t dt = kF32) {
+    return launch_pointwise(dev, dt, out, {&a}, steps, 1).status();
+  };
+  CHECK(run({{MTIA_PE_SE_NEG, kPwOut, kPwA}}) == MTIA_KSTATUS_OK);
+  CHECK(run({}) == MTIA_KSTATUS_BAD_OP);                                  // no steps
+  CHECK(run({{MTIA_PE_SE_NEG, kPwOut, kPwB}}) == MTIA_KSTATUS_BAD_OP);    // b not given
+  CHECK(run({{MTIA_PE_SE_NEG, kPwOut, kPwT0}}) == MTIA_KSTATUS_BAD_OP);   // read before written
+  CHECK(run({{MTIA_PE_SE_NEG, kPwA, kPwA}}) == MTIA_KSTATUS_BAD_OP);      // writes an input
+  CHECK(run({{MTIA_PE_SE_NEG, kPwT0, kPwA}}) == MTIA_KSTATUS_BAD_DTYPE);  // output not written
+  CHECK(run({{MTIA_PE_SE_GT, kPwOut, kPwA, kPwImm}}) == MTIA_KSTATUS_BAD_DTYPE);  // bool output
+  CHECK(run({{MTIA_PE_SE_NEG, kPwOut, kPwA, kPwT0}}) == MTIA_KSTATUS_BAD_OP);     // extra source
+  CHECK(run({{200, kPwOut, kPwA}}) == MTIA_KSTATUS_BAD_OP);
+  CHECK(run({{MTIA_PE_SE_SELECT, kPwOut, kPwA, kPwA, kPwA}}) == MTIA_KSTATUS_BAD_DTYPE);  // cond
+  CHECK(run({{MTIA_PE_SE_BNOT, kPwOut, kPwA}}) == MTIA_KSTATUS_BAD_DTYPE);  // not on floats
+  CHECK(run({{MTIA_PE_SE_NEG, kPwOut, kPwA}}, kBool) == MTIA_KSTATUS_BAD_DTYPE);
+  std::vector<PwStep> seven(7, PwStep{MTIA_PE_SE_NEG, kPwOut, kPwA});
+  CHECK(run(seven) == MTIA_KSTATUS_BAD_OP);  // more than six steps
 }
 
 TEST_CASE("where selects between two tensors by a broadcast condition", "[kernels][elementwise]") {

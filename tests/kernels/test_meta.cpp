@@ -43,6 +43,21 @@ const std::map<std::string, std::string> kExpected = {
      "iiii"
      "iiii"
      "iiii"},
+    {"add_scaled",
+     "pppiti"
+     "iiii"
+     "iiii"
+     "iiii"
+     "iiii"},
+    {"pointwise",
+     "pppptii"
+     "iiiiii"
+     "iiiiii"
+     "iiii"
+     "iiii"
+     "iiii"
+     "iiii"
+     "iiii"},
     {"binary_scalar",
      "ppiti"
      "iiii"
