@@ -212,6 +212,24 @@ void copy_typed(uint8_t* dst, const uint8_t* src, Dim* dims, int k, bool reorder
     });
     return;
   }
+  // One source element spread over a contiguous destination run (a broadcast: a fill, or a
+  // vector expanded along a tile's rows): read once per run, the run is plain stores. Only when
+  // the source is outside the run, where reading it once or per element is the same.
+  if (inner.ds == sizeof(T) && inner.ss == 0) {
+    const uint64_t row = inner.n * sizeof(T);
+    for_each_outer(dims, k - 1, [&](uint64_t doff, uint64_t soff) {
+      uint8_t* d = dst + doff;
+      const uint8_t* s = src + soff;
+      if (s + sizeof(T) <= d || s >= d + row) {
+        T v;
+        std::memcpy(&v, s, sizeof v);
+        for (uint64_t i = 0; i < inner.n; ++i) std::memcpy(d + i * sizeof v, &v, sizeof v);
+      } else {
+        strided_row<T>(d, inner.ds, s, 0, inner.n);
+      }
+    });
+    return;
+  }
   // Tiling changes the element order, so only when destination elements are distinct; and it
   // pays only when the next dimension is the source's more contiguous one (a transpose).
   if (reorderable && k >= 2 && dims[k - 2].ss < inner.ss) {
