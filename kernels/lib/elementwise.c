@@ -14,7 +14,8 @@
 #include "klib.h"
 #include "ksig.h"
 
-#define EW_MAX_OPS 4 /* the output and up to three inputs */
+#define EW_MAX_IN 5                /* inputs: pointwise takes five, the others three at most */
+#define EW_MAX_OPS (EW_MAX_IN + 1) /* and the output */
 
 /* The iteration space after folding; operand 0 is the output. */
 typedef struct ewview {
@@ -127,8 +128,9 @@ static void ewchunk_at(const ewview* v, const ewchunks* c, uint64_t idx, ewbox* 
 /* ---- The double-buffered elementwise engine ------------------------------------------------ */
 typedef struct ewjob ewjob;
 typedef struct pwprog pwprog;
-/* Computes n outputs from n-element contiguous inputs (in[0..nin)), with in[3..3+ntmp) n-element
- * scratch buffers of the output's element size; waits for its own unit operations. */
+/* Computes n outputs from n-element contiguous inputs (in[0..nin)), with
+ * in[EW_MAX_IN..EW_MAX_IN+ntmp) n-element scratch buffers of the output's element size; waits for
+ * its own unit operations. */
 typedef void (*ew_fn)(const ewjob* j, void* out, void* const* in, uint32_t n);
 
 #define EW_MAX_TMP 3
@@ -136,8 +138,8 @@ typedef void (*ew_fn)(const ewjob* j, void* out, void* const* in, uint32_t n);
 struct ewjob {
   int nin;
   int ntmp; /* scratch buffers fn needs besides the inputs and the output */
-  uint64_t in[3];
-  uint8_t in_dt[3];
+  uint64_t in[EW_MAX_IN];
+  uint8_t in_dt[EW_MAX_IN];
   uint64_t out;
   uint8_t out_dt;
   ew_fn fn;
@@ -155,7 +157,7 @@ static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st)
 
   const uint64_t pe = mtia_pe_id(), pes = mtia_num_pes();
   const unsigned oes = kdt_size(j->out_dt);
-  unsigned ies[3] = {0, 0, 0};
+  unsigned ies[EW_MAX_IN] = {0, 0, 0, 0, 0};
   uint64_t bpe = oes;
   for (int i = 0; i < j->nin; ++i) {
     ies[i] = kdt_size(j->in_dt[i]);
@@ -163,14 +165,14 @@ static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st)
   }
   karena a;
   karena_init(&a);
-  const uint64_t slack = (2u * EW_MAX_OPS + EW_MAX_TMP) * 64u;
+  const uint64_t slack = (2u * (uint64_t)(j->nin + 1) + (uint64_t)j->ntmp) * 64u; /* alignment */
   const uint64_t per = 2 * bpe + (uint64_t)j->ntmp * oes; /* bytes per element of a chunk */
   uint64_t cap = karena_left(&a) > slack ? (karena_left(&a) - slack) / per : 0;
   cap = KMIN(cap, 1u << 16);
   /* Small tensors: spread them over the PEs rather than fill one PE's buffers. */
   cap = KMIN(cap, KMAX(256u, kceil_div(v.total, pes)));
   if (cap == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
-  void* inb[2][3 + EW_MAX_TMP] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}};
+  void* inb[2][EW_MAX_IN + EW_MAX_TMP] = {{0}, {0}};
   void* outb[2];
   for (int set = 0; set < 2; ++set) {
     for (int i = 0; i < j->nin; ++i) inb[set][i] = kalloc(&a, cap * ies[i]);
@@ -178,14 +180,14 @@ static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st)
     if (outb[set] == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
   }
   for (int t = 0; t < j->ntmp; ++t) { /* one set: a chunk's scratch is dead after its compute */
-    inb[0][3 + t] = inb[1][3 + t] = kalloc(&a, cap * oes);
-    if (inb[0][3 + t] == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
+    inb[0][EW_MAX_IN + t] = inb[1][EW_MAX_IN + t] = kalloc(&a, cap * oes);
+    if (inb[0][EW_MAX_IN + t] == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
   }
 
   ewchunks c;
   ewchunks_plan(&c, &v, cap);
   ewbox box[2];
-  mtia_tag_t ld[2][3] = {{0, 0, 0}, {0, 0, 0}};
+  mtia_tag_t ld[2][EW_MAX_IN] = {{0}, {0}};
   mtia_tag_t st_tag[2] = {0, 0};
 
   uint64_t idx = pe;
@@ -558,21 +560,21 @@ int clamp(const uint64_t* args, uint64_t args_bytes) {
 }
 
 /* ---- pointwise -----------------------------------------------------------------------------
- * A short program of SE steps over up to three inputs of one dtype, in one launch, where each
+ * A short program of SE steps over up to five inputs of one dtype, in one launch, where each
  * step would otherwise be a launch and a trip through device memory (a backward formula such
  * as grad * (1 - y * y)). Step k computes
  *   dst = op(src0, src1, src2)     (as many sources as op takes)
- * over slots 0-2 (inputs a, b, c), 3-5 (scratch), 6 (the output) and 15 (the step's
+ * over slots 0-4 (inputs a to e), 5-7 (scratch), 8 (the output) and 15 (the step's
  * immediate, a bit pattern of the step's input dtype), encoded in an i64 as
  *   op | dst << 8 | src0 << 12 | src1 << 16 | src2 << 20.
  * Inputs hold dtype. A step writes scratch or the output, in its op's result dtype: a
  * comparison or logical op gives bool, which a SELECT takes as its condition (src0, a slot);
  * every other source of a step must hold one dtype. The output must end in dtype. */
 #define PW_MAX_STEPS 6
-#define PW_SLOT_TMP 3
-#define PW_SLOT_OUT 6
+#define PW_SLOT_TMP EW_MAX_IN
+#define PW_SLOT_OUT (EW_MAX_IN + EW_MAX_TMP)
 #define PW_SLOT_IMM 15
-#define PW_SLOTS 7
+#define PW_SLOTS (PW_SLOT_OUT + 1)
 
 struct pwprog {
   int n;
@@ -584,8 +586,8 @@ struct pwprog {
 /* Checks the program and fills p; *ntmp = the scratch slots it uses. */
 static int pw_check(pwprog* p, const uint64_t* step, const uint64_t* imm, uint64_t nsteps,
                     uint64_t dt, uint64_t nin, int* ntmp) {
-  if (nsteps == 0 || nsteps > PW_MAX_STEPS || nin > 3) return MTIA_KSTATUS_BAD_OP;
-  uint8_t sdt[PW_SLOTS] = {0, 0, 0, 0, 0, 0, 0}; /* 0: not written yet */
+  if (nsteps == 0 || nsteps > PW_MAX_STEPS || nin > EW_MAX_IN) return MTIA_KSTATUS_BAD_OP;
+  uint8_t sdt[PW_SLOTS] = {0}; /* 0: not written yet */
   for (uint64_t i = 0; i < nin; ++i) sdt[i] = (uint8_t)dt;
   *ntmp = 0;
   p->n = (int)nsteps;
@@ -650,7 +652,9 @@ static int pw_check(pwprog* p, const uint64_t* step, const uint64_t* imm, uint64
 
 static void fn_pointwise(const ewjob* j, void* out, void* const* in, uint32_t n) {
   const pwprog* p = j->pw;
-  void* const slot[PW_SLOTS] = {in[0], in[1], in[2], in[3], in[4], in[5], out};
+  void* slot[PW_SLOTS];
+  for (int i = 0; i < PW_SLOT_OUT; ++i) slot[i] = in[i];
+  slot[PW_SLOT_OUT] = out;
   for (int k = 0; k < p->n; ++k) {
     mtia_pe_se_desc d;
     MTIA_ZERO_(d);
@@ -673,16 +677,17 @@ static void fn_pointwise(const ewjob* j, void* out, void* const* in, uint32_t n)
 }
 
 typedef struct {
-  uint64_t out, a, b, c, dtype, nin, nsteps;
+  uint64_t out, in[EW_MAX_IN], dtype, nin, nsteps;
   uint64_t step[PW_MAX_STEPS], imm[PW_MAX_STEPS];
-  int64_t size[4], out_st[4], a_st[4], b_st[4], c_st[4];
+  int64_t size[4], st[EW_MAX_OPS][4]; /* the output's strides, then each input's */
 } pointwise_args;
 
 MTIA_KERNEL(pointwise,
-            "out:ptr a:ptr b:ptr c:ptr dtype:dtype nin:i64 nsteps:i64 step0:i64 "
-            "step1:i64 step2:i64 step3:i64 step4:i64 step5:i64 imm0:i64 imm1:i64 "
-            "imm2:i64 imm3:i64 imm4:i64 imm5:i64 " KSIG_SIZES " " KSIG_STRIDES(
-                "out") " " KSIG_STRIDES("a") " " KSIG_STRIDES("b") " " KSIG_STRIDES("c"));
+            "out:ptr a:ptr b:ptr c:ptr d:ptr e:ptr dtype:dtype nin:i64 nsteps:i64 "
+            "step0:i64 step1:i64 step2:i64 step3:i64 step4:i64 step5:i64 imm0:i64 "
+            "imm1:i64 imm2:i64 imm3:i64 imm4:i64 imm5:i64 " KSIG_SIZES
+            " " KSIG_STRIDES("out") " " KSIG_STRIDES("a") " " KSIG_STRIDES("b") " " KSIG_STRIDES(
+                "c") " " KSIG_STRIDES("d") " " KSIG_STRIDES("e"));
 int pointwise(const uint64_t* args, uint64_t args_bytes) {
   MTIA_KERNEL_ARGS(pointwise_args, A);
   if (kdt_size(A->dtype) == 0 || A->dtype == MTIA_PE_DT_BOOL) return MTIA_KSTATUS_BAD_DTYPE;
@@ -692,15 +697,16 @@ int pointwise(const uint64_t* args, uint64_t args_bytes) {
   const int s = pw_check(&p, A->step, A->imm, A->nsteps, A->dtype, A->nin, &j.ntmp);
   if (s != MTIA_KSTATUS_OK) return s;
   j.nin = (int)A->nin;
-  j.in[0] = A->a;
-  j.in[1] = A->b;
-  j.in[2] = A->c;
-  j.in_dt[0] = j.in_dt[1] = j.in_dt[2] = (uint8_t)A->dtype;
+  const int64_t* st[EW_MAX_OPS] = {A->st[0]};
+  for (int i = 0; i < EW_MAX_IN; ++i) {
+    j.in[i] = A->in[i];
+    j.in_dt[i] = (uint8_t)A->dtype;
+    st[i + 1] = A->st[i + 1];
+  }
   j.out = A->out;
   j.out_dt = (uint8_t)A->dtype;
   j.dt = (uint8_t)A->dtype;
   j.fn = fn_pointwise;
   j.pw = &p;
-  const int64_t* st[4] = {A->out_st, A->a_st, A->b_st, A->c_st};
   return ew_run(&j, A->size, st);
 }

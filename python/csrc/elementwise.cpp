@@ -45,7 +45,7 @@ uint8_t dtype_code(const at::Tensor& t) {
 // Runs an elementwise kernel over `out` and `inputs`: its arguments are head(pointers) (the
 // operands' element-0 addresses, out first), then the 4 sizes, then 4 strides per operand.
 template <class Head>
-void run(std::string_view kernel, const at::Tensor& out, std::initializer_list<at::Tensor> inputs,
+void run(std::string_view kernel, const at::Tensor& out, const std::vector<at::Tensor>& inputs,
          Head&& head) {
   if (out.numel() == 0) return;
   std::vector<const at::Tensor*> ops{&out};
@@ -103,20 +103,21 @@ void launch_add_scaled(SeOp op, const at::Tensor& out, const at::Tensor& a, cons
 
 void launch_pointwise(const at::Tensor& out, const std::vector<at::Tensor>& inputs,
                       const std::vector<PwStep>& steps) {
-  TORCH_INTERNAL_ASSERT(inputs.size() <= 3 && !steps.empty() && steps.size() <= pw::kMaxSteps,
-                        "pointwise takes up to 3 inputs and ", pw::kMaxSteps, " steps");
+  TORCH_INTERNAL_ASSERT(
+      inputs.size() <= pw::kMaxInputs && !steps.empty() && steps.size() <= pw::kMaxSteps,
+      "pointwise takes up to ", pw::kMaxInputs, " inputs and ", pw::kMaxSteps, " steps");
   for (const at::Tensor& t : inputs) {
     TORCH_INTERNAL_ASSERT(t.scalar_type() == out.scalar_type(), "pointwise inputs differ in dtype");
   }
   const uint8_t dt = dtype_code(out);
-  const int64_t nin = int64_t(inputs.size());
   // Unused inputs: the output stands in (its strides are valid; the kernel does not read it).
-  const at::Tensor& a = nin > 0 ? inputs[0] : out;
-  const at::Tensor& b = nin > 1 ? inputs[1] : out;
-  const at::Tensor& c = nin > 2 ? inputs[2] : out;
-  run("pointwise", out, {a, b, c}, [&](const std::vector<mtia::DevicePtr>& p) {
-    std::vector<mtia::Arg> args{
-        p[0], p[1], p[2], p[3], mtia::Arg::dtype(dt), nin, int64_t(steps.size())};
+  std::vector<at::Tensor> operands = inputs;
+  operands.resize(pw::kMaxInputs, out);
+  run("pointwise", out, operands, [&](const std::vector<mtia::DevicePtr>& p) {
+    std::vector<mtia::Arg> args(p.begin(), p.end());
+    args.emplace_back(mtia::Arg::dtype(dt));
+    args.emplace_back(int64_t(inputs.size()));
+    args.emplace_back(int64_t(steps.size()));
     for (size_t k = 0; k < pw::kMaxSteps; ++k) {
       int64_t w = 0;
       if (k < steps.size()) {
@@ -130,6 +131,15 @@ void launch_pointwise(const at::Tensor& out, const std::vector<at::Tensor>& inpu
     }
     return args;
   });
+}
+
+void apply_pointwise(const at::Tensor& out, const std::vector<at::Tensor>& inputs,
+                     at::ScalarType compute, const std::vector<PwStep>& steps) {
+  std::vector<at::Tensor> in;
+  for (const at::Tensor& t : inputs) in.push_back(as_dtype(t, compute));
+  const at::Tensor r = out.scalar_type() == compute ? out : empty_device(out.sizes(), compute);
+  launch_pointwise(r, in, steps);
+  write_into(out, r);
 }
 
 void launch_binary_scalar(SeOp op, const at::Tensor& out, const at::Tensor& a, uint64_t bits) {

@@ -35,12 +35,12 @@ struct PwStep {
   uint64_t imm = 0;
 };
 namespace pw {
-constexpr int kA = 0, kB = 1, kC = 2;     // the inputs
-constexpr int kT0 = 3, kT1 = 4, kT2 = 5;  // scratch
-constexpr int kOut = 6, kImm = 15;        // the output; the step's immediate
-constexpr size_t kMaxSteps = 6;
+constexpr int kA = 0, kB = 1, kC = 2, kD = 3, kE = 4;  // the inputs
+constexpr int kT0 = 5, kT1 = 6, kT2 = 7;               // scratch
+constexpr int kOut = 8, kImm = 15;                     // the output; the step's immediate
+constexpr size_t kMaxInputs = 5, kMaxSteps = 6;
 }  // namespace pw
-// Runs up to pw::kMaxSteps SE steps over up to three inputs of out's dtype in one launch.
+// Runs up to pw::kMaxSteps SE steps over up to five inputs of out's dtype in one launch.
 void launch_pointwise(const at::Tensor& out, const std::vector<at::Tensor>& inputs,
                       const std::vector<PwStep>& steps);
 // out = a op scalar, the scalar given as a bit pattern of a's dtype.
@@ -77,6 +77,9 @@ void apply_unary(SeOp op, const at::Tensor& out, const at::Tensor& in, at::Scala
 // the kernel's immediate when it can (b, or a for a commutative/mirrored op).
 void apply_binary(SeOp op, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
                   at::ScalarType compute, at::ScalarType result);
+// out = a pointwise program over `inputs`, the same way (inputs broadcast to out's sizes).
+void apply_pointwise(const at::Tensor& out, const std::vector<at::Tensor>& inputs,
+                     at::ScalarType compute, const std::vector<PwStep>& steps);
 // out = a op scalar (in compute dtype).
 void apply_binary_scalar(SeOp op, const at::Tensor& out, const at::Tensor& a,
                          const c10::Scalar& scalar, at::ScalarType compute);

@@ -92,13 +92,13 @@ Tensor& softmax_backward_out(const Tensor& grad, const Tensor& y, int64_t dim,
   }
   if (grad.numel() == 0) return grad_input;
   const int64_t d = grad.dim() == 0 ? 0 : at::maybe_wrap_dim(dim, grad.dim());
+  using namespace pw;
   const Tensor g = as_dtype(grad, at::kFloat);
   Tensor t = empty_device(grad.sizes(), at::kFloat);
   apply_binary(MTIA_PE_SE_MUL, t, g, y, at::kFloat, at::kFloat);
   const Tensor s = sum_keepdim(t, d);
-  apply_binary(MTIA_PE_SE_SUB, t, g, s, at::kFloat, at::kFloat);
-  apply_binary(MTIA_PE_SE_MUL, t, t, y, at::kFloat, at::kFloat);
-  write_into(grad_input, t);
+  apply_pointwise(grad_input, {g, s, y}, at::kFloat,
+                  {{MTIA_PE_SE_SUB, kT0, {kA, kB}}, {MTIA_PE_SE_MUL, kOut, {kT0, kC}}});
   return grad_input;
 }
 
@@ -114,13 +114,13 @@ Tensor& log_softmax_backward_out(const Tensor& grad, const Tensor& y, int64_t di
   }
   if (grad.numel() == 0) return grad_input;
   const int64_t d = grad.dim() == 0 ? 0 : at::maybe_wrap_dim(dim, grad.dim());
+  using namespace pw;
   const Tensor g = as_dtype(grad, at::kFloat);
   const Tensor s = sum_keepdim(g, d);
-  Tensor t = empty_device(grad.sizes(), at::kFloat);
-  apply_unary(MTIA_PE_SE_EXP, t, y, at::kFloat, at::kFloat);
-  apply_binary(MTIA_PE_SE_MUL, t, t, s, at::kFloat, at::kFloat);
-  apply_binary(MTIA_PE_SE_SUB, t, g, t, at::kFloat, at::kFloat);
-  write_into(grad_input, t);
+  apply_pointwise(grad_input, {g, y, s}, at::kFloat,
+                  {{MTIA_PE_SE_EXP, kT0, {kB}},
+                   {MTIA_PE_SE_MUL, kT0, {kT0, kC}},
+                   {MTIA_PE_SE_SUB, kOut, {kA, kT0}}});
   return grad_input;
 }
 
@@ -201,9 +201,10 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
   const Tensor dy = as_dtype(grad_out.reshape({M, N}), f32);
   const Tensor mu = as_dtype(mean.reshape({M, 1}), f32);
   const Tensor rs = as_dtype(rstd.reshape({M, 1}), f32);
+  using namespace pw;
   Tensor xhat = empty_device({M, N}, f32);
-  apply_binary(MTIA_PE_SE_SUB, xhat, x, mu, f32, f32);
-  apply_binary(MTIA_PE_SE_MUL, xhat, xhat, rs, f32, f32);
+  apply_pointwise(xhat, {x, mu, rs}, f32,
+                  {{MTIA_PE_SE_SUB, kT0, {kA, kB}}, {MTIA_PE_SE_MUL, kOut, {kT0, kC}}});
   if (dB.defined()) {
     Tensor s = empty_device({N}, f32);
     reduce_into(ReduceOp::kSum, s, dy, {0}, false);
@@ -227,11 +228,12 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
     apply_binary(MTIA_PE_SE_MUL, t, g, xhat, f32, f32);
     Tensor b = empty_device({M, 1}, f32);
     reduce_into(ReduceOp::kMean, b, t, {1}, true);
-    apply_binary(MTIA_PE_SE_MUL, t, xhat, b, f32, f32);  // xhat * mean(g * xhat)
-    apply_binary(MTIA_PE_SE_SUB, xhat, g, a, f32, f32);  // g - mean(g)  (xhat reused)
-    apply_binary(MTIA_PE_SE_SUB, xhat, xhat, t, f32, f32);
-    apply_binary(MTIA_PE_SE_MUL, xhat, xhat, rs, f32, f32);
-    write_into(dX.view({M, N}), xhat);
+    // ((g - mean(g)) - xhat * mean(g * xhat)) * rstd
+    apply_pointwise(dX.view({M, N}), {g, a, xhat, b, rs}, f32,
+                    {{MTIA_PE_SE_SUB, kT0, {kA, kB}},
+                     {MTIA_PE_SE_MUL, kT1, {kC, kD}},
+                     {MTIA_PE_SE_SUB, kT0, {kT0, kT1}},
+                     {MTIA_PE_SE_MUL, kOut, {kT0, kE}}});
   }
   return {dX, dW, dB};
 }

@@ -593,17 +593,6 @@ Tensor& addcdiv_out(const Tensor& self, const Tensor& t1, const Tensor& t2,
 
 // --- activation backward (one pointwise launch, in float32 for the narrow dtypes) --------------
 
-// out = a pointwise program over `inputs`, computed in `compute` (inputs cast to it on the
-// device when they differ) and written into out through a cast when out's dtype differs.
-void pointwise_into(const Tensor& out, const std::vector<Tensor>& inputs, ScalarType compute,
-                    const std::vector<PwStep>& steps) {
-  std::vector<Tensor> in;
-  for (const Tensor& t : inputs) in.push_back(as_dtype(t, compute));
-  const Tensor r = out.scalar_type() == compute ? out : empty_device(out.sizes(), compute);
-  launch_pointwise(r, in, steps);
-  write_into(out, r);
-}
-
 Tensor& tanh_backward_out(const Tensor& grad, const Tensor& y, Tensor& grad_input) {
   OutOf<at::meta::structured_tanh_backward> m(grad_input);
   m.meta(grad, y);
@@ -615,10 +604,10 @@ Tensor& tanh_backward_out(const Tensor& grad, const Tensor& y, Tensor& grad_inpu
   using namespace pw;
   const ScalarType acc = acc_dtype(dt);
   const uint64_t one = scalar_bits(1.0, acc);
-  pointwise_into(grad_input, {grad, y}, acc,
-                 {{MTIA_PE_SE_MUL, kT0, {kB, kB}},
-                  {MTIA_PE_SE_SUB, kT0, {kImm, kT0}, one},
-                  {MTIA_PE_SE_MUL, kOut, {kA, kT0}}});
+  apply_pointwise(grad_input, {grad, y}, acc,
+                  {{MTIA_PE_SE_MUL, kT0, {kB, kB}},
+                   {MTIA_PE_SE_SUB, kT0, {kImm, kT0}, one},
+                   {MTIA_PE_SE_MUL, kOut, {kA, kT0}}});
   return grad_input;
 }
 
@@ -633,10 +622,10 @@ Tensor& sigmoid_backward_out(const Tensor& grad, const Tensor& y, Tensor& grad_i
   // grad * (1 - y) * y, one launch
   using namespace pw;
   const ScalarType acc = acc_dtype(dt);
-  pointwise_into(grad_input, {grad, y}, acc,
-                 {{MTIA_PE_SE_SUB, kT0, {kImm, kB}, scalar_bits(1.0, acc)},
-                  {MTIA_PE_SE_MUL, kT0, {kA, kT0}},
-                  {MTIA_PE_SE_MUL, kOut, {kT0, kB}}});
+  apply_pointwise(grad_input, {grad, y}, acc,
+                  {{MTIA_PE_SE_SUB, kT0, {kImm, kB}, scalar_bits(1.0, acc)},
+                   {MTIA_PE_SE_MUL, kT0, {kA, kT0}},
+                   {MTIA_PE_SE_MUL, kOut, {kT0, kB}}});
   return grad_input;
 }
 
@@ -651,13 +640,13 @@ Tensor& silu_backward_out(const Tensor& grad, const Tensor& x, Tensor& grad_inpu
   using namespace pw;
   const ScalarType acc = acc_dtype(dt);
   const uint64_t one = scalar_bits(1.0, acc);
-  pointwise_into(grad_input, {grad, x}, acc,
-                 {{MTIA_PE_SE_SIGMOID, kT0, {kB}},
-                  {MTIA_PE_SE_SUB, kT1, {kImm, kT0}, one},
-                  {MTIA_PE_SE_MUL, kT1, {kB, kT1}},
-                  {MTIA_PE_SE_ADD, kT1, {kT1, kImm}, one},
-                  {MTIA_PE_SE_MUL, kT0, {kA, kT0}},
-                  {MTIA_PE_SE_MUL, kOut, {kT0, kT1}}});
+  apply_pointwise(grad_input, {grad, x}, acc,
+                  {{MTIA_PE_SE_SIGMOID, kT0, {kB}},
+                   {MTIA_PE_SE_SUB, kT1, {kImm, kT0}, one},
+                   {MTIA_PE_SE_MUL, kT1, {kB, kT1}},
+                   {MTIA_PE_SE_ADD, kT1, {kT1, kImm}, one},
+                   {MTIA_PE_SE_MUL, kT0, {kA, kT0}},
+                   {MTIA_PE_SE_MUL, kOut, {kT0, kT1}}});
   return grad_input;
 }
 
@@ -680,9 +669,9 @@ Tensor& threshold_backward_out(const Tensor& grad, const Tensor& self, const c10
   }
   // where(self <= threshold, 0, grad), one launch
   using namespace pw;
-  pointwise_into(grad_input, {grad, self}, dt,
-                 {{MTIA_PE_SE_LE, kT0, {kB, kImm}, scalar_bits(threshold, dt)},
-                  {MTIA_PE_SE_SELECT, kOut, {kT0, kImm, kA}, scalar_bits(0, dt)}});
+  apply_pointwise(grad_input, {grad, self}, dt,
+                  {{MTIA_PE_SE_LE, kT0, {kB, kImm}, scalar_bits(threshold, dt)},
+                   {MTIA_PE_SE_SELECT, kOut, {kT0, kImm, kA}, scalar_bits(0, dt)}});
   return grad_input;
 }
 

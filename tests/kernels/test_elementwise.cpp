@@ -301,14 +301,15 @@ struct PwStep {
   uint8_t op, dst, s0 = 0, s1 = 0, s2 = 0;
   uint64_t imm = 0;
 };
-constexpr uint8_t kPwA = 0, kPwB = 1, kPwC = 2, kPwT0 = 3, kPwT1 = 4, kPwOut = 6, kPwImm = 15;
+constexpr uint8_t kPwA = 0, kPwB = 1, kPwC = 2, kPwD = 3, kPwE = 4, kPwT0 = 5, kPwT1 = 6,
+                  kPwOut = 8, kPwImm = 15;
 
 LaunchResult launch_pointwise(Device& dev, uint8_t dt, Tensor& out,
                               const std::vector<const Tensor*>& in,
                               const std::vector<PwStep>& steps, uint32_t pes,
                               const std::vector<Shape>& strides = {}) {
   std::vector<Arg> args{ptr(out.addr)};
-  for (size_t i = 0; i < 3; ++i) args.push_back(ptr(i < in.size() ? in[i]->addr : out.addr));
+  for (size_t i = 0; i < 5; ++i) args.push_back(ptr(i < in.size() ? in[i]->addr : out.addr));
   args.push_back(dtype(dt));
   args.push_back(i64(static_cast<int64_t>(in.size())));
   args.push_back(i64(static_cast<int64_t>(steps.size())));
@@ -321,7 +322,7 @@ LaunchResult launch_pointwise(Device& dev, uint8_t dt, Tensor& out,
     args.push_back(i64(static_cast<int64_t>(k < steps.size() ? steps[k].imm : 0)));
   }
   args = cat(cat(args, out.size_args()), out.stride_args());
-  for (size_t i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < 5; ++i) {
     if (i < strides.size()) {
       for (int64_t v : strides[i]) args.push_back(i64(v));
     } else {
@@ -394,6 +395,35 @@ TEST_CASE("pointwise runs a program of SE steps in one launch", "[kernels][eleme
           return std::min(picked, hi.at({0, 0, 0, i[3]}));
         },
         {0, 0}, std::string("threshold, select and min ") + dt_name(dt));
+  }
+  // Five inputs, three of them per-row vectors: ((g - a) - x * b) * r, a layer norm's dX.
+  {
+    Device dev;
+    const Shape size{1, 1, 45, 67};
+    Tensor g = make_tensor(dev, kF32, size, odd_strides(size));
+    Tensor x = make_tensor(dev, kF32, size);
+    Tensor a = make_tensor(dev, kF32, {1, 1, 45, 1});
+    Tensor b = make_tensor(dev, kF32, {1, 1, 45, 1});
+    Tensor r = make_tensor(dev, kF32, {1, 1, 45, 1});
+    for (Tensor* t : {&g, &x, &a, &b, &r}) randomize(dev, *t, rng, -2, 2);
+    Tensor out = make_tensor(dev, kF32, size);
+    const Shape row{0, 0, 1, 0};
+    auto res = launch_pointwise(dev, kF32, out, {&g, &a, &x, &b, &r},
+                                {{MTIA_PE_SE_SUB, kPwT0, kPwA, kPwB},
+                                 {MTIA_PE_SE_MUL, kPwT1, kPwC, kPwD},
+                                 {MTIA_PE_SE_SUB, kPwT0, kPwT0, kPwT1},
+                                 {MTIA_PE_SE_MUL, kPwOut, kPwT0, kPwE}},
+                                4, {g.stride, row, x.stride, row, row});
+    expect_ok(res);
+    check_tensor(
+        dev, out,
+        [&](const Shape& i) {
+          const Shape v{0, 0, i[2], 0};
+          const double d = ref_binary(MTIA_PE_SE_SUB, kF32, g.at(i), a.at(v));
+          const double e = ref_binary(MTIA_PE_SE_MUL, kF32, x.at(i), b.at(v));
+          return ref_binary(MTIA_PE_SE_MUL, kF32, ref_binary(MTIA_PE_SE_SUB, kF32, d, e), r.at(v));
+        },
+        tol_for(kF32), "five-input pointwise");
   }
   // Bad programs come back as a status.
   Device dev;

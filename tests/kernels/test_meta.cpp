@@ -50,9 +50,11 @@ const std::map<std::string, std::string> kExpected = {
      "iiii"
      "iiii"},
     {"pointwise",
-     "pppptii"
+     "pppppptii"
      "iiiiii"
      "iiiiii"
+     "iiii"
+     "iiii"
      "iiii"
      "iiii"
      "iiii"
