@@ -1,5 +1,4 @@
-/* Elementwise kernels: fill, copy, cast, unary, binary, add_scaled, binary_scalar, where, clamp,
- * pointwise.
+/* Elementwise kernels: fill, copy, cast, unary, binary, binary_scalar, where, clamp, pointwise.
  *
  * Every operand is a 4-D view (sizes shared by all operands, element strides per operand), so
  * one kernel serves contiguous, strided, transposed and broadcast (stride 0) operands alike:
@@ -240,12 +239,6 @@ static void fn_binary_imm(const ewjob* j, void* out, void* const* in, uint32_t n
   d.dst = kaddr(out);
   mtia_wait(mtia_se_op(&d));
 }
-/* op(a, alpha * b): b's buffer takes the product in place (the chunk's inputs are not read
- * again), then the SE combines it with a. */
-static void fn_binary_scaled(const ewjob* j, void* out, void* const* in, uint32_t n) {
-  kse_imm(MTIA_PE_SE_MUL, j->dt, in[1], in[1], j->imm[0], n);
-  kse(j->op, j->dt, j->out_dt, out, in[0], in[1], 0, n);
-}
 static void fn_cast(const ewjob* j, void* out, void* const* in, uint32_t n) {
   kcast(j->in_dt[0], j->out_dt, out, in[0], n);
 }
@@ -435,39 +428,6 @@ int binary(const uint64_t* args, uint64_t args_bytes) {
   j.op = (uint8_t)A->op;
   j.dt = (uint8_t)A->dtype;
   j.fn = fn_binary;
-  const int64_t* st[3] = {A->out_st, A->a_st, A->b_st};
-  return ew_run(&j, A->size, st);
-}
-
-/* ---- add_scaled ----------------------------------------------------------------------------
- * out = a + alpha * b (op ADD) or a - alpha * b (op SUB), alpha a bit pattern of dtype: the
- * `alpha` of torch.add and torch.sub in one launch. Numeric dtypes; the product is rounded to
- * dtype before the sum, as two launches (mul, then add) would round it. */
-typedef struct {
-  uint64_t out, a, b, op, dtype, alpha;
-  int64_t size[4], out_st[4], a_st[4], b_st[4];
-} add_scaled_args;
-
-MTIA_KERNEL(add_scaled, "out:ptr a:ptr b:ptr op:i64 dtype:dtype alpha:i64 " KSIG_SIZES
-                        " " KSIG_STRIDES("out") " " KSIG_STRIDES("a") " " KSIG_STRIDES("b"));
-int add_scaled(const uint64_t* args, uint64_t args_bytes) {
-  MTIA_KERNEL_ARGS(add_scaled_args, A);
-  if (A->op != MTIA_PE_SE_ADD && A->op != MTIA_PE_SE_SUB) return MTIA_KSTATUS_BAD_OP;
-  int s;
-  const uint8_t out_dt = kse_out_dtype(MTIA_PE_SE_MUL, A->dtype, 2, &s);
-  if (s != MTIA_KSTATUS_OK) return s;
-  ewjob j;
-  MTIA_ZERO_(j);
-  if (kimm_bits(A->dtype, A->alpha, &j.imm[0]) != MTIA_KSTATUS_OK) return MTIA_KSTATUS_BAD_DTYPE;
-  j.nin = 2;
-  j.in[0] = A->a;
-  j.in[1] = A->b;
-  j.in_dt[0] = j.in_dt[1] = (uint8_t)A->dtype;
-  j.out = A->out;
-  j.out_dt = out_dt;
-  j.op = (uint8_t)A->op;
-  j.dt = (uint8_t)A->dtype;
-  j.fn = fn_binary_scaled;
   const int64_t* st[3] = {A->out_st, A->a_st, A->b_st};
   return ew_run(&j, A->size, st);
 }

@@ -91,16 +91,6 @@ void launch_binary(SeOp op, const at::Tensor& out, const at::Tensor& a, const at
   });
 }
 
-void launch_add_scaled(SeOp op, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-                       uint64_t alpha_bits) {
-  TORCH_INTERNAL_ASSERT(a.scalar_type() == b.scalar_type() && out.scalar_type() == a.scalar_type(),
-                        "add_scaled operands differ in dtype");
-  const uint8_t dt = dtype_code(a);
-  run("add_scaled", out, {a, b}, [&](const std::vector<mtia::DevicePtr>& p) {
-    return std::vector<mtia::Arg>{p[0], p[1], p[2], op, mtia::Arg::dtype(dt), int64_t(alpha_bits)};
-  });
-}
-
 void launch_pointwise(const at::Tensor& out, const std::vector<at::Tensor>& inputs,
                       const std::vector<PwStep>& steps) {
   TORCH_INTERNAL_ASSERT(

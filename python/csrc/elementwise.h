@@ -1,5 +1,5 @@
 // Elementwise device work on tensors: one call per library kernel (fill, copy, cast, unary,
-// binary, add_scaled, binary_scalar, where, clamp, pointwise), plus the building blocks the ATen
+// binary, binary_scalar, where, clamp, pointwise), plus the building blocks the ATen
 // ops are made of.
 //
 // Every function takes tensors already on the device in a kernel dtype; inputs are broadcast
@@ -22,10 +22,6 @@ void launch_unary(SeOp op, const at::Tensor& out, const at::Tensor& a);
 // out = a op b. a and b have one dtype; out has it too, or bool for comparisons and logical
 // ops.
 void launch_binary(SeOp op, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
-// out = a + alpha * b (op add) or a - alpha * b (op sub), one dtype, alpha a bit pattern of
-// it: one launch where a multiply and an add would take two.
-void launch_add_scaled(SeOp op, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-                       uint64_t alpha_bits);
 // One step of a pointwise program (the `pointwise` kernel): dst = op(src...), over the
 // slots below; `imm` is the bit pattern, in the step's input dtype, that kImm sources read.
 struct PwStep {

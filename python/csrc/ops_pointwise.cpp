@@ -187,8 +187,9 @@ Tensor& log2_out(const Tensor& self, Tensor& out) {
 
 // --- binary --------------------------------------------------------------------------------
 
-// a + alpha * b (sub: a - alpha * b): one add_scaled launch when the dtype computes in
-// itself; the narrow float dtypes compute in float32 and round once, as the CPU kernels do.
+// a + alpha * b (sub: a - alpha * b): one pointwise launch when the dtype computes in itself
+// (the product rounds before the sum); the narrow float dtypes compute in float32 and round
+// once, as the CPU kernels do.
 Tensor& add_sub(SeOp op, at::TensorIteratorBase& m, Tensor& out, const c10::Scalar& alpha) {
   const ScalarType dt = m.common_dtype();
   const Tensor& a = m.input(0);
@@ -198,8 +199,11 @@ Tensor& add_sub(SeOp op, at::TensorIteratorBase& m, Tensor& out, const c10::Scal
     return out;
   }
   const ScalarType acc = acc_dtype(dt);
-  if (acc == dt && out.scalar_type() == dt && !is_cpu_scalar(a) && !is_cpu_scalar(b)) {
-    launch_add_scaled(op, out, as_dtype(a, dt), as_dtype(b, dt), scalar_bits(alpha, dt));
+  if (acc == dt && !is_cpu_scalar(a) && !is_cpu_scalar(b)) {
+    using namespace pw;
+    apply_pointwise(
+        out, {a, b}, dt,
+        {{MTIA_PE_SE_MUL, kT0, {kB, kImm}, scalar_bits(alpha, dt)}, {op, kOut, {kA, kT0}}});
     return out;
   }
   if (is_cpu_scalar(b)) {

@@ -1,4 +1,4 @@
-// fill, copy, cast, unary, binary, add_scaled, binary_scalar, where, clamp and pointwise against
+// fill, copy, cast, unary, binary, binary_scalar, where, clamp and pointwise against
 // nested-loop references, for every dtype they take, with strided, transposed, padded and
 // broadcast operands, shapes that are not multiples of any chunk size, and grids of 1, 4 and 64
 // PEs.
@@ -242,56 +242,6 @@ TEST_CASE("binary_scalar combines a tensor with an immediate", "[kernels][elemen
           "binary_scalar op " + std::to_string(op) + " " + dt_name(dt));
     }
   }
-}
-
-TEST_CASE("add_scaled adds or subtracts alpha times a broadcast tensor", "[kernels][elementwise]") {
-  std::mt19937 rng(11);
-  for (uint8_t op : {MTIA_PE_SE_ADD, MTIA_PE_SE_SUB}) {
-    for (uint8_t dt : {kF32, kF16, kBF16, kI32, kI8, kI64}) {
-      Device dev;
-      const Shape size{2, 3, 19, 41};
-      Tensor a = make_tensor(dev, dt, size, odd_strides(size));
-      Tensor b = make_tensor(dev, dt, {1, 3, 1, 41});  // broadcast over dims 0 and 2
-      randomize(dev, a, rng, -4, 4);
-      randomize(dev, b, rng, -4, 4);
-      const double alpha = dt_float(dt) ? round_to(dt, -0.3125) : -3;
-      Tensor out = make_tensor(dev, dt, size);
-      const uint32_t pes = dt == kF32 ? 64 : dt == kI32 ? 1 : 4;
-      expect_ok(
-          dev.launch(lib(), "add_scaled",
-                     cat(cat(cat(cat({ptr(out.addr), ptr(a.addr), ptr(b.addr), i64(op), dtype(dt),
-                                      i64(static_cast<int64_t>(bits_of(dt, alpha)))},
-                                     out.size_args()),
-                                 out.stride_args()),
-                             a.stride_args()),
-                         {i64(0), i64(b.stride[1]), i64(0), i64(b.stride[3])}),
-                     grid(pes)));
-      // The product is rounded to dt before the sum, as by two launches.
-      check_tensor(
-          dev, out,
-          [&](const Shape& i) {
-            const double scaled = ref_binary(MTIA_PE_SE_MUL, dt, b.at({0, i[1], 0, i[3]}), alpha);
-            return ref_binary(op, dt, a.at(i), scaled);
-          },
-          tol_for(dt), "add_scaled op " + std::to_string(op) + " " + dt_name(dt));
-    }
-  }
-  // Only add and sub.
-  Device dev;
-  const Shape size{1, 1, 4, 4};
-  Tensor a = make_tensor(dev, kF32, size);
-  auto run = [&](int64_t op, uint8_t dt) {
-    return dev.launch(
-        lib(), "add_scaled",
-        cat(cat(cat(cat({ptr(a.addr), ptr(a.addr), ptr(a.addr), i64(op), dtype(dt), i64(0)},
-                        a.size_args()),
-                    a.stride_args()),
-                a.stride_args()),
-            a.stride_args()));
-  };
-  CHECK(run(MTIA_PE_SE_MUL, kF32).status() == MTIA_KSTATUS_BAD_OP);
-  CHECK(run(MTIA_PE_SE_ADD, kBool).status() == MTIA_KSTATUS_BAD_DTYPE);
-  CHECK(run(MTIA_PE_SE_ADD, kF32).ok());
 }
 
 namespace {

@@ -43,12 +43,6 @@ const std::map<std::string, std::string> kExpected = {
      "iiii"
      "iiii"
      "iiii"},
-    {"add_scaled",
-     "pppiti"
-     "iiii"
-     "iiii"
-     "iiii"
-     "iiii"},
     {"pointwise",
      "pppppptii"
      "iiiiii"

@@ -232,7 +232,7 @@ def test_foreach_ops_match_cpu(no_fallback):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64, torch.bfloat16])
 def test_add_sub_alpha_match_cpu(dtype, no_fallback):
     """add/sub with alpha (an optimizer's update) against the CPU: strided and broadcast
-    operands, in place too; float32 and the integers take one add_scaled launch each."""
+    operands, in place too; float32 and the integers take one pointwise launch each."""
     g = torch.Generator().manual_seed(6)
     a = (torch.randn(9, 37, generator=g) * 8).to(dtype)
     b = (torch.randn(37, 9, generator=g) * 8).to(dtype)
@@ -253,7 +253,7 @@ def test_add_sub_alpha_match_cpu(dtype, no_fallback):
     for g_, w in zip(got, run("cpu")):
         torch.testing.assert_close(g_.double(), w.double(), rtol=tol, atol=tol)
     if dtype != torch.bfloat16:
-        assert counts.get("add_scaled") == 3
+        assert counts.get("pointwise") == 3
         assert "binary_scalar" not in counts
 
 
