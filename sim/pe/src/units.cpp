@@ -813,25 +813,20 @@ void for_each_along(const uint8_t* src, uint32_t rows, uint32_t cols, uint32_t l
   }
 }
 
-// The fp32 sums of for_each_along, each output summed in order along the axis as there, but
-// with independent outputs interleaved: a row sum is a chain of dependent additions, so eight
-// rows at a time keep the adder busy; column sums run along contiguous memory.
-void sum_f32(const uint8_t* src, uint32_t rows, uint32_t cols, uint32_t ld, uint8_t axis,
-             bool squares, float* acc) {
-  auto at = [&](uint32_t r, uint32_t c) { return F32::load(src + (size_t{r} * ld + c) * 4); };
-  auto term = [&](float x) { return squares ? x * x : x; };
-  if (axis == 0) {
-    for (uint32_t r = 0; r < rows; ++r) {
-      for (uint32_t c = 0; c < cols; ++c) acc[c] += term(at(r, c));
-    }
-    return;
-  }
+// for_each_along's fp32 sums along rows (axis 1), each row still summed in order, but eight
+// rows interleaved: a row sum is a chain of dependent additions, so one row at a time leaves
+// the adder waiting on each result.
+void sum_rows_f32(const uint8_t* src, uint32_t rows, uint32_t cols, uint32_t ld, bool squares,
+                  float* acc) {
   constexpr uint32_t kGroup = 8;
   for (uint32_t r = 0; r < rows; r += kGroup) {
     const uint32_t g = std::min(kGroup, rows - r);
     float a[kGroup] = {};
     for (uint32_t c = 0; c < cols; ++c) {
-      for (uint32_t k = 0; k < g; ++k) a[k] += term(at(r + k, c));
+      for (uint32_t k = 0; k < g; ++k) {
+        const float x = F32::load(src + (size_t{r + k} * ld + c) * 4);
+        a[k] += squares ? x * x : x;
+      }
     }
     for (uint32_t k = 0; k < g; ++k) acc[r + k] = a[k];
   }
@@ -855,8 +850,8 @@ void FunctionalUnits::run_reduce(const mtia_pe_re_desc& d) {
         if constexpr (kIsFloat<T>) {
           // fp32 accumulation in order along the axis, rounded once to the output dtype.
           std::vector<float> acc(outputs, 0.0f);
-          if constexpr (std::is_same_v<T, F32>) {
-            sum_f32(src, d.rows, d.cols, d.ld_src, d.axis, squares, acc.data());
+          if (std::is_same_v<T, F32> && d.axis == 1) {
+            sum_rows_f32(src, d.rows, d.cols, d.ld_src, squares, acc.data());
           } else {
             for_each_along<T>(src, d.rows, d.cols, d.ld_src, d.axis,
                               [&](uint32_t i, float x) { acc[i] += squares ? x * x : x; });
