@@ -2,15 +2,18 @@
 // kernel library's `matmul` over the whole 8 x 8 PE grid, for each preset named on the command
 // line (default mtia-v2). For each size it prints
 //  1. the host wall time of the emulated device running the launch (launch + synchronize,
-//     A and B already on the device, best of 3) as a ratio to host OpenBLAS cblas_sgemm on the
-//     same matrices in the same run (target: device / BLAS <= 1.5);
+//     A and B already on the device, best of the runs) as a ratio to host OpenBLAS cblas_sgemm on the
+//     same matrices in the same run (target: device / BLAS <= 1.5), and the host CPU time
+//     (all the process's threads, least of the runs) each side used: on a shared or drifting
+//     machine the CPU times move much less than the wall times;
 //  2. the simulated device time (events around the launch) against the roofline
 //     max(FLOPs / peak fp32 FLOP/s, bytes / DRAM bandwidth);
 //  3. the largest error of the device's C against the BLAS result, relative to the largest
 //     |C| of its row (a plain element-wise ratio blows up where sums cancel to near zero).
-// Usage: bench_gemm [--trace DIR] [--size N]... [preset...]   (run from the build tree; the
-// kernel library path is baked in). --size replaces the default sizes; --trace writes each
-// preset's trace, stats and configuration to DIR/PRESET.
+// Usage: bench_gemm [--trace DIR] [--size N]... [--reps N] [preset...]   (run from the build
+// tree; the kernel library path is baked in). --size replaces the default sizes; --reps the
+// default 3 runs of each side (more, to profile the launches); --trace writes each preset's
+// trace, stats and configuration to DIR/PRESET.
 #include <cblas.h>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <random>
 #include <string>
@@ -32,13 +36,26 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint8_t kDtypeFp32 = 1;  // MTIA_PE_DT_FP32 (isa/pe/pe_ops.h)
 
-// Best of `reps` runs, seconds: the least disturbed measurement of the same work.
-double best_seconds(int reps, const std::function<void()>& fn) {
-  double best = 1e30;
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+struct Seconds {
+  double wall = 1e30;
+  double cpu = 1e30;  // all threads of the process
+};
+
+// Least wall and least CPU time of `reps` runs: the least disturbed measurements of the same work.
+Seconds best_seconds(int reps, const std::function<void()>& fn) {
+  Seconds best;
   for (int i = 0; i < reps; ++i) {
-    auto t0 = Clock::now();
+    const auto t0 = Clock::now();
+    const double c0 = process_cpu_seconds();
     fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+    best.cpu = std::min(best.cpu, process_cpu_seconds() - c0);
+    best.wall = std::min(best.wall, std::chrono::duration<double>(Clock::now() - t0).count());
   }
   return best;
 }
@@ -50,9 +67,8 @@ uint32_t dpe_fp32_macs_per_cycle(uint32_t generation) {
   return generation == 1 ? 128 : 256;
 }
 
-void run_preset(const std::string& preset, const std::vector<int64_t>& sizes,
+void run_preset(const std::string& preset, const std::vector<int64_t>& sizes, int reps,
                 const std::string& trace_dir) {
-  const int reps = 3;
   mtia::DeviceOptions options;
   options.preset = preset;
   mtia::Device device = mtia::Device::open(options);
@@ -72,8 +88,9 @@ void run_preset(const std::string& preset, const std::vector<int64_t>& sizes,
       props.name.c_str(), props.pe_rows, props.pe_cols, props.clock_hz / 1e9,
       dpe_fp32_macs_per_cycle(props.generation), peak_flops / 1e12, dram_GBps,
       openblas_get_num_threads(), openblas_get_config(), reps);
-  std::printf("%6s | %10s %10s %8s | %12s %12s %8s | %12s\n", "M=N=K", "device ms", "BLAS ms",
-              "dev/BLAS", "simulated us", "roofline us", "sim/roof", "max rel err");
+  std::printf("%6s | %10s %10s %8s | %10s %10s %8s | %12s %12s %8s | %12s\n", "M=N=K", "device ms",
+              "BLAS ms", "dev/BLAS", "dev CPU ms", "BLAS CPU", "CPU ratio", "simulated us",
+              "roofline us", "sim/roof", "max rel err");
 
   mtia::Event e0 = device.create_event(), e1 = device.create_event();
   for (const int64_t n : sizes) {
@@ -96,7 +113,7 @@ void run_preset(const std::string& preset, const std::vector<int64_t>& sizes,
         k,  int64_t{1},   // A row-major: stride_m, stride_k
         n,  int64_t{1},   // B row-major: stride_k, stride_n
         n,  int64_t{1}};  // C row-major: stride_m, stride_n
-    const double dev_s = best_seconds(reps, [&] {
+    const Seconds dev = best_seconds(reps, [&] {
       device.record(e0);
       device.launch(matmul, mtia::Grid{props.pe_rows, props.pe_cols}, args);
       device.record(e1);
@@ -106,7 +123,7 @@ void run_preset(const std::string& preset, const std::vector<int64_t>& sizes,
     device.copy(c_dev.data(), dc, c_dev.size() * sizeof(float));
     device.synchronize();
 
-    const double blas_s = best_seconds(reps, [&] {
+    const Seconds blas = best_seconds(reps, [&] {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
                   static_cast<int>(n), static_cast<int>(k), 1.0f, a.data(), static_cast<int>(k),
                   b.data(), static_cast<int>(n), 0.0f, c_blas.data(), static_cast<int>(n));
@@ -127,9 +144,11 @@ void run_preset(const std::string& preset, const std::vector<int64_t>& sizes,
     const double flops = 2.0 * m * n * k;
     const double bytes = 4.0 * (m * k + k * n + m * n);
     const double roof_s = std::max(flops / peak_flops, bytes / (dram_GBps * 1e9));
-    std::printf("%6lld | %10.2f %10.2f %8.2f | %12.1f %12.1f %8.2f | %12.3g\n",
-                static_cast<long long>(n), dev_s * 1e3, blas_s * 1e3, dev_s / blas_s, sim_s * 1e6,
-                roof_s * 1e6, sim_s / roof_s, max_rel);
+    std::printf(
+        "%6lld | %10.2f %10.2f %8.2f | %10.2f %10.2f %8.2f | %12.1f %12.1f %8.2f | %12.3g\n",
+        static_cast<long long>(n), dev.wall * 1e3, blas.wall * 1e3, dev.wall / blas.wall,
+        dev.cpu * 1e3, blas.cpu * 1e3, dev.cpu / blas.cpu, sim_s * 1e6, roof_s * 1e6,
+        sim_s / roof_s, max_rel);
     device.free(da);
     device.free(db);
     device.free(dc);
@@ -149,18 +168,21 @@ int main(int argc, char** argv) {
   std::vector<std::string> presets;
   std::vector<int64_t> sizes;
   std::string trace_dir;
+  int reps = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--trace" && i + 1 < argc) {
       trace_dir = argv[++i];
     } else if (arg == "--size" && i + 1 < argc) {
       sizes.push_back(std::stoll(argv[++i]));
+    } else if (arg == "--reps" && i + 1 < argc) {
+      reps = std::max(1, std::stoi(argv[++i]));
     } else {
       presets.push_back(arg);
     }
   }
   if (presets.empty()) presets.push_back("mtia-v2");
   if (sizes.empty()) sizes = {1024, 2048};
-  for (const std::string& preset : presets) run_preset(preset, sizes, trace_dir);
+  for (const std::string& preset : presets) run_preset(preset, sizes, reps, trace_dir);
   return 0;
 }

@@ -37,7 +37,9 @@ uint64_t UnitWorkers::post(uint32_t pe, std::function<void()> work, bool wake) {
   return number;
 }
 
-int64_t UnitWorkers::pick_locked() {
+int64_t UnitWorkers::pick_locked(int64_t prefer) {
+  // The PE this thread ran last, if it has more: its local store is still in this core's cache.
+  if (prefer >= 0 && !queues_[prefer].running && !queues_[prefer].work.empty()) return prefer;
   const uint32_t n = static_cast<uint32_t>(queues_.size());
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t pe = (next_ + i) % n;
@@ -66,11 +68,13 @@ void UnitWorkers::run_one(uint32_t pe, std::unique_lock<std::mutex>& lock) {
 
 void UnitWorkers::worker() {
   std::unique_lock lock(mu_);
+  int64_t last = -1;
   for (;;) {
     int64_t pe = -1;
-    work_cv_.wait(lock, [&] { return stop_ || (pe = pick_locked()) >= 0; });
+    work_cv_.wait(lock, [&] { return stop_ || (pe = pick_locked(last)) >= 0; });
     if (stop_) return;
     run_one(static_cast<uint32_t>(pe), lock);
+    last = pe;
   }
 }
 
@@ -89,10 +93,12 @@ void UnitWorkers::join(uint32_t pe, uint64_t upto) {
 void UnitWorkers::join_all() {
   if (threads_.empty()) return;
   std::unique_lock lock(mu_);
+  int64_t last = -1;
   for (;;) {
-    const int64_t pe = pick_locked();
+    const int64_t pe = pick_locked(last);
     if (pe >= 0) {
       run_one(static_cast<uint32_t>(pe), lock);
+      last = pe;
       continue;
     }
     bool busy = false;

@@ -48,8 +48,9 @@ class UnitWorkers {
     uint64_t posted = 0;   // operations posted, ever
     uint64_t done = 0;     // operations finished, ever
   };
-  // A PE whose next operation may start (none of its work running), or -1. Caller holds mu_.
-  int64_t pick_locked();
+  // A PE whose next operation may start (none of its work running), or -1: `prefer` if it
+  // qualifies, else the next in round-robin order. Caller holds mu_.
+  int64_t pick_locked(int64_t prefer = -1);
   // Runs the front of PE pe's queue outside the lock. Caller holds `lock` on entry and exit.
   void run_one(uint32_t pe, std::unique_lock<std::mutex>& lock);
   bool idle_locked(uint32_t pe) const { return queues_[pe].work.empty() && !queues_[pe].running; }
