@@ -2,8 +2,9 @@
 // kernel library's `matmul` over the whole 8 x 8 PE grid, for each preset named on the command
 // line (default mtia-v2). For each size it prints
 //  1. the host wall time of the emulated device running the launch (launch + synchronize,
-//     A and B already on the device, best of the runs) as a ratio to host OpenBLAS cblas_sgemm on the
-//     same matrices in the same run (target: device / BLAS <= 1.5), and the host CPU time
+//     A and B already on the device, best of the runs) as a ratio to host OpenBLAS
+//     cblas_sgemm on the same matrices in the same run (target: device / BLAS <= 1.5), and
+//     the host CPU time
 //     (all the process's threads, least of the runs) each side used: on a shared or drifting
 //     machine the CPU times move much less than the wall times;
 //  2. the simulated device time (events around the launch) against the roofline
