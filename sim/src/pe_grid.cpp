@@ -340,7 +340,7 @@ unsigned PeGridParams::default_unit_threads() {
 }
 
 uint64_t PeGridParams::default_inline_work_ns() {
-  return env_number("MTIA_EMU_INLINE_WORK_NS", 1'000'000'000, 20'000);
+  return env_number("MTIA_EMU_INLINE_WORK_NS", 1'000'000'000, 5'000);
 }
 
 void PeGrid::join_units() {

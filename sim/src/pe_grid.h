@@ -59,8 +59,8 @@ struct PeGridParams {
   unsigned unit_threads = default_unit_threads();
   static unsigned default_unit_threads();
   // An operation estimated to take the host less than this (nanoseconds) runs on the
-  // simulator thread when its PE has nothing queued: waking a helper would cost more (tens of
-  // microseconds in a virtual machine). MTIA_EMU_INLINE_WORK_NS overrides it; 0 hands every
+  // simulator thread when its PE has nothing queued: handing it over (and its bytes to another
+  // core's cache) would cost more. MTIA_EMU_INLINE_WORK_NS overrides it; 0 hands every
   // operation to the helpers.
   uint64_t inline_work_ns = default_inline_work_ns();
   static uint64_t default_inline_work_ns();

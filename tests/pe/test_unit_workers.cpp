@@ -22,7 +22,10 @@ TEST_CASE("unit workers run each PE's work in order, and join waits for it", "[p
   constexpr uint32_t kPes = 4;
   constexpr int kOps = 50;
   UnitWorkers workers(threads, kPes);
-  std::vector<std::vector<int>> seen(kPes);  // each PE's vector is touched by one op at a time
+  // Slots filled in run order; what join() has not covered may still be running, so the
+  // checks read the counts (atomic) and only slots that are already written.
+  std::vector<std::vector<int>> seen(kPes, std::vector<int>(kOps, -1));
+  std::atomic<int> count[kPes] = {};
   std::atomic<int> running_on_pe[kPes] = {};
   std::atomic<bool> overlap{false};
   for (int i = 0; i < kOps; ++i) {
@@ -30,7 +33,7 @@ TEST_CASE("unit workers run each PE's work in order, and join waits for it", "[p
       const uint64_t number = workers.post(pe, [&, pe, i] {
         if (running_on_pe[pe].fetch_add(1) != 0) overlap = true;
         if (i % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
-        seen[pe].push_back(i);
+        seen[pe][count[pe]++] = i;
         running_on_pe[pe].fetch_sub(1);
       });
       CHECK(number == uint64_t(i) + 1);  // numbered 1, 2, ... per PE
@@ -38,12 +41,12 @@ TEST_CASE("unit workers run each PE's work in order, and join waits for it", "[p
   }
   // Up to op 10 of PE 2: at least those have run, in order.
   workers.join(2, 10);
-  REQUIRE(seen[2].size() >= 10);
+  REQUIRE(count[2].load() >= 10);
   for (int i = 0; i < 10; ++i) CHECK(seen[2][i] == i);
   workers.join_all();
   CHECK_FALSE(overlap.load());
   for (uint32_t pe = 0; pe < kPes; ++pe) {
-    REQUIRE(seen[pe].size() == size_t{kOps});
+    REQUIRE(count[pe].load() == kOps);
     for (int i = 0; i < kOps; ++i) CHECK(seen[pe][i] == i);
   }
   CHECK(workers.posted() == uint64_t{kOps} * kPes);
@@ -73,6 +76,34 @@ TEST_CASE("work posted without waking a helper still runs, in order, by join at 
   for (int i = 0; i < 20; ++i) CHECK(seen[i] == i);
   workers.join_all();
   CHECK(other == 1);
+}
+
+TEST_CASE("a PE with more work queued than its ring holds still runs it all, in order",
+          "[pe][workers]") {
+  const unsigned threads = GENERATE(1u, 2u);
+  INFO(threads << " helper threads");
+  UnitWorkers workers(threads, 3);
+  std::vector<int> seen;
+  std::atomic<int> ran{0};  // read while operations may still run; `seen` is not
+  // The first operation is slow, so the ring fills up behind it and post() has to wait (or run
+  // operations itself) before it can queue more.
+  workers.post(1, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    seen.push_back(0);
+    ++ran;
+  });
+  constexpr int kOps = 1000;
+  for (int i = 1; i < kOps; ++i) {
+    CHECK(workers.post(1, [&, i] {
+      seen.push_back(i);
+      ++ran;
+    }) == uint64_t(i) + 1);
+  }
+  workers.join(1, 500);
+  CHECK(ran.load() >= 500);
+  workers.join_all();
+  REQUIRE(seen.size() == size_t{kOps});
+  for (int i = 0; i < kOps; ++i) CHECK(seen[i] == i);
 }
 
 TEST_CASE("the DPE's fp32 GEMM builds match a double reference", "[pe][sgemm]") {

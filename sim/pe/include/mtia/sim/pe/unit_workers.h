@@ -1,18 +1,26 @@
-// Host threads that run the units' math while the simulator thread goes on interpreting the
-// PE cores. The matmul of a DPE operation is by far the most host work a kernel causes; the
-// PE model validates and times it at issue (so faults and timing stay on the simulator thread)
-// and posts the math here. The result is the same as running it at issue, because
+// Host threads that run the units' math and the local DMA copies while the simulator thread
+// goes on interpreting the PE cores. The matmul of a DPE operation is by far the most host work
+// a kernel causes; the PE model validates and times it at issue (so faults and timing stay on
+// the simulator thread) and posts the math here. The result is the same as running it at
+// issue, because
 //  - one PE's posted operations run one at a time, in the order they were posted, and
 //  - the PE model joins a PE's operations before anything else touches the local-store bytes
 //    they use (core loads and stores, other units, DMA), and joins all of them before
 //    simulated time moves on or the launch ends.
 // With zero threads, post() runs the work at once on the caller.
+//
+// Operations are small (a few microseconds on mtia-v1's tiles), so handing one over must cost
+// much less than that: each PE has a ring that only the simulator thread fills, a thread
+// claims a PE (an atomic flag) and runs everything queued on it, and threads that run out of
+// work look for more for a while before they sleep; no lock is taken on the way unless a
+// thread sleeps.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -28,12 +36,11 @@ class UnitWorkers {
   UnitWorkers& operator=(const UnitWorkers&) = delete;
 
   // Queues `work` behind the PE's earlier work and returns its number: 1, 2, ... per PE.
-  // `wake`: wake a sleeping helper for it; otherwise it waits for a helper that is busy with
-  // the PE's earlier work anyway, or for join() (a wake-up costs more than small work).
-  // Simulator thread only.
+  // `wake`: wake a sleeping helper for it; otherwise it waits for a helper that is awake
+  // anyway, or for join() (a wake-up costs more than small work). Simulator thread only.
   uint64_t post(uint32_t pe, std::function<void()> work, bool wake = true);
   // Returns when the PE's operations up to number `upto` have run (all of them by default);
-  // the caller runs queued ones itself rather than sit idle.
+  // the caller runs queued ones itself rather than sit idle. Simulator thread only.
   void join(uint32_t pe, uint64_t upto = ~0ull);
   // The same for every PE.
   void join_all();
@@ -42,28 +49,36 @@ class UnitWorkers {
   uint64_t posted() const { return posted_; }  // operations posted since construction
 
  private:
-  struct Queue {
-    std::deque<std::function<void()>> work;
-    bool running = false;  // a thread is running the front's predecessor
-    uint64_t posted = 0;   // operations posted, ever
-    uint64_t done = 0;     // operations finished, ever
-  };
-  // A PE whose next operation may start (none of its work running), or -1: `prefer` if it
-  // qualifies, else the next in round-robin order. Caller holds mu_.
-  int64_t pick_locked(int64_t prefer = -1);
-  // Runs the front of PE pe's queue outside the lock. Caller holds `lock` on entry and exit.
-  void run_one(uint32_t pe, std::unique_lock<std::mutex>& lock);
-  bool idle_locked(uint32_t pe) const { return queues_[pe].work.empty() && !queues_[pe].running; }
-  void worker();
+  // Operations one PE may have queued; post() runs the oldest itself when the ring is full.
+  static constexpr uint64_t kRing = 128;
 
-  std::mutex mu_;
-  std::condition_variable work_cv_;  // work was posted, or stopping
-  std::condition_variable done_cv_;  // an operation finished
-  std::vector<Queue> queues_;
-  uint64_t queued_ = 0;  // operations waiting, all PEs
-  uint32_t next_ = 0;    // round-robin start of pick_locked
+  struct alignas(64) Queue {
+    std::atomic<uint64_t> posted{0};  // operations posted, ever (the simulator thread writes)
+    std::atomic<uint64_t> done{0};    // operations finished, ever (the claiming thread writes)
+    std::atomic<bool> claimed{false};
+    std::function<void()> ring[kRing];  // operation n sits in ring[(n - 1) % kRing]
+  };
+
+  // Claims PE `pe` if no thread has it and runs its queued operations, up to number `upto`;
+  // false if it ran none.
+  bool run_queued(uint32_t pe, uint64_t upto = ~0ull);
+  // Runs some PE's queued operations (`prefer` first if it has any, then round robin from
+  // `cursor`): the PE, or -1 if none could be run.
+  int64_t run_any(int64_t prefer, uint32_t& cursor);
+  // Counts a post or a finished batch, and wakes the sleepers if `wake`.
+  void note_progress(bool wake);
+  // Returns once `progress_` has moved past `seen`, or on stop: looks for a while, then sleeps.
+  void idle(uint64_t seen);
+  void worker(unsigned index);
+
+  std::unique_ptr<Queue[]> queues_;
+  uint32_t pes_;
   uint64_t posted_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> progress_{0};  // bumped whenever work is posted or finished
+  std::atomic<unsigned> sleepers_{0};  // threads asleep (or about to be) on wake_cv_
+  std::atomic<bool> stop_{false};
+  std::mutex sleep_mu_;
+  std::condition_variable wake_cv_;
   std::vector<std::thread> threads_;
 };
 
