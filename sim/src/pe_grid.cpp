@@ -67,17 +67,16 @@ class PeGrid::Pe : public pe::UnitPort {
         units_(local_store, timing),
         core_(pe::CoreConfig{}, local_store, *this) {
     // Unit math and DMA copies go to the grid's helper threads, in order per PE.
-    units_.set_deferral(
-        [this](const Touched& touched, uint64_t host_ns, std::function<void()> math) {
-          run_or_defer(touched, host_ns, std::move(math));
-        });
+    units_.set_deferral([this](const Touched& touched, uint64_t host_ns, pe::UnitTask math) {
+      run_or_defer(touched, host_ns, std::move(math));
+    });
   }
 
   // Runs an operation's math (or a DMA's copy loop) here and now when it is cheap and nothing
   // of this PE is queued; otherwise queues it behind the PE's queued work for the helper
   // threads. Queued work runs in issue order, so only what reads the local store outside the
   // queue (the core, descriptor reads, other PEs) has to settle it first.
-  void run_or_defer(const Touched& touched, uint64_t host_ns, std::function<void()> work) {
+  void run_or_defer(const Touched& touched, uint64_t host_ns, pe::UnitTask work) {
     const bool small = host_ns < grid_.params_.inline_work_ns;
     if (pending_.empty() && (small || grid_.workers_->threads() == 0)) {
       work();

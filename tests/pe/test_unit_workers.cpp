@@ -2,10 +2,12 @@
 // threads, in order per PE) and the DPE's fp32 GEMM builds.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -104,6 +106,35 @@ TEST_CASE("a PE with more work queued than its ring holds still runs it all, in 
   workers.join_all();
   REQUIRE(seen.size() == size_t{kOps});
   for (int i = 0; i < kOps; ++i) CHECK(seen[i] == i);
+}
+
+TEST_CASE("a unit task keeps its callable in place, moves it, and destroys it once",
+          "[pe][workers]") {
+  using mtia::sim::pe::UnitTask;
+  auto token = std::make_shared<int>(0);
+  std::array<unsigned char, 300> big{};  // as large as the PE model's bound DMAs
+  big[299] = 7;
+  UnitTask a = [token, big] { *token += big[299]; };
+  CHECK(token.use_count() == 2);
+  UnitTask b = std::move(a);
+  CHECK_FALSE(a);  // NOLINT(bugprone-use-after-move): moved-from is empty, by contract
+  REQUIRE(b);
+  CHECK(token.use_count() == 2);  // moved, not copied
+  b();
+  b();
+  CHECK(*token == 14);
+  UnitTask c;
+  c = std::move(b);
+  c();
+  CHECK(*token == 21);
+  c.reset();
+  CHECK_FALSE(c);
+  CHECK(token.use_count() == 1);  // the capture is gone
+  {
+    UnitTask d = [token] {};
+    CHECK(token.use_count() == 2);
+  }
+  CHECK(token.use_count() == 1);  // and gone with the task
 }
 
 TEST_CASE("the DPE's fp32 GEMM builds match a double reference", "[pe][sgemm]") {

@@ -38,7 +38,7 @@ UnitWorkers::~UnitWorkers() {
   for (std::thread& t : threads_) t.join();
 }
 
-uint64_t UnitWorkers::post(uint32_t pe, std::function<void()> work, bool wake) {
+uint64_t UnitWorkers::post(uint32_t pe, UnitTask work, bool wake) {
   assert(pe < pes_);
   ++posted_;
   Queue& q = queues_[pe];
@@ -71,9 +71,9 @@ bool UnitWorkers::run_queued(uint32_t pe, uint64_t upto) {
     uint64_t n = q.done.load(std::memory_order_relaxed);
     bool batch = false;
     while (n < std::min(upto, q.posted.load(std::memory_order_acquire))) {
-      std::function<void()>& op = q.ring[n % kRing];
+      UnitTask& op = q.ring[n % kRing];
       op();
-      op = nullptr;  // its captures go now, not when the slot is reused
+      op.reset();  // its captures go now, not when the slot is reused
       q.done.store(++n, std::memory_order_release);
       batch = true;
     }

@@ -19,11 +19,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "mtia/sim/pe/unit_task.h"
 
 namespace mtia::sim::pe {
 
@@ -38,7 +39,7 @@ class UnitWorkers {
   // Queues `work` behind the PE's earlier work and returns its number: 1, 2, ... per PE.
   // `wake`: wake a sleeping helper for it; otherwise it waits for a helper that is awake
   // anyway, or for join() (a wake-up costs more than small work). Simulator thread only.
-  uint64_t post(uint32_t pe, std::function<void()> work, bool wake = true);
+  uint64_t post(uint32_t pe, UnitTask work, bool wake = true);
   // Returns when the PE's operations up to number `upto` have run (all of them by default);
   // the caller runs queued ones itself rather than sit idle. Simulator thread only.
   void join(uint32_t pe, uint64_t upto = ~0ull);
@@ -50,13 +51,13 @@ class UnitWorkers {
 
  private:
   // Operations one PE may have queued; post() runs the oldest itself when the ring is full.
-  static constexpr uint64_t kRing = 128;
+  static constexpr uint64_t kRing = 32;
 
   struct alignas(64) Queue {
     std::atomic<uint64_t> posted{0};  // operations posted, ever (the simulator thread writes)
     std::atomic<uint64_t> done{0};    // operations finished, ever (the claiming thread writes)
     std::atomic<bool> claimed{false};
-    std::function<void()> ring[kRing];  // operation n sits in ring[(n - 1) % kRing]
+    UnitTask ring[kRing];  // operation n sits in ring[(n - 1) % kRing]
   };
 
   // Claims PE `pe` if no thread has it and runs its queued operations, up to number `upto`;
