@@ -49,12 +49,16 @@ uint64_t UnitWorkers::post(uint32_t pe, UnitTask work, bool wake) {
     q.posted.store(n + 1, std::memory_order_relaxed);
     return n + 1;
   }
-  while (n - q.done.load(std::memory_order_acquire) >= kRing) {
+  uint64_t done = q.done.load(std::memory_order_acquire);
+  while (n - done >= kRing) {
     if (!run_queued(pe, n + 1 - kRing)) cpu_relax();  // full: the oldest must finish first
+    done = q.done.load(std::memory_order_acquire);
   }
   q.ring[n % kRing] = std::move(work);
-  q.posted.store(n + 1, std::memory_order_seq_cst);
-  note_progress(wake);
+  q.posted.store(n + 1, std::memory_order_release);
+  // Work queued behind the PE's earlier work is found by whoever runs that (it runs until the
+  // queue is empty) or by its end-of-batch progress: only a PE that was idle needs telling.
+  if (done == n || (wake && sleepers_.load(std::memory_order_relaxed) > 0)) note_progress(wake);
   return n + 1;
 }
 
@@ -71,9 +75,7 @@ bool UnitWorkers::run_queued(uint32_t pe, uint64_t upto) {
     uint64_t n = q.done.load(std::memory_order_relaxed);
     bool batch = false;
     while (n < std::min(upto, q.posted.load(std::memory_order_acquire))) {
-      UnitTask& op = q.ring[n % kRing];
-      op();
-      op.reset();  // its captures go now, not when the slot is reused
+      q.ring[n % kRing]();
       q.done.store(++n, std::memory_order_release);
       batch = true;
     }

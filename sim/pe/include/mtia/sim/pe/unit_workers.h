@@ -53,11 +53,15 @@ class UnitWorkers {
   // Operations one PE may have queued; post() runs the oldest itself when the ring is full.
   static constexpr uint64_t kRing = 32;
 
-  struct alignas(64) Queue {
-    std::atomic<uint64_t> posted{0};  // operations posted, ever (the simulator thread writes)
-    std::atomic<uint64_t> done{0};    // operations finished, ever (the claiming thread writes)
+  // The simulator thread writes `posted` and the ring, the thread running the PE's work writes
+  // `done` and `claimed`: on separate cache lines, so that neither write stalls the other.
+  struct Queue {
+    alignas(64) std::atomic<uint64_t> posted{0};  // operations posted, ever
+    alignas(64) std::atomic<uint64_t> done{0};    // operations finished, ever
     std::atomic<bool> claimed{false};
-    UnitTask ring[kRing];  // operation n sits in ring[(n - 1) % kRing]
+    // Operation n sits in ring[(n - 1) % kRing]; the simulator thread destroys it when it
+    // reuses the slot, so that the runner only reads the slot.
+    alignas(64) UnitTask ring[kRing];
   };
 
   // Claims PE `pe` if no thread has it and runs its queued operations, up to number `upto`;
