@@ -102,7 +102,7 @@ int64_t UnitWorkers::run_any(int64_t prefer, uint32_t& cursor) {
 
 void UnitWorkers::note_progress(bool wake) {
   progress_.fetch_add(1, std::memory_order_seq_cst);
-  // Pairs with sleep(): either a sleeper sees the new count before it waits, or this sees it
+  // Pairs with idle(): either a sleeper sees the new count before it waits, or this sees it
   // counted among the sleepers and wakes it.
   if (wake && sleepers_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard lock(sleep_mu_);
