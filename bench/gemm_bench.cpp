@@ -4,9 +4,9 @@
 //  1. the host wall time of the emulated device running the launch (launch + synchronize,
 //     A and B already on the device, best of the runs) as a ratio to host OpenBLAS
 //     cblas_sgemm on the same matrices in the same run (target: device / BLAS <= 1.5), and
-//     the host CPU time
-//     (all the process's threads, least of the runs) each side used: on a shared or drifting
-//     machine the CPU times move much less than the wall times;
+//     the host CPU time each side used (all the process's threads, least of the runs; the
+//     emulator's helpers count while they look for work, as OpenBLAS's threads do): on a
+//     shared or drifting machine the CPU times move much less than the wall times;
 //  2. the simulated device time (events around the launch) against the roofline
 //     max(FLOPs / peak fp32 FLOP/s, bytes / DRAM bandwidth);
 //  3. the largest error of the device's C against the BLAS result, relative to the largest
@@ -23,12 +23,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cpu_time.h"
 #include "mtia/device.h"
 
 namespace {
@@ -36,12 +36,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint8_t kDtypeFp32 = 1;  // MTIA_PE_DT_FP32 (isa/pe/pe_ops.h)
-
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
 
 struct Seconds {
   double wall = 1e30;
@@ -53,9 +47,9 @@ Seconds best_seconds(int reps, const std::function<void()>& fn) {
   Seconds best;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = Clock::now();
-    const double c0 = process_cpu_seconds();
+    const double c0 = mtia::bench::process_cpu_seconds();
     fn();
-    best.cpu = std::min(best.cpu, process_cpu_seconds() - c0);
+    best.cpu = std::min(best.cpu, mtia::bench::process_cpu_seconds() - c0);
     best.wall = std::min(best.wall, std::chrono::duration<double>(Clock::now() - t0).count());
   }
   return best;

@@ -12,8 +12,6 @@
 //    machine distorts much less.
 // Every run's output is checked against the CPU reference; a wrong result aborts the bench.
 // Usage: bench_mlp [preset...]   (run from the build tree; the kernel library path is baked in)
-#include <time.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
@@ -21,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu_time.h"
 #include "kernel_library.h"
 #include "mlp.h"
 #include "mtia/device.h"
@@ -57,15 +56,6 @@ const std::vector<Workload>& workloads() {
   return w;
 }
 
-// CPU seconds of the whole process (the simulator's thread and the host thread): unlike wall
-// time it hardly grows when other processes load the machine, so it shows what an idle
-// machine's wall time would be.
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 struct Best {
   double wall_seconds = 1e30;
   double cpu_seconds = 1e30;  // includes run_mlp's fp32 packing of the inputs (a copy)
@@ -83,9 +73,9 @@ void measure(const std::string& preset, bool timing, std::vector<Best>& best, ui
   best.resize(workloads().size());
   for (size_t i = 0; i < workloads().size(); ++i) {
     const auto& [model, reference] = workloads()[i];
-    const double cpu0 = process_cpu_seconds();
+    const double cpu0 = mtia::bench::process_cpu_seconds();
     const auto run = mtia::tools::run_mlp(device, library, model, mtia::tools::MlpDtype::kFp32);
-    best[i].cpu_seconds = std::min(best[i].cpu_seconds, process_cpu_seconds() - cpu0);
+    best[i].cpu_seconds = std::min(best[i].cpu_seconds, mtia::bench::process_cpu_seconds() - cpu0);
     const auto check =
         mtia::tools::mlp_compare(run.probs, reference, model.shape, mtia::tools::MlpDtype::kFp32);
     if (!check.passed) {
