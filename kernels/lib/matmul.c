@@ -207,9 +207,9 @@ static void mm_stage_issue(mmjob* j, uint64_t c) {
   }
 }
 
-/* Returns once chunks [0, need) are in the SRAM on every PE's behalf. */
-static void mm_stage_sync(mmjob* j, uint64_t need) {
-  need = KMIN(need, j->chunks);
+/* The work of mm_stage_sync (below), kept out of line so that its register saves are paid only
+ * when there is work. */
+__attribute__((noinline)) static void mm_stage_sync_slow(mmjob* j, uint64_t need) {
   while (j->synced < need) {
     const uint64_t c = j->synced;
     for (; j->issued < KMIN(j->chunks, c + MM_STAGE_AHEAD + 1); ++j->issued) {
@@ -221,6 +221,13 @@ static void mm_stage_sync(mmjob* j, uint64_t need) {
     mtia_barrier();
     ++j->synced;
   }
+}
+
+/* Returns once chunks [0, need) are in the SRAM on every PE's behalf. It is called twice a
+ * k-step and usually has nothing to do, so the check is inline. */
+static inline void mm_stage_sync(mmjob* j, uint64_t need) {
+  need = KMIN(need, j->chunks);
+  if (j->synced < need) mm_stage_sync_slow(j, need);
 }
 
 /* Chunks that must be staged before panel p of tile t can be loaded. */
