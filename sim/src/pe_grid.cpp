@@ -67,7 +67,7 @@ class PeGrid::Pe : public pe::UnitPort {
         units_(local_store, timing),
         core_(pe::CoreConfig{}, local_store, *this) {
     // Unit math and DMA copies go to the grid's helper threads, in order per PE.
-    units_.set_deferral([this](const Touched& touched, uint64_t host_ns, pe::UnitTask math) {
+    units_.set_deferral([this](const Touched& touched, uint64_t host_ns, pe::UnitTask&& math) {
       run_or_defer(touched, host_ns, std::move(math));
     });
   }
@@ -76,7 +76,7 @@ class PeGrid::Pe : public pe::UnitPort {
   // of this PE is queued; otherwise queues it behind the PE's queued work for the helper
   // threads. Queued work runs in issue order, so only what reads the local store outside the
   // queue (the core, descriptor reads, other PEs) has to settle it first.
-  void run_or_defer(const Touched& touched, uint64_t host_ns, pe::UnitTask work) {
+  void run_or_defer(const Touched& touched, uint64_t host_ns, pe::UnitTask&& work) {
     const bool small = host_ns < grid_.params_.inline_work_ns;
     if (pending_.empty() && (small || grid_.workers_->threads() == 0)) {
       work();

@@ -38,7 +38,7 @@ UnitWorkers::~UnitWorkers() {
   for (std::thread& t : threads_) t.join();
 }
 
-uint64_t UnitWorkers::post(uint32_t pe, UnitTask work, bool wake) {
+uint64_t UnitWorkers::post(uint32_t pe, UnitTask&& work, bool wake) {
   assert(pe < pes_);
   ++posted_;
   Queue& q = queues_[pe];

@@ -1,8 +1,9 @@
 // One unit operation's math or one DMA's copy loop, as the PE model hands it to UnitWorkers: a
 // callable stored in place, never on the heap. The simulator thread makes one per operation
-// and a helper thread runs and destroys it; with std::function every one of them was a heap
-// block allocated on one thread and freed on another, which cost more (malloc's arena locks)
-// than the smallest operations themselves.
+// and a helper thread runs it; with std::function every one of them was a heap block
+// allocated on one thread and freed on another, which cost more (malloc's arena locks) than
+// the smallest operations themselves. It is passed along by rvalue reference: each move
+// copies the callable (up to kBytes) into the new place.
 #pragma once
 
 #include <cstddef>

@@ -39,7 +39,7 @@ class UnitWorkers {
   // Queues `work` behind the PE's earlier work and returns its number: 1, 2, ... per PE.
   // `wake`: wake a sleeping helper for it; otherwise it waits for a helper that is awake
   // anyway, or for join() (a wake-up costs more than small work). Simulator thread only.
-  uint64_t post(uint32_t pe, UnitTask work, bool wake = true);
+  uint64_t post(uint32_t pe, UnitTask&& work, bool wake = true);
   // Returns when the PE's operations up to number `upto` have run (all of them by default);
   // the caller runs queued ones itself rather than sit idle. Simulator thread only.
   void join(uint32_t pe, uint64_t upto = ~0ull);

@@ -126,7 +126,7 @@ class FunctionalUnits {
   // `defer` instead of running it (the PE model runs it on a helper thread, UnitWorkers, in
   // order with the PE's other deferred work). The math only touches the `touched` bytes of the
   // local store and the instance's scratch buffers.
-  using Deferral = std::function<void(const Touched& touched, uint64_t host_ns, UnitTask math)>;
+  using Deferral = std::function<void(const Touched& touched, uint64_t host_ns, UnitTask&& math)>;
   void set_deferral(Deferral defer) { defer_ = std::move(defer); }
 
   const UnitTiming& timing() const { return timing_; }
