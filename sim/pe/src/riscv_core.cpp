@@ -331,59 +331,68 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
   uint64_t cycles = cycles_;
   uint64_t n = 0;
 
-  auto finish = [&](StopReason why) {
-    pc_ = pc;
-    cycles_ = cycles;
-    instret_ = start_instret + n;
-    return RunResult{why, n, cycles - start_cycles};
+  // The loop's state (pc, cycles, n) stays in registers: the exits take it by value. A lambda
+  // that captured it by reference would give it a memory home that every instruction paid for.
+  auto finish = [this, start_cycles, start_instret](StopReason why, uint64_t at_pc,
+                                                    uint64_t at_cycles, uint64_t count) {
+    pc_ = at_pc;
+    cycles_ = at_cycles;
+    instret_ = start_instret + count;
+    return RunResult{why, count, at_cycles - start_cycles};
   };
+#define MTIA_FINISH(why) return finish(why, pc, cycles, n)
   // Loads and stores: the local store is the fast path; everything else goes to the regions.
-  auto fault_access = [&](const DecodedInsn& d, uint64_t addr, uint64_t bytes, bool write) {
-    cycles -= cost_[d.op];  // a faulting instruction does not retire
+  auto access_fault = [this](uint64_t at_pc, uint64_t addr, uint64_t bytes, bool write) {
     if ((addr & (bytes - 1)) != 0) {
-      raise(FaultKind::kMisalignedAccess, pc, addr,
+      raise(FaultKind::kMisalignedAccess, at_pc, addr,
             fmt::format("{}-byte {} at {:#x} is not {}-byte aligned", bytes,
                         write ? "store" : "load", addr, bytes));
     } else {
-      raise(FaultKind::kAccessFault, pc, addr, describe_unmapped(addr, bytes, write));
+      raise(FaultKind::kAccessFault, at_pc, addr, describe_unmapped(addr, bytes, write));
     }
-    return finish(StopReason::kFault);
   };
-
-#define MTIA_LOAD(T, CAST)                                                             \
-  {                                                                                    \
-    const uint64_t addr = x[d.rs1] + static_cast<int64_t>(d.imm);                      \
-    const uint8_t* p;                                                                  \
-    const uint64_t off = addr - MTIA_PE_LS_BASE;                                       \
-    if ((addr & (sizeof(T) - 1)) != 0) return fault_access(d, addr, sizeof(T), false); \
-    if (off < ls_size && sizeof(T) <= ls_size - off) {                                 \
-      if (off - guard_lo_ < guard_span_) [[unlikely]]                                  \
-        port_.guarded_access(*this);                                                   \
-      p = ls + off;                                                                    \
-    } else if ((p = map_read(addr, sizeof(T))) == nullptr) {                           \
-      return fault_access(d, addr, sizeof(T), false);                                  \
-    }                                                                                  \
-    x[d.rd] = static_cast<uint64_t>(static_cast<CAST>(load_le<T>(p)));                 \
-    pc += 4;                                                                           \
-    break;                                                                             \
+// A faulting access does not retire: its cost comes off again.
+#define MTIA_ACCESS_FAULT(bytes, write)   \
+  {                                       \
+    cycles -= cost_[d.op];                \
+    access_fault(pc, addr, bytes, write); \
+    MTIA_FINISH(StopReason::kFault);      \
   }
-#define MTIA_STORE(T)                                                                 \
-  {                                                                                   \
-    const uint64_t addr = x[d.rs1] + static_cast<int64_t>(d.imm);                     \
-    uint8_t* p;                                                                       \
-    const uint64_t off = addr - MTIA_PE_LS_BASE;                                      \
-    if ((addr & (sizeof(T) - 1)) != 0) return fault_access(d, addr, sizeof(T), true); \
-    if (off < ls_size && sizeof(T) <= ls_size - off) {                                \
-      if (off - guard_lo_ < guard_span_) [[unlikely]]                                 \
-        port_.guarded_access(*this);                                                  \
-      p = ls + off;                                                                   \
-    } else if ((p = map_write(addr, sizeof(T))) == nullptr) {                         \
-      return fault_access(d, addr, sizeof(T), true);                                  \
-    }                                                                                 \
-    const T v = static_cast<T>(x[d.rs2]);                                             \
-    std::memcpy(p, &v, sizeof v);                                                     \
-    pc += 4;                                                                          \
-    break;                                                                            \
+
+#define MTIA_LOAD(T, CAST)                                                 \
+  {                                                                        \
+    const uint64_t addr = x[d.rs1] + static_cast<int64_t>(d.imm);          \
+    const uint8_t* p;                                                      \
+    const uint64_t off = addr - MTIA_PE_LS_BASE;                           \
+    if ((addr & (sizeof(T) - 1)) != 0) MTIA_ACCESS_FAULT(sizeof(T), false) \
+    if (off < ls_size && sizeof(T) <= ls_size - off) {                     \
+      if (off - guard_lo_ < guard_span_) [[unlikely]]                      \
+        port_.guarded_access(*this);                                       \
+      p = ls + off;                                                        \
+    } else if ((p = map_read(addr, sizeof(T))) == nullptr) {               \
+      MTIA_ACCESS_FAULT(sizeof(T), false)                                  \
+    }                                                                      \
+    x[d.rd] = static_cast<uint64_t>(static_cast<CAST>(load_le<T>(p)));     \
+    pc += 4;                                                               \
+    break;                                                                 \
+  }
+#define MTIA_STORE(T)                                                     \
+  {                                                                       \
+    const uint64_t addr = x[d.rs1] + static_cast<int64_t>(d.imm);         \
+    uint8_t* p;                                                           \
+    const uint64_t off = addr - MTIA_PE_LS_BASE;                          \
+    if ((addr & (sizeof(T) - 1)) != 0) MTIA_ACCESS_FAULT(sizeof(T), true) \
+    if (off < ls_size && sizeof(T) <= ls_size - off) {                    \
+      if (off - guard_lo_ < guard_span_) [[unlikely]]                     \
+        port_.guarded_access(*this);                                      \
+      p = ls + off;                                                       \
+    } else if ((p = map_write(addr, sizeof(T))) == nullptr) {             \
+      MTIA_ACCESS_FAULT(sizeof(T), true)                                  \
+    }                                                                     \
+    const T v = static_cast<T>(x[d.rs2]);                                 \
+    std::memcpy(p, &v, sizeof v);                                         \
+    pc += 4;                                                              \
+    break;                                                                \
   }
 #define MTIA_BRANCH(COND)                                                        \
   {                                                                              \
@@ -393,7 +402,7 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
         cycles -= cost_[d.op];                                                   \
         raise(FaultKind::kMisalignedFetch, pc, target,                           \
               fmt::format("branch target {:#x} is not 4-byte aligned", target)); \
-        return finish(StopReason::kFault);                                       \
+        MTIA_FINISH(StopReason::kFault);                                         \
       }                                                                          \
       cycles += taken_extra;                                                     \
       pc = target;                                                               \
@@ -404,7 +413,7 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
   }
 
   const uint64_t* const xs = x;  // reads
-  auto s64 = [&](uint8_t r) { return static_cast<int64_t>(xs[r]); };
+  auto s64 = [xs](uint8_t r) { return static_cast<int64_t>(xs[r]); };
 
   while (n < max_instructions) {
     if (cycles >= stop_at) {
@@ -413,16 +422,16 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
               fmt::format("the kernel ran for {} cycles, reaching the launch's watchdog limit "
                           "of {} cycles",
                           cycles, watchdog));
-        return finish(StopReason::kFault);
+        MTIA_FINISH(StopReason::kFault);
       }
-      return finish(StopReason::kBudget);
+      MTIA_FINISH(StopReason::kBudget);
     }
     const uint64_t index = (pc - code_base) >> 2;
     if (index >= code_size) [[unlikely]] {
       raise(FaultKind::kFetchFault, pc, pc,
             fmt::format("pc {:#x} is outside the kernel's code [{:#x}, {:#x})", pc, code_base,
                         code_base + 4 * code_size));
-      return finish(StopReason::kFault);
+      MTIA_FINISH(StopReason::kFault);
     }
     const DecodedInsn d = code[index];
     cycles += cost_[d.op];
@@ -430,14 +439,14 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
       case kFetchFault:
         raise(FaultKind::kFetchFault, pc, pc,
               fmt::format("pc {:#x} is not in an executable segment", pc));
-        return finish(StopReason::kFault);
+        MTIA_FINISH(StopReason::kFault);
       case kIllegal: {
         const char* why = "";
         const uint32_t word = program_->raw_word(index);
         decode(word, &why);
         raise(FaultKind::kIllegalInstruction, pc, 0,
               fmt::format("instruction word {:#010x}: {}", word, why));
-        return finish(StopReason::kFault);
+        MTIA_FINISH(StopReason::kFault);
       }
       case kLui:
         x[d.rd] = static_cast<uint64_t>(int64_t{d.imm});
@@ -453,7 +462,7 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
           cycles -= cost_[d.op];
           raise(FaultKind::kMisalignedFetch, pc, target,
                 fmt::format("jump target {:#x} is not 4-byte aligned", target));
-          return finish(StopReason::kFault);
+          MTIA_FINISH(StopReason::kFault);
         }
         x[d.rd] = pc + 4;
         pc = target;
@@ -465,7 +474,7 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
           cycles -= cost_[d.op];
           raise(FaultKind::kMisalignedFetch, pc, target,
                 fmt::format("jump target {:#x} is not 4-byte aligned", target));
-          return finish(StopReason::kFault);
+          MTIA_FINISH(StopReason::kFault);
         }
         x[d.rd] = pc + 4;
         pc = target;
@@ -679,11 +688,11 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
         exit_status_ = static_cast<int64_t>(xs[10]);
         state_ = State::kExited;
         ++n;
-        return finish(StopReason::kExit);
+        MTIA_FINISH(StopReason::kExit);
       case kEbreak:
         cycles -= cost_[d.op];
         raise(FaultKind::kBreakpoint, pc, 0, "EBREAK executed (a kernel assertion or trap)");
-        return finish(StopReason::kFault);
+        MTIA_FINISH(StopReason::kFault);
       case kPeInfo: {
         uint64_t v = 0;
         switch (d.imm) {
@@ -757,11 +766,11 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
         if (r.status == UnitResponse::Status::kStall) {
           stalled_rd_ = d.rd;
           state_ = State::kStalled;
-          return finish(StopReason::kUnitStall);
+          MTIA_FINISH(StopReason::kUnitStall);
         }
         raise(FaultKind::kUnit, pc, req.rs1,
               fmt::format("{} rejected: {}", unit_op_name(req.op), r.reason));
-        return finish(StopReason::kFault);
+        MTIA_FINISH(StopReason::kFault);
       }
       default:
         // Every Op is handled above; reaching here is a bug in the decoder.
@@ -769,10 +778,12 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
     }
     ++n;
   }
-  return finish(StopReason::kBudget);
+  MTIA_FINISH(StopReason::kBudget);
 #undef MTIA_LOAD
 #undef MTIA_STORE
 #undef MTIA_BRANCH
+#undef MTIA_ACCESS_FAULT
+#undef MTIA_FINISH
 }
 
 void RiscvCore::resume(uint64_t value, uint64_t stalled_cycles) {
