@@ -111,16 +111,15 @@ static inline uint64_t kalloc_bytes(uint64_t bytes) {
  * strides on each side. Size-1 dimensions are dropped and dimensions that are contiguous on
  * both sides are merged, so the descriptor has as few dimensions (and as wide elements) as the
  * layout allows. */
-static inline mtia_tag_t kdma(uint64_t dst, uint8_t dst_space, const int64_t* dst_st, uint64_t src,
-                              uint8_t src_space, const int64_t* src_st, const uint64_t* sizes,
-                              int nd, unsigned es) {
+static inline void kdma_build(mtia_pe_dma_desc* dp, uint64_t dst, uint8_t dst_space,
+                              const int64_t* dst_st, uint64_t src, uint8_t src_space,
+                              const int64_t* src_st, const uint64_t* sizes, int nd, unsigned es) {
   /* Built straight into the descriptor, in one pass: every DMA of the library comes through
    * here, so its instruction count is a good part of a small launch's. */
-  mtia_pe_dma_desc d;
-  MTIA_ZERO_(d);
-  uint64_t* sz = d.sizes;
-  uint64_t* ss = d.src_strides;
-  uint64_t* ds = d.dst_strides;
+  MTIA_ZERO_(*dp);
+  uint64_t* sz = dp->sizes;
+  uint64_t* ss = dp->src_strides;
+  uint64_t* ds = dp->dst_strides;
   int m = 0;
   for (int i = 0; i < nd; ++i) {
     const uint64_t n = sizes[i];
@@ -157,14 +156,96 @@ static inline mtia_tag_t kdma(uint64_t dst, uint8_t dst_space, const int64_t* ds
       ds[m - 1] = w;
     }
   }
-  d.hdr = mtia_desc_header(MTIA_PE_DESC_DMA, 0);
-  d.ndims = (uint8_t)m;
-  d.elem_size = (uint8_t)w;
-  d.src_space = src_space;
-  d.dst_space = dst_space;
-  d.src = src;
-  d.dst = dst;
+  dp->hdr = mtia_desc_header(MTIA_PE_DESC_DMA, 0);
+  dp->ndims = (uint8_t)m;
+  dp->elem_size = (uint8_t)w;
+  dp->src_space = src_space;
+  dp->dst_space = dst_space;
+  dp->src = src;
+  dp->dst = dst;
+}
+static inline mtia_tag_t kdma(uint64_t dst, uint8_t dst_space, const int64_t* dst_st, uint64_t src,
+                              uint8_t src_space, const int64_t* src_st, const uint64_t* sizes,
+                              int nd, unsigned es) {
+  mtia_pe_dma_desc d;
+  kdma_build(&d, dst, dst_space, dst_st, src, src_space, src_st, sizes, nd, es);
   return mtia_dma_start(&d);
+}
+
+/* kdma_build for the commonest box, rows x cols elements whose rows are contiguous on both
+ * sides and start dst_rs / src_rs bytes apart, in a fraction of its instructions: fills *d
+ * exactly as kdma_build would. Only the first two dimensions are written; the rest must be
+ * zero. */
+static inline void kdma_rows_build(mtia_pe_dma_desc* d, uint64_t dst, uint8_t dst_space,
+                                   uint64_t dst_rs, uint64_t src, uint8_t src_space,
+                                   uint64_t src_rs, uint64_t rows, uint64_t cols, unsigned es) {
+  if (rows == 0 || cols < 2) { /* an empty box or one column: the general path */
+    const uint64_t sizes[2] = {rows, cols};
+    const int64_t ds[2] = {(int64_t)dst_rs, (int64_t)es}, ss[2] = {(int64_t)src_rs, (int64_t)es};
+    kdma_build(d, dst, dst_space, ds, src, src_space, ss, sizes, 2, es);
+    return;
+  }
+  const uint64_t run = cols * es;
+  uint64_t all = src | dst;
+  int m;
+  if (rows == 1 || (src_rs == run && dst_rs == run)) { /* one run */
+    m = 1;
+    d->sizes[0] = rows * cols;
+    d->sizes[1] = 0;
+    d->src_strides[1] = 0;
+    d->dst_strides[1] = 0;
+    all |= rows * run;
+  } else {
+    m = 2;
+    d->sizes[0] = rows;
+    d->sizes[1] = cols;
+    d->src_strides[0] = src_rs;
+    d->dst_strides[0] = dst_rs;
+    all |= run | src_rs | dst_rs;
+  }
+  unsigned w = es;
+  if (es < 8) {
+    while (w < 8 && (all & (2 * w - 1)) == 0) w *= 2;
+  }
+  d->sizes[m - 1] = d->sizes[m - 1] * es / w;
+  d->src_strides[m - 1] = w;
+  d->dst_strides[m - 1] = w;
+  d->hdr = mtia_desc_header(MTIA_PE_DESC_DMA, 0);
+  d->ndims = (uint8_t)m;
+  d->elem_size = (uint8_t)w;
+  d->src_space = src_space;
+  d->dst_space = dst_space;
+  d->src = src;
+  d->dst = dst;
+}
+
+/* A DMA descriptor kept for a stream of copies of the same box at different addresses (the
+ * tiles of a loop): kdma_rows rebuilds it only when the box, or the addresses' alignment
+ * below 8 bytes (which sets the element width), changes. Zeroed = none built yet. */
+typedef struct krows_dma {
+  mtia_pe_dma_desc d;
+  uint64_t rows, cols, dst_rs, src_rs, es;
+} krows_dma;
+
+/* kdma for a box with contiguous rows: rows x cols elements of es bytes, rows dst_rs / src_rs
+ * bytes apart. Issues exactly kdma's descriptor, through cache c. */
+static inline mtia_tag_t kdma_rows(krows_dma* c, uint64_t dst, uint8_t dst_space, uint64_t dst_rs,
+                                   uint64_t src, uint8_t src_space, uint64_t src_rs, uint64_t rows,
+                                   uint64_t cols, unsigned es) {
+  if (rows == c->rows && cols == c->cols && dst_rs == c->dst_rs && src_rs == c->src_rs &&
+      es == c->es && dst_space == c->d.dst_space && src_space == c->d.src_space &&
+      (((src ^ c->d.src) | (dst ^ c->d.dst)) & 7) == 0) {
+    c->d.src = src;
+    c->d.dst = dst;
+  } else {
+    kdma_rows_build(&c->d, dst, dst_space, dst_rs, src, src_space, src_rs, rows, cols, es);
+    c->rows = rows;
+    c->cols = cols;
+    c->dst_rs = dst_rs;
+    c->src_rs = src_rs;
+    c->es = es;
+  }
+  return mtia_dma_start(&c->d);
 }
 
 /* Contiguous local strides (bytes) for a box. */

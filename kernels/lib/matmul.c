@@ -55,6 +55,8 @@ typedef struct mmjob {
   uint64_t synced;           /* chunks every PE has finished (barriers passed) */
   uint64_t issued;           /* chunks whose own share this PE has issued */
   mtia_tag_t share[MM_STAGE_AHEAD + 1][2]; /* own DMA tags of chunks issued..synced, a ring */
+  /* DMA descriptors of the tile loads (per operand and buffer set) and staging copies. */
+  krows_dma load_a[2], load_b[2], stage[2];
 } mmjob;
 
 typedef struct mmtile {
@@ -162,15 +164,22 @@ static uint64_t mm_klen(const mmjob* j, uint64_t p) {
   return KMIN(j->tk, j->k - p * j->tk);
 }
 
-/* Issues this PE's share of the copy [lo, hi) of the outer dimension of a 2-D box. */
-static mtia_tag_t mm_share(const mmjob* j, uint64_t dst, const int64_t* dst_st, uint64_t src,
-                           const int64_t* src_st, uint64_t outer, uint64_t inner) {
+/* Issues this PE's share of the copy [lo, hi) of the outer dimension of a 2-D box (through
+ * descriptor cache c when its rows are contiguous). */
+static mtia_tag_t mm_share(mmjob* j, krows_dma* c, uint64_t dst, const int64_t* dst_st,
+                           uint64_t src, const int64_t* src_st, uint64_t outer, uint64_t inner) {
   const uint64_t pes = j->gr * j->gc, me = j->row * j->gc + j->col;
   const uint64_t lo = outer * me / pes, hi = outer * (me + 1) / pes;
   if (hi <= lo) return 0;
+  dst += lo * (uint64_t)dst_st[0];
+  src += lo * (uint64_t)src_st[0];
+  if (dst_st[1] == (int64_t)j->ies && src_st[1] == (int64_t)j->ies) {
+    return kdma_rows(c, dst, MTIA_PE_SPACE_DEVICE, (uint64_t)dst_st[0], src, MTIA_PE_SPACE_DEVICE,
+                     (uint64_t)src_st[0], hi - lo, inner, j->ies);
+  }
   const uint64_t sizes[2] = {hi - lo, inner};
-  return kdma(dst + lo * (uint64_t)dst_st[0], MTIA_PE_SPACE_DEVICE, dst_st,
-              src + lo * (uint64_t)src_st[0], MTIA_PE_SPACE_DEVICE, src_st, sizes, 2, j->ies);
+  return kdma(dst, MTIA_PE_SPACE_DEVICE, dst_st, src, MTIA_PE_SPACE_DEVICE, src_st, sizes, 2,
+              j->ies);
 }
 
 /* Issues this PE's shares of chunk c: A rows and/or B columns of data round d, panel p. */
@@ -187,10 +196,10 @@ static void mm_stage_issue(mmjob* j, uint64_t c) {
     const uint64_t panel = j->sram_a + p * j->m * j->tk * j->ies;
     if (j->trans_a) {
       const int64_t ss[2] = {j->sa[2] * es, j->sa[1] * es}, ds[2] = {(int64_t)j->m * es, es};
-      tags[0] = mm_share(j, panel + i0 * j->ies, ds, src, ss, klen, rows);
+      tags[0] = mm_share(j, &j->stage[0], panel + i0 * j->ies, ds, src, ss, klen, rows);
     } else {
       const int64_t ss[2] = {j->sa[1] * es, j->sa[2] * es}, ds[2] = {(int64_t)klen * es, es};
-      tags[0] = mm_share(j, panel + i0 * klen * j->ies, ds, src, ss, rows, klen);
+      tags[0] = mm_share(j, &j->stage[0], panel + i0 * klen * j->ies, ds, src, ss, rows, klen);
     }
   }
   if (d < j->nbj) { /* B columns of block column bj = d */
@@ -199,10 +208,10 @@ static void mm_stage_issue(mmjob* j, uint64_t c) {
     const uint64_t panel = j->sram_b + p * j->tk * j->n * j->ies;
     if (j->trans_b) {
       const int64_t ss[2] = {j->sb[2] * es, j->sb[1] * es}, ds[2] = {(int64_t)klen * es, es};
-      tags[1] = mm_share(j, panel + j0 * klen * j->ies, ds, src, ss, cols, klen);
+      tags[1] = mm_share(j, &j->stage[1], panel + j0 * klen * j->ies, ds, src, ss, cols, klen);
     } else {
       const int64_t ss[2] = {j->sb[1] * es, j->sb[2] * es}, ds[2] = {(int64_t)j->n * es, es};
-      tags[1] = mm_share(j, panel + j0 * j->ies, ds, src, ss, klen, cols);
+      tags[1] = mm_share(j, &j->stage[1], panel + j0 * j->ies, ds, src, ss, klen, cols);
     }
   }
 }
@@ -280,34 +289,44 @@ static void mm_my_tile(const mmjob* j, uint64_t q, mmtile* o) {
   o->nlen = KMIN(j->tn, j->n - o->j0);
 }
 
+/* Loads a rows x cols tile, element (i, j) at dev + (i * rs + j * cs) * es, into a contiguous
+ * local buffer; with reusable descriptor d when its rows are contiguous (cs = 1). */
+static mtia_tag_t mm_tile_in(krows_dma* d, void* local, uint64_t dev, int64_t rs, int64_t cs,
+                             uint64_t rows, uint64_t cols, unsigned es) {
+  if (cs != 1) return ktile_in(local, dev, rs, cs, rows, cols, es);
+  return kdma_rows(d, kaddr(local), MTIA_PE_SPACE_LOCAL, cols * es, dev, MTIA_PE_SPACE_DEVICE,
+                   (uint64_t)rs * es, rows, cols, es);
+}
+
 /* Issues the DMA of the A and B tiles of k-step kk of tile t into buffer set s. */
 static void mm_load(mmjob* j, const mmtile* t, uint64_t kk, int s, mtia_tag_t* la, mtia_tag_t* lb) {
   const uint64_t k0 = kk * j->tk;
   const uint64_t klen = KMIN(j->tk, j->k - k0);
+  const unsigned es = j->ies;
   if (j->staged) {
     const uint64_t need = mm_stage_need(j, t, kk);
     mm_stage_sync(j, need);
-    const uint64_t pa = j->sram_a + kk * j->m * j->tk * j->ies;
-    const uint64_t pb = j->sram_b + kk * j->tk * j->n * j->ies;
-    *la = j->trans_a
-              ? ktile_in(j->A[s], pa + t->i0 * j->ies, (int64_t)j->m, 1, klen, t->mlen, j->ies)
-              : ktile_in(j->A[s], pa + t->i0 * klen * j->ies, (int64_t)klen, 1, t->mlen, klen,
-                         j->ies);
-    *lb =
-        j->trans_b
-            ? ktile_in(j->B[s], pb + t->j0 * klen * j->ies, (int64_t)klen, 1, t->nlen, klen, j->ies)
-            : ktile_in(j->B[s], pb + t->j0 * j->ies, (int64_t)j->n, 1, klen, t->nlen, j->ies);
+    const uint64_t pa = j->sram_a + kk * j->m * j->tk * es;
+    const uint64_t pb = j->sram_b + kk * j->tk * j->n * es;
+    *la = j->trans_a ? mm_tile_in(&j->load_a[s], j->A[s], pa + t->i0 * es, (int64_t)j->m, 1, klen,
+                                  t->mlen, es)
+                     : mm_tile_in(&j->load_a[s], j->A[s], pa + t->i0 * klen * es, (int64_t)klen, 1,
+                                  t->mlen, klen, es);
+    *lb = j->trans_b ? mm_tile_in(&j->load_b[s], j->B[s], pb + t->j0 * klen * es, (int64_t)klen, 1,
+                                  t->nlen, klen, es)
+                     : mm_tile_in(&j->load_b[s], j->B[s], pb + t->j0 * es, (int64_t)j->n, 1, klen,
+                                  t->nlen, es);
     /* Meet the others for the next chunk now, while these loads and the DPE run: a barrier
      * just before a load would make every PE's loads start together and queue on the SRAM. */
     mm_stage_sync(j, need + 1);
     return;
   }
-  const uint64_t a0 = j->a + (t->bi * j->sa[0] + t->i0 * j->sa[1] + k0 * j->sa[2]) * j->ies;
-  const uint64_t b0 = j->b + (t->bi * j->sb[0] + k0 * j->sb[1] + t->j0 * j->sb[2]) * j->ies;
-  *la = j->trans_a ? ktile_in(j->A[s], a0, j->sa[2], j->sa[1], klen, t->mlen, j->ies)
-                   : ktile_in(j->A[s], a0, j->sa[1], j->sa[2], t->mlen, klen, j->ies);
-  *lb = j->trans_b ? ktile_in(j->B[s], b0, j->sb[2], j->sb[1], t->nlen, klen, j->ies)
-                   : ktile_in(j->B[s], b0, j->sb[1], j->sb[2], klen, t->nlen, j->ies);
+  const uint64_t a0 = j->a + (t->bi * j->sa[0] + t->i0 * j->sa[1] + k0 * j->sa[2]) * es;
+  const uint64_t b0 = j->b + (t->bi * j->sb[0] + k0 * j->sb[1] + t->j0 * j->sb[2]) * es;
+  *la = j->trans_a ? mm_tile_in(&j->load_a[s], j->A[s], a0, j->sa[2], j->sa[1], klen, t->mlen, es)
+                   : mm_tile_in(&j->load_a[s], j->A[s], a0, j->sa[1], j->sa[2], t->mlen, klen, es);
+  *lb = j->trans_b ? mm_tile_in(&j->load_b[s], j->B[s], b0, j->sb[2], j->sb[1], t->nlen, klen, es)
+                   : mm_tile_in(&j->load_b[s], j->B[s], b0, j->sb[1], j->sb[2], klen, t->nlen, es);
 }
 
 static mtia_tag_t mm_bias_load(const mmjob* j, const mmtile* t) {
