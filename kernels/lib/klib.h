@@ -227,6 +227,19 @@ typedef struct krows_dma {
   uint64_t rows, cols, dst_rs, src_rs, es;
 } krows_dma;
 
+/* kdma_rows's rebuild, out of line: a loop's copies mostly reuse the descriptor. */
+static inline __attribute__((noinline)) mtia_tag_t kdma_rows_rebuild(
+    krows_dma* c, uint64_t dst, uint8_t dst_space, uint64_t dst_rs, uint64_t src, uint8_t src_space,
+    uint64_t src_rs, uint64_t rows, uint64_t cols, unsigned es) {
+  kdma_rows_build(&c->d, dst, dst_space, dst_rs, src, src_space, src_rs, rows, cols, es);
+  c->rows = rows;
+  c->cols = cols;
+  c->dst_rs = dst_rs;
+  c->src_rs = src_rs;
+  c->es = es;
+  return mtia_dma_start(&c->d);
+}
+
 /* kdma for a box with contiguous rows: rows x cols elements of es bytes, rows dst_rs / src_rs
  * bytes apart. Issues exactly kdma's descriptor, through cache c. */
 static inline mtia_tag_t kdma_rows(krows_dma* c, uint64_t dst, uint8_t dst_space, uint64_t dst_rs,
@@ -237,15 +250,9 @@ static inline mtia_tag_t kdma_rows(krows_dma* c, uint64_t dst, uint8_t dst_space
       (((src ^ c->d.src) | (dst ^ c->d.dst)) & 7) == 0) {
     c->d.src = src;
     c->d.dst = dst;
-  } else {
-    kdma_rows_build(&c->d, dst, dst_space, dst_rs, src, src_space, src_rs, rows, cols, es);
-    c->rows = rows;
-    c->cols = cols;
-    c->dst_rs = dst_rs;
-    c->src_rs = src_rs;
-    c->es = es;
+    return mtia_dma_start(&c->d);
   }
-  return mtia_dma_start(&c->d);
+  return kdma_rows_rebuild(c, dst, dst_space, dst_rs, src, src_space, src_rs, rows, cols, es);
 }
 
 /* Contiguous local strides (bytes) for a box. */

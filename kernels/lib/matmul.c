@@ -55,13 +55,15 @@ typedef struct mmjob {
   uint64_t synced;           /* chunks every PE has finished (barriers passed) */
   uint64_t issued;           /* chunks whose own share this PE has issued */
   mtia_tag_t share[MM_STAGE_AHEAD + 1][2]; /* own DMA tags of chunks issued..synced, a ring */
-  /* DMA descriptors of the tile loads (per operand and buffer set) and staging copies. */
+  /* DMA descriptors of the tile loads (per operand and buffer set) and staging copies, and
+   * the DPE's: kept across steps, so a step rewrites only what changes. */
   krows_dma load_a[2], load_b[2], stage[2];
+  mtia_pe_matmul_desc mm;
 } mmjob;
 
 typedef struct mmtile {
   uint64_t bi, i0, j0, mlen, nlen;
-  uint64_t rbi, rbj; /* staged: the block round (block row, block column) */
+  uint64_t need0; /* staged: chunks that must be in the SRAM before panel p is loaded, - p */
 } mmtile;
 
 static void mm_tile(const mmjob* j, uint64_t t, mmtile* o) {
@@ -239,13 +241,6 @@ static inline void mm_stage_sync(mmjob* j, uint64_t need) {
   if (j->synced < need) mm_stage_sync_slow(j, need);
 }
 
-/* Chunks that must be staged before panel p of tile t can be loaded. */
-static uint64_t mm_stage_need(const mmjob* j, const mmtile* t, uint64_t p) {
-  const uint64_t da = t->rbi == 0 ? 0 : j->nbj + t->rbi - 1; /* the round that brought A */
-  const uint64_t db = t->rbj;                                /* ... and B */
-  return KMAX(da, db) * j->nk + p + 1;
-}
-
 /* Chooses staging for one large product whose operands fit the SRAM (and are at least
  * MM_STAGE_MIN_BYTES). */
 static void mm_stage_plan(mmjob* j) {
@@ -280,42 +275,50 @@ static void mm_my_tile(const mmjob* j, uint64_t q, mmtile* o) {
     mm_tile(j, mtia_pe_id() + q * mtia_num_pes(), o);
     return;
   }
-  o->rbi = q / j->my_nbj;
-  o->rbj = q % j->my_nbj;
+  const uint64_t rbi = q / j->my_nbj, rbj = q % j->my_nbj; /* the block round */
   o->bi = 0;
-  o->i0 = (o->rbi * j->gr + j->row) * j->tm;
-  o->j0 = (o->rbj * j->gc + j->col) * j->tn;
+  o->i0 = (rbi * j->gr + j->row) * j->tm;
+  o->j0 = (rbj * j->gc + j->col) * j->tn;
   o->mlen = KMIN(j->tm, j->m - o->i0);
   o->nlen = KMIN(j->tn, j->n - o->j0);
+  /* Panel p needs the data rounds that brought its A rows and B columns, up to panel p. */
+  const uint64_t da = rbi == 0 ? 0 : j->nbj + rbi - 1, db = rbj;
+  o->need0 = KMAX(da, db) * j->nk + 1;
 }
 
 /* Loads a rows x cols tile, element (i, j) at dev + (i * rs + j * cs) * es, into a contiguous
- * local buffer; with reusable descriptor d when its rows are contiguous (cs = 1). */
-static mtia_tag_t mm_tile_in(krows_dma* d, void* local, uint64_t dev, int64_t rs, int64_t cs,
-                             uint64_t rows, uint64_t cols, unsigned es) {
+ * local buffer; with descriptor cache d when its rows are contiguous (cs = 1). */
+static inline mtia_tag_t mm_tile_in(krows_dma* d, void* local, uint64_t dev, int64_t rs, int64_t cs,
+                                    uint64_t rows, uint64_t cols, unsigned es) {
   if (cs != 1) return ktile_in(local, dev, rs, cs, rows, cols, es);
   return kdma_rows(d, kaddr(local), MTIA_PE_SPACE_LOCAL, cols * es, dev, MTIA_PE_SPACE_DEVICE,
                    (uint64_t)rs * es, rows, cols, es);
 }
 
 /* Issues the DMA of the A and B tiles of k-step kk of tile t into buffer set s. */
-static void mm_load(mmjob* j, const mmtile* t, uint64_t kk, int s, mtia_tag_t* la, mtia_tag_t* lb) {
+static inline void mm_load(mmjob* j, const mmtile* t, uint64_t kk, int s, mtia_tag_t* la,
+                           mtia_tag_t* lb) {
   const uint64_t k0 = kk * j->tk;
   const uint64_t klen = KMIN(j->tk, j->k - k0);
   const unsigned es = j->ies;
   if (j->staged) {
-    const uint64_t need = mm_stage_need(j, t, kk);
+    const uint64_t need = t->need0 + kk;
     mm_stage_sync(j, need);
-    const uint64_t pa = j->sram_a + kk * j->m * j->tk * es;
-    const uint64_t pb = j->sram_b + kk * j->tk * j->n * es;
-    *la = j->trans_a ? mm_tile_in(&j->load_a[s], j->A[s], pa + t->i0 * es, (int64_t)j->m, 1, klen,
-                                  t->mlen, es)
-                     : mm_tile_in(&j->load_a[s], j->A[s], pa + t->i0 * klen * es, (int64_t)klen, 1,
-                                  t->mlen, klen, es);
-    *lb = j->trans_b ? mm_tile_in(&j->load_b[s], j->B[s], pb + t->j0 * klen * es, (int64_t)klen, 1,
-                                  t->nlen, klen, es)
-                     : mm_tile_in(&j->load_b[s], j->B[s], pb + t->j0 * es, (int64_t)j->n, 1, klen,
-                                  t->nlen, es);
+    /* Staged rows are contiguous (the layouts above): straight to the descriptor caches. */
+    const uint64_t pa = j->sram_a + k0 * j->m * es, pb = j->sram_b + k0 * j->n * es;
+    const uint64_t la_dst = kaddr(j->A[s]), lb_dst = kaddr(j->B[s]);
+    *la =
+        j->trans_a
+            ? kdma_rows(&j->load_a[s], la_dst, MTIA_PE_SPACE_LOCAL, t->mlen * es, pa + t->i0 * es,
+                        MTIA_PE_SPACE_DEVICE, j->m * es, klen, t->mlen, es)
+            : kdma_rows(&j->load_a[s], la_dst, MTIA_PE_SPACE_LOCAL, klen * es,
+                        pa + t->i0 * klen * es, MTIA_PE_SPACE_DEVICE, klen * es, t->mlen, klen, es);
+    *lb =
+        j->trans_b
+            ? kdma_rows(&j->load_b[s], lb_dst, MTIA_PE_SPACE_LOCAL, klen * es,
+                        pb + t->j0 * klen * es, MTIA_PE_SPACE_DEVICE, klen * es, t->nlen, klen, es)
+            : kdma_rows(&j->load_b[s], lb_dst, MTIA_PE_SPACE_LOCAL, t->nlen * es, pb + t->j0 * es,
+                        MTIA_PE_SPACE_DEVICE, j->n * es, klen, t->nlen, es);
     /* Meet the others for the next chunk now, while these loads and the DPE run: a barrier
      * just before a load would make every PE's loads start together and queue on the SRAM. */
     mm_stage_sync(j, need + 1);
@@ -389,15 +392,20 @@ static int mm_run(mmjob* j) {
 
   const uint64_t steps = mine * j->nk;
   mtia_tag_t la[2] = {0, 0}, lb[2] = {0, 0}, dpe[2] = {0, 0};
-  mmtile tiles[2]; /* the tile of the step in each buffer set */
+  mmtile tiles[2]; /* tile q in tiles[q & 1]: the next one is set up while this one runs */
+  mtia_pe_matmul_desc* mm = &j->mm;
+  const uint16_t mm_flags =
+      (j->trans_a ? MTIA_PE_MM_TRANS_A : 0) | (j->trans_b ? MTIA_PE_MM_TRANS_B : 0);
+  mm->in_dtype = j->in_dt;
+  mm->out_dtype = j->acc_dt;
   if (steps > 0) {
     mm_my_tile(j, 0, &tiles[0]);
     mm_load(j, &tiles[0], 0, 0, &la[0], &lb[0]);
   }
+  uint64_t q = 0, kk = 0; /* step s is k-step kk of this PE's tile q */
   for (uint64_t s = 0; s < steps; ++s) {
     const int cur = (int)(s & 1), nxt = cur ^ 1;
-    const uint64_t q = s / j->nk, kk = s % j->nk;
-    const mmtile* t = &tiles[cur];
+    const mmtile* t = &tiles[q & 1];
     const int cs = (int)(q & 1);
     if (kk == 0) {
       mtia_wait(st[cs]); /* tile q-2's output has left this accumulator */
@@ -408,23 +416,32 @@ static int mm_run(mmjob* j) {
     /* Queue step s behind step s-1 on the DPE before anything can block, so that the DPE
      * goes from one step to the next without a gap. */
     const uint64_t klen = KMIN(j->tk, j->k - kk * j->tk);
-    uint16_t flags = kk > 0 ? MTIA_PE_MM_ACCUMULATE : 0;
-    if (j->trans_a) flags |= MTIA_PE_MM_TRANS_A;
-    if (j->trans_b) flags |= MTIA_PE_MM_TRANS_B;
-    dpe[cur] = mtia_matmul(j->in_dt, j->acc_dt, flags, j->C[cs], (uint32_t)t->nlen, j->A[cur],
-                           (uint32_t)(j->trans_a ? t->mlen : klen), j->B[cur],
-                           (uint32_t)(j->trans_b ? klen : t->nlen), (uint32_t)t->mlen,
-                           (uint32_t)t->nlen, (uint32_t)klen);
+    mm->hdr = mtia_desc_header(MTIA_PE_DESC_MATMUL,
+                               (uint16_t)(mm_flags | (kk > 0 ? MTIA_PE_MM_ACCUMULATE : 0)));
+    mm->m = (uint32_t)t->mlen;
+    mm->n = (uint32_t)t->nlen;
+    mm->k = (uint32_t)klen;
+    mm->lda = (uint32_t)(j->trans_a ? t->mlen : klen);
+    mm->ldb = (uint32_t)(j->trans_b ? klen : t->nlen);
+    mm->ldc = (uint32_t)t->nlen;
+    mm->a = kaddr(j->A[cur]);
+    mm->b = kaddr(j->B[cur]);
+    mm->c = kaddr(j->C[cs]);
+    dpe[cur] = mtia_dpe_matmul(mm);
+    const int last = kk + 1 == j->nk; /* the last k-step of tile q */
+    const uint64_t nq = last ? q + 1 : q, nkk = last ? 0 : kk + 1;
     if (s + 1 < steps) {
       /* Buffer set nxt was read by the DPE at step s-1: wait for it, then refill. */
       mtia_wait(dpe[nxt]);
-      mm_my_tile(j, (s + 1) / j->nk, &tiles[nxt]);
-      mm_load(j, &tiles[nxt], (s + 1) % j->nk, nxt, &la[nxt], &lb[nxt]);
+      if (last) mm_my_tile(j, nq, &tiles[nq & 1]);
+      mm_load(j, &tiles[nq & 1], nkk, nxt, &la[nxt], &lb[nxt]);
     }
-    if (kk == j->nk - 1) {
+    if (last) {
       mtia_wait(dpe[cur]);
       st[cs] = mm_epilogue(j, t, cs, bias_tag);
     }
+    q = nq;
+    kk = nkk;
   }
   if (j->staged) mm_stage_sync(j, j->chunks); /* meet the others at every remaining barrier */
   mtia_wait_all();
