@@ -542,6 +542,8 @@ void BoundDma::run() const {
 }
 
 DmaResult MemorySystem::perform(const DmaPlan& plan) {
+  if (!plan.is_fill && !plan.src.host) notify_device_access(plan.src.span, false);
+  if (!plan.dst.host) notify_device_access(plan.dst.span, true);
   BoundDma bound;
   const DmaResult r = bind(plan, bound);
   if (r.error == isa::ErrorCode::kNone) bound.run();

@@ -201,6 +201,7 @@ uint32_t CommandProcessorModule::dispatching_queue() const {
 bool CommandProcessorModule::read_device(uint64_t addr, void* dst, size_t bytes) {
   const uint8_t* p = shared_.memory->device().translate(addr, bytes);
   if (p == nullptr) return false;
+  shared_.memory->notify_device_access({addr, addr + bytes}, false);
   std::memcpy(dst, p, bytes);
   return true;
 }
@@ -212,6 +213,7 @@ bool CommandProcessorModule::device_range_valid(uint64_t addr, uint64_t bytes) c
 bool CommandProcessorModule::write_device(uint64_t addr, const void* src, size_t bytes) {
   uint8_t* p = shared_.memory->device().translate(addr, bytes);
   if (p == nullptr) return false;
+  shared_.memory->notify_device_access({addr, addr + bytes}, true);
   std::memcpy(p, src, bytes);
   return true;
 }

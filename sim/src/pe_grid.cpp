@@ -70,13 +70,25 @@ class PeGrid::Pe : public pe::UnitPort {
     units_.set_deferral([this](const Touched& touched, uint64_t host_ns, pe::UnitTask&& math) {
       run_or_defer(touched, host_ns, std::move(math));
     });
+    if (grid_.params_.lazy_loads) {
+      units_.set_operand_source(
+          [this](uint64_t offset, uint64_t rows, uint64_t row_bytes, uint64_t ld_bytes) {
+            return operand_view(offset, rows, row_bytes, ld_bytes);
+          });
+    }
   }
 
   // Runs an operation's math (or a DMA's copy loop) here and now when it is cheap and nothing
   // of this PE is queued; otherwise queues it behind the PE's queued work for the helper
   // threads. Queued work runs in issue order, so only what reads the local store outside the
-  // queue (the core, descriptor reads, other PEs) has to settle it first.
+  // queue (the core, descriptor reads, other PEs) has to settle it first. Loads that have
+  // not been copied yet into the bytes it touches are copied first.
   void run_or_defer(const Touched& touched, uint64_t host_ns, pe::UnitTask&& work) {
+    for (const Extent& e : touched) materialize(e);
+    enqueue(touched, host_ns, std::move(work));
+  }
+
+  void enqueue(const Touched& touched, uint64_t host_ns, pe::UnitTask&& work) {
     const bool small = host_ns < grid_.params_.inline_work_ns;
     if (pending_.empty() && (small || grid_.workers_->threads() == 0)) {
       work();
@@ -93,8 +105,10 @@ class PeGrid::Pe : public pe::UnitPort {
   }
 
   // Finishes this PE's deferred unit work that uses any byte of `bytes` (local-store offsets),
-  // and the work queued before it: before anything else touches those bytes.
+  // and the work queued before it, copying loads into those bytes first: before anything
+  // else touches them.
   void settle(Extent bytes) {
+    materialize(bytes);
     uint64_t upto = 0;
     for (const PendingOp& op : pending_) {
       for (const Extent& e : op.touched) {
@@ -104,15 +118,37 @@ class PeGrid::Pe : public pe::UnitPort {
     if (upto == 0) return;
     grid_.workers_->join(chip_index_, upto);
     std::erase_if(pending_, [&](const PendingOp& op) { return op.number <= upto; });
-    if (pending_.empty()) {
-      guard_ = kNoGuard;
-      core_.clear_guard();
-    }
+    if (pending_.empty()) queue_drained();
   }
-  // Finishes all of it: before simulated time moves on, and at the end of the launch.
-  void join() { settle({0, ~0ull}); }
+  // Finishes all the queued work (at a barrier); loads not copied yet stay so.
+  void join() {
+    if (!pending_.empty()) {
+      grid_.workers_->join(chip_index_, pending_.back().number);
+      pending_.clear();
+    }
+    queue_drained();
+  }
+  // Copies every load and finishes all the work: the local store then holds what the program
+  // wrote to it (for the core, other PEs, the end of the launch).
+  void flush() {
+    for (LazyLoad& l : loads_) {
+      if (l.live) materialize(l);
+    }
+    join();
+  }
 
-  void guarded_access(pe::RiscvCore&) override { join(); }
+  void guarded_access(pe::RiscvCore&) override { flush(); }
+
+  // Whether a load of this PE (copied or not) may still read device bytes [lo, hi): a write
+  // there must wait for flush().
+  bool reads_device(uint64_t lo, uint64_t hi) const {
+    if (lo >= loads_src_.hi || hi <= loads_src_.lo) return false;
+    for (const LazyLoad& l : loads_) {
+      if (lo < l.src_hi && hi > l.src_lo) return true;
+    }
+    return false;
+  }
+  bool has_loads() const { return !loads_.empty(); }
 
   uint32_t chip_index() const { return chip_index_; }
 
@@ -224,7 +260,7 @@ class PeGrid::Pe : public pe::UnitPort {
       if (addr < isa::kLocalStoreBase) return {};
       const uint64_t owner = (addr - isa::kLocalStoreBase) / isa::kLocalStoreStride;
       if (owner != chip_index_) {
-        if (owner < grid_.pes_.size() && grid_.pes_[owner]) grid_.pes_[owner]->join();
+        if (owner < grid_.pes_.size() && grid_.pes_[owner]) grid_.pes_[owner]->flush();
         return {};
       }
       base = static_cast<__int128>(addr) - static_cast<__int128>(ls_device_base_);
@@ -270,13 +306,144 @@ class PeGrid::Pe : public pe::UnitPort {
           d.src_space == MTIA_PE_SPACE_LOCAL ? "local" : "device", d.src,
           d.dst_space == MTIA_PE_SPACE_LOCAL ? "local" : "device", d.dst));
     }
-    run_or_defer(touched, plan.payload_bytes / 8, [bound] { bound.run(); });
+    if (d.dst_space != MTIA_PE_SPACE_LOCAL) grid_.before_device_access(plan.dst.span, true);
+    if (!load_lazily(d, touched[1], plan, bound)) {
+      run_or_defer(touched, plan.payload_bytes / 8, [bound] { bound.run(); });
+    }
     ++grid_.stats_.dma_ops;
     grid_.stats_.dma_bytes += plan.payload_bytes;
     uint64_t done = 0;
     if (grid_.timing_ && plan.end_ps > t0_ps_) done = grid_.ps_to_cycles(plan.end_ps - t0_ps_);
     if (grid_.tracing()) grid_.trace_dma(chip_index_, plan, now);
     return UnitResponse::done(add_tag(done));
+  }
+
+  // ---- Loads left in device memory ------------------------------------------------------------
+  // A DMA of at least kLazyLoadBytes from DRAM or SRAM into this local store, in rows that are
+  // contiguous on both sides, is a load: its copy waits until something needs the bytes in the
+  // local store, and a DPE operand that lies inside it is read where the load reads from (the
+  // copy of a GEMM's tile that is multiplied and then loaded over is never made). Everything
+  // else that touches a load's bytes copies it first, in order with the PE's queued work; a
+  // DMA that loads over the same bytes drops it; a write to the device bytes it reads (or that
+  // its readers still queued read) first flushes this PE (PeGrid::before_device_access). A load
+  // that is no longer live stays listed until the queue drains, for that last check.
+  static constexpr uint64_t kLazyLoadBytes = 1024;
+  struct LazyLoad {
+    Extent ls;                                // local-store bytes it fills
+    uint64_t src_lo = 0, src_hi = 0;          // device bytes it reads
+    const uint8_t* src = nullptr;             // host address of src_lo
+    uint64_t rows = 0, run = 0;               // rows of `run` bytes,
+    uint64_t dst_stride = 0, src_stride = 0;  // these many bytes apart on each side
+    BoundDma copy;
+    bool live = true;  // not copied (or dropped) yet
+  };
+
+  bool load_lazily(const mtia_pe_dma_desc& d, Extent ls, const DmaPlan& plan,
+                   const BoundDma& bound) {
+    if (!grid_.params_.lazy_loads || d.dst_space != MTIA_PE_SPACE_LOCAL ||
+        d.src_space == MTIA_PE_SPACE_LOCAL || bound.is_fill ||
+        plan.payload_bytes < kLazyLoadBytes ||
+        (plan.src.memory != MemoryKind::kDram && plan.src.memory != MemoryKind::kSram)) {
+      return false;
+    }
+    const uint64_t es = d.elem_size;
+    const int inner = d.ndims - 1;
+    if (d.ndims > 2 || d.src_strides[inner] != es || d.dst_strides[inner] != es) return false;
+    LazyLoad l;
+    l.run = d.sizes[inner] * es;
+    l.rows = d.ndims == 2 ? d.sizes[0] : 1;
+    l.dst_stride = d.ndims == 2 ? d.dst_strides[0] : l.run;
+    l.src_stride = d.ndims == 2 ? d.src_strides[0] : l.run;
+    if (l.rows == 0 || l.run == 0 || l.dst_stride < l.run || l.src_stride < l.run) return false;
+    const uint64_t span = (l.rows - 1) * l.dst_stride + l.run;
+    if (ls.hi - ls.lo != span) return false;  // the local side is all in this store
+    l.ls = ls;
+    l.src_lo = plan.src.span.lo;
+    l.src_hi = plan.src.span.lo + (l.rows - 1) * l.src_stride + l.run;
+    l.src = bound.src;
+    l.copy = bound;
+    // Loads into these bytes before it: the same rows again are dropped, others copied.
+    for (LazyLoad& o : loads_) {
+      if (!o.live || o.ls.hi <= ls.lo || o.ls.lo >= ls.hi) continue;
+      const bool covered = o.ls.lo == ls.lo && o.ls.hi == ls.hi && o.rows == l.rows &&
+                           o.run == l.run && o.dst_stride == l.dst_stride;
+      if (covered) {
+        o.live = false;
+      } else {
+        materialize(o);
+      }
+    }
+    if (pending_.empty()) queue_drained();  // forget the loads no longer live
+    loads_.push_back(l);
+    loads_src_.lo = std::min(loads_src_.lo, l.src_lo);
+    loads_src_.hi = std::max(loads_src_.hi, l.src_hi);
+    ++grid_.stats_.lazy_loads;
+    guard_.lo = std::min(guard_.lo, ls.lo);
+    guard_.hi = std::max(guard_.hi, ls.hi);
+    core_.guard(guard_.lo, guard_.hi);
+    return true;
+  }
+
+  // Copies load l now (in order with the queued work).
+  void materialize(LazyLoad& l) {
+    l.live = false;
+    ++grid_.stats_.lazy_loads_copied;
+    const BoundDma copy = l.copy;
+    enqueue(Touched{l.ls, Extent{}, Extent{}, Extent{}}, (l.rows * l.run) / 8,
+            [copy] { copy.run(); });
+  }
+  // Copies the loads that fill any byte of `bytes`.
+  void materialize(Extent bytes) {
+    if (bytes.lo >= bytes.hi) return;
+    for (LazyLoad& l : loads_) {
+      if (l.live && bytes.lo < l.ls.hi && bytes.hi > l.ls.lo) materialize(l);
+    }
+  }
+
+  // Where a DPE operand lies when it is inside a live load: in the load's source.
+  pe::FunctionalUnits::OperandView operand_view(uint64_t offset, uint64_t rows, uint64_t row_bytes,
+                                                uint64_t ld_bytes) {
+    if (rows == 0 || row_bytes == 0) return {};
+    const uint64_t end = offset + (rows - 1) * ld_bytes + row_bytes;
+    for (const LazyLoad& l : loads_) {
+      if (!l.live || offset < l.ls.lo || end > l.ls.hi) continue;
+      const uint64_t rel = offset - l.ls.lo;
+      const uint8_t* p = nullptr;
+      uint64_t ld = 0;
+      if (l.rows == 1 || (l.dst_stride == l.run && l.src_stride == l.run)) {
+        p = l.src + rel;  // one contiguous run on both sides: any layout inside it
+        ld = ld_bytes;
+      } else {
+        const uint64_t row = rel / l.dst_stride, col = rel % l.dst_stride;
+        if (col + row_bytes > l.run || (rows > 1 && ld_bytes != l.dst_stride)) return {};
+        p = l.src + row * l.src_stride + col;
+        ld = l.src_stride;
+      }
+      if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0 || ld % sizeof(float) != 0)
+        return {};
+      ++grid_.stats_.lazy_operand_reads;
+      return {reinterpret_cast<const float*>(p), ld / sizeof(float)};
+    }
+    return {};
+  }
+
+  // The queue is empty: the loads no longer live are forgotten, and the core's guard shrinks to
+  // the live ones.
+  void queue_drained() {
+    std::erase_if(loads_, [](const LazyLoad& l) { return !l.live; });
+    guard_ = kNoGuard;
+    loads_src_ = kNoGuard;
+    for (const LazyLoad& l : loads_) {
+      guard_.lo = std::min(guard_.lo, l.ls.lo);
+      guard_.hi = std::max(guard_.hi, l.ls.hi);
+      loads_src_.lo = std::min(loads_src_.lo, l.src_lo);
+      loads_src_.hi = std::max(loads_src_.hi, l.src_hi);
+    }
+    if (guard_.lo < guard_.hi) {
+      core_.guard(guard_.lo, guard_.hi);
+    } else {
+      core_.clear_guard();
+    }
   }
 
   PeGrid& grid_;
@@ -297,6 +464,8 @@ class PeGrid::Pe : public pe::UnitPort {
   static constexpr Extent kNoGuard{~0ull, 0};
   std::vector<PendingOp> pending_;
   Extent guard_ = kNoGuard;
+  std::vector<LazyLoad> loads_;
+  Extent loads_src_ = kNoGuard;  // the hull of the device bytes they read
 };
 
 // ---- the grid -------------------------------------------------------------------------------
@@ -310,12 +479,16 @@ PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared, PeGridParams par
   pes_.resize(size_t{shared.config.pe_rows} * shared.config.pe_cols);
   workers_ =
       std::make_unique<pe::UnitWorkers>(params_.unit_threads, static_cast<uint32_t>(pes_.size()));
+  shared_.memory->set_device_access_observer(
+      [this](isa::ByteSpan span, bool write) { before_device_access(span, write); });
   SC_HAS_PROCESS(PeGrid);
   SC_THREAD(run);
   set_stack_size(kThreadStackBytes);
 }
 
-PeGrid::~PeGrid() = default;
+PeGrid::~PeGrid() {
+  shared_.memory->set_device_access_observer({});
+}
 
 namespace {
 
@@ -340,6 +513,26 @@ unsigned PeGridParams::default_unit_threads() {
 
 uint64_t PeGridParams::default_inline_work_ns() {
   return env_number("MTIA_EMU_INLINE_WORK_NS", 1'000'000'000, 5'000);
+}
+
+bool PeGridParams::default_lazy_loads() {
+  return env_number("MTIA_EMU_LAZY_LOADS", 1, 1) != 0;
+}
+
+void PeGrid::before_device_access(isa::ByteSpan span, bool write) {
+  // Local stores seen through their device windows hold what the program wrote to them.
+  if (span.hi > isa::kLocalStoreBase) {
+    const uint64_t first =
+        (std::max(span.lo, isa::kLocalStoreBase) - isa::kLocalStoreBase) / isa::kLocalStoreStride;
+    const uint64_t last = (span.hi - 1 - isa::kLocalStoreBase) / isa::kLocalStoreStride;
+    for (uint64_t i = first; i <= last && i < pes_.size(); ++i) {
+      if (pes_[i]) pes_[i]->flush();
+    }
+  }
+  if (!write) return;
+  for (auto& p : pes_) {
+    if (p && p->has_loads() && p->reads_device(span.lo, span.hi)) p->flush();
+  }
 }
 
 void PeGrid::join_units() {
@@ -569,6 +762,7 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
   }
 
   auto finish = [&](std::optional<Failure> failure) {
+    for (Pe* p : pes) p->flush();  // the local stores hold every load when the launch ends
     join_units();
     uint64_t end = 0;
     for (Pe* p : pes) {
@@ -663,6 +857,13 @@ Json PeGrid::stats_json() const {
   add_stat(m, "unit_ops", stats_.unit_ops, "operations", "DPE, SE, RE and MLU operations");
   add_stat(m, "dma_ops", stats_.dma_ops, "operations", "local DMA operations");
   add_stat(m, "dma_bytes", stats_.dma_bytes, "bytes", "payload bytes moved by local DMA");
+  add_stat(m, "lazy_loads", stats_.lazy_loads, "operations",
+           "local DMA loads from DRAM or SRAM left there until their bytes were needed");
+  add_stat(m, "lazy_loads_copied", stats_.lazy_loads_copied, "operations",
+           "lazy loads copied into the local store after all (the others were only read by "
+           "the DPE, or loaded over)");
+  add_stat(m, "lazy_operand_reads", stats_.lazy_operand_reads, "operands",
+           "fp32 DPE operands read where a lazy load reads from");
   add_stat(m, "barrier_releases", stats_.barriers, "barriers", "PE barriers released");
   add_stat(m, "systemc_syncs", stats_.syncs, "waits",
            "SystemC waits the grid scheduler took (one per quantum, not per PE)");

@@ -64,6 +64,12 @@ struct PeGridParams {
   // operation to the helpers.
   uint64_t inline_work_ns = default_inline_work_ns();
   static uint64_t default_inline_work_ns();
+  // Leave a DMA's load from DRAM or SRAM into a local store in device memory until its bytes
+  // are needed, and let the DPE read its operands there (PeGrid::Pe, "Loads left in device
+  // memory"): the copy of a tile that is only multiplied is never made. Results and
+  // simulated time do not depend on it; MTIA_EMU_LAZY_LOADS=0 turns it off.
+  bool lazy_loads = default_lazy_loads();
+  static bool default_lazy_loads();
 };
 
 class PeGrid : public sc_core::sc_module {
@@ -81,13 +87,16 @@ class PeGrid : public sc_core::sc_module {
     uint64_t launches = 0;
     uint64_t failed_launches = 0;
     uint64_t busy_ps = 0;
-    uint64_t pe_cycles = 0;     // sum over PEs of their final cycle counts
-    uint64_t instructions = 0;  // retired, all PEs
-    uint64_t unit_ops = 0;      // DPE/SE/RE/MLU operations
-    uint64_t dma_ops = 0;       // local DMA operations
-    uint64_t dma_bytes = 0;     // payload bytes of local DMA
-    uint64_t barriers = 0;      // barrier releases
-    uint64_t syncs = 0;         // SystemC waits taken by the scheduler
+    uint64_t pe_cycles = 0;           // sum over PEs of their final cycle counts
+    uint64_t instructions = 0;        // retired, all PEs
+    uint64_t unit_ops = 0;            // DPE/SE/RE/MLU operations
+    uint64_t dma_ops = 0;             // local DMA operations
+    uint64_t dma_bytes = 0;           // payload bytes of local DMA
+    uint64_t lazy_loads = 0;          // local DMA loads left in device memory
+    uint64_t lazy_loads_copied = 0;   // ... of which copied into the local store later
+    uint64_t lazy_operand_reads = 0;  // DPE operands read where a lazy load reads from
+    uint64_t barriers = 0;            // barrier releases
+    uint64_t syncs = 0;               // SystemC waits taken by the scheduler
     uint64_t program_cache_hits = 0;
     uint64_t program_loads = 0;
   };
@@ -124,6 +133,10 @@ class PeGrid : public sc_core::sc_module {
   void sync_to(uint64_t ps);
   // Finishes every PE's deferred unit work (see pe::UnitWorkers).
   void join_units();
+  // Before device bytes `span` are read or written other than by the PE that owns them: a PE
+  // whose local store they are in, or (for a write) whose loads may still read them, copies
+  // its loads and finishes its queued work.
+  void before_device_access(isa::ByteSpan span, bool write);
   // The trace (sim/src/trace.h): whether it records, and a unit operation or local DMA of chip
   // PE `pe` (`work` and the matmul's input dtype as the tracer counts them).
   bool tracing() const;

@@ -425,7 +425,10 @@ UnitOutcome FunctionalUnits::execute(const RiscvCore& core, const UnitRequest& r
   };
   switch (request.op) {
     case UnitOp::kMatmul:
-      return run(UnitKind::kDpe, mtia_pe_matmul_desc{}, &FunctionalUnits::run_matmul);
+      if (operand_source_) return matmul_with_views(core, request);
+      return run(UnitKind::kDpe, mtia_pe_matmul_desc{},
+                 static_cast<void (FunctionalUnits::*)(const mtia_pe_matmul_desc&)>(
+                     &FunctionalUnits::run_matmul));
     case UnitOp::kEltwise:
       return run(UnitKind::kSe, mtia_pe_se_desc{}, &FunctionalUnits::run_eltwise);
     case UnitOp::kReduce:
@@ -437,6 +440,30 @@ UnitOutcome FunctionalUnits::execute(const RiscvCore& core, const UnitRequest& r
                          fmt::format("{} is not a compute-unit instruction (DPE, SE, RE, MLU)",
                                      unit_op_name(request.op)));
   }
+}
+
+UnitOutcome FunctionalUnits::matmul_with_views(const RiscvCore& core, const UnitRequest& request) {
+  auto read = read_descriptor<mtia_pe_matmul_desc>(core, request.rs1);
+  if (!read) return finish(UnitKind::kDpe, read.error());
+  const mtia_pe_matmul_desc d = read.value();
+  Touched touched = extents(d);
+  OperandView va, vb;
+  if (d.in_dtype == MTIA_PE_DT_FP32) {
+    const bool ta = (d.hdr.flags & MTIA_PE_MM_TRANS_A) != 0;
+    const bool tb = (d.hdr.flags & MTIA_PE_MM_TRANS_B) != 0;
+    va = operand_source_(d.a - MTIA_PE_LS_BASE, ta ? d.k : d.m, uint64_t{ta ? d.m : d.k} * 4,
+                         uint64_t{d.lda} * 4);
+    vb = operand_source_(d.b - MTIA_PE_LS_BASE, tb ? d.n : d.k, uint64_t{tb ? d.k : d.n} * 4,
+                         uint64_t{d.ldb} * 4);
+    if (va.data != nullptr) touched[0] = Extent{};
+    if (vb.data != nullptr) touched[1] = Extent{};
+  }
+  if (defer_) {
+    defer_(touched, host_cost_ns(d), [this, d, va, vb] { run_matmul(d, va, vb); });
+  } else {
+    run_matmul(d, va, vb);
+  }
+  return finish(UnitKind::kDpe, cost(d));
 }
 
 FunctionalUnits::Touched FunctionalUnits::extents(const mtia_pe_matmul_desc& d) {
@@ -534,7 +561,7 @@ UnitWork FunctionalUnits::cost(const mtia_pe_mlu_desc& d) const {
 
 // ---- DPE ---------------------------------------------------------------------------------------
 
-void FunctionalUnits::run_matmul(const mtia_pe_matmul_desc& d) {
+void FunctionalUnits::run_matmul(const mtia_pe_matmul_desc& d, OperandView va, OperandView vb) {
   const bool ta = (d.hdr.flags & MTIA_PE_MM_TRANS_A) != 0;
   const bool tb = (d.hdr.flags & MTIA_PE_MM_TRANS_B) != 0;
   const bool accumulate = (d.hdr.flags & MTIA_PE_MM_ACCUMULATE) != 0;
@@ -588,10 +615,10 @@ void FunctionalUnits::run_matmul(const mtia_pe_matmul_desc& d) {
   const float* fb = nullptr;
   size_t lda = 0, ldb = 0;
   if (d.in_dtype == MTIA_PE_DT_FP32) {
-    fa = reinterpret_cast<const float*>(a);
-    fb = reinterpret_cast<const float*>(b);
-    lda = d.lda;
-    ldb = d.ldb;
+    fa = va.data != nullptr ? va.data : reinterpret_cast<const float*>(a);
+    fb = vb.data != nullptr ? vb.data : reinterpret_cast<const float*>(b);
+    lda = va.data != nullptr ? va.ld : d.lda;
+    ldb = vb.data != nullptr ? vb.ld : d.ldb;
   } else {
     fa_.resize(size_t{a_rows} * a_cols);
     fb_.resize(size_t{b_rows} * b_cols);

@@ -35,6 +35,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "mtia/isa/decode.h"
@@ -149,6 +150,17 @@ class MemorySystem {
   // Moves the data of a plan without error. The regions are translated again, so host memory
   // unregistered since planning ends in kHostAddressFault instead of a stray write.
   DmaResult perform(const DmaPlan& plan);
+
+  // Called on the simulator thread before device memory is read or written other than by a
+  // PE's own DMA (by perform(), and by the command processor through notify_device_access):
+  // the PE grid first settles what it has not copied yet (PeGrid::before_device_access).
+  using DeviceAccessObserver = std::function<void(isa::ByteSpan span, bool write)>;
+  void set_device_access_observer(DeviceAccessObserver observer) {
+    observer_ = std::move(observer);
+  }
+  void notify_device_access(isa::ByteSpan span, bool write) {
+    if (observer_) observer_(span, write);
+  }
   // The first half of perform(): translates the regions (with perform()'s faults) into `out`.
   DmaResult bind(const DmaPlan& plan, BoundDma& out) const;
 
@@ -158,6 +170,7 @@ class MemorySystem {
   uint64_t setup_ps() const { return setup_ps_; }
 
  private:
+  DeviceAccessObserver observer_;
   // Checks a region; fills `side` or returns the fault in `plan`.
   bool check_side(const uint64_t* sizes, int ndims, uint32_t elem, const isa::NdRegion& region,
                   SideInfo& side, DmaPlan& plan);

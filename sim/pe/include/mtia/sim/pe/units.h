@@ -77,6 +77,13 @@ struct UnitCounters {
   uint64_t busy_cycles = 0;  // sum of UnitWork::busy_cycles, PE clock cycles
 };
 
+// An fp32 DPE operand read outside the local store (FunctionalUnits::set_operand_source): its
+// elements and their leading dimension, in elements.
+struct MatmulOperandView {
+  const float* data = nullptr;
+  size_t ld = 0;
+};
+
 class FunctionalUnits {
  public:
   // `local_store` is the PE's local store (MTIA_PE_LS_BASE maps to its first byte), shared
@@ -129,13 +136,27 @@ class FunctionalUnits {
   using Deferral = std::function<void(const Touched& touched, uint64_t host_ns, UnitTask&& math)>;
   void set_deferral(Deferral defer) { defer_ = std::move(defer); }
 
+  // Where an fp32 DPE operand's elements are when they are not in the local store yet: the
+  // PE model may leave a tile that a DMA loads in device memory until something needs its
+  // local-store bytes, and the DPE then reads it there. Asked, when set, for A and B of each
+  // fp32 matmul that execute() runs: `rows` rows of `row_bytes` bytes, `ld_bytes` apart, at
+  // local-store offset `offset`. {nullptr, 0} means "read the local store"; otherwise the
+  // elements and their leading dimension (elements), which must stay as they are until the
+  // operation has run. An operand read there is left out of the touched bytes.
+  using OperandView = MatmulOperandView;
+  using OperandSource = std::function<OperandView(uint64_t offset, uint64_t rows,
+                                                  uint64_t row_bytes, uint64_t ld_bytes)>;
+  void set_operand_source(OperandSource source) { operand_source_ = std::move(source); }
+
   const UnitTiming& timing() const { return timing_; }
   const UnitCounters& counters(UnitKind kind) const { return counters_[static_cast<size_t>(kind)]; }
   void reset_counters();
 
  private:
   UnitOutcome finish(UnitKind kind, UnitOutcome outcome);
-  void run_matmul(const mtia_pe_matmul_desc& d);
+  UnitOutcome matmul_with_views(const RiscvCore& core, const UnitRequest& request);
+  void run_matmul(const mtia_pe_matmul_desc& d) { run_matmul(d, {}, {}); }
+  void run_matmul(const mtia_pe_matmul_desc& d, OperandView va, OperandView vb);
   void run_eltwise(const mtia_pe_se_desc& d);
   void run_reduce(const mtia_pe_re_desc& d);
   void run_layout(const mtia_pe_mlu_desc& d);
@@ -149,6 +170,7 @@ class FunctionalUnits {
   std::vector<float> fa_, fb_, fc_;
   std::vector<uint32_t> acc_;
   Deferral defer_;
+  OperandSource operand_source_;
 };
 
 }  // namespace mtia::sim::pe
