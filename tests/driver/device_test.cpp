@@ -1,5 +1,6 @@
 // The driver end to end through the in-process backend: the simulator and firmware run the
 // packets. Only one device may exist per process, so each test opens and closes its own.
+#include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -190,7 +191,8 @@ TEST_CASE("a NOP makes the round trip with sequence numbers and times", "[device
 }
 
 TEST_CASE("the backend writes the device's trace, statistics and configuration", "[device]") {
-  const auto dir = std::filesystem::temp_directory_path() / "mtia_driver_test_artifacts";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mtia_driver_test_artifacts_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   {
     auto dev = open();

@@ -3,6 +3,7 @@
 // B, shapes that are not multiples of the tiles, several grids, both presets, against a
 // double-precision reference. All cases but the last are above the staging threshold on both
 // presets; the last (k = 1) reads its tiles straight from DRAM.
+#include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -39,7 +40,8 @@ Matrix random_matrix(int64_t rows, int64_t cols, bool col_major, std::mt19937& r
 
 // Payload bytes the device has moved through the on-chip SRAM so far (stats.json).
 uint64_t sram_bytes(mtia::Device& dev) {
-  const auto dir = std::filesystem::temp_directory_path() / "mtia_staged_matmul_stats";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mtia_staged_matmul_stats_" + std::to_string(::getpid()));
   dev.write_artifacts(dir.string());
   std::ifstream in(dir / "stats.json");
   const auto stats = nlohmann::json::parse(in);
