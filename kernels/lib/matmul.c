@@ -304,21 +304,16 @@ static inline void mm_load(mmjob* j, const mmtile* t, uint64_t kk, int s, mtia_t
   if (j->staged) {
     const uint64_t need = t->need0 + kk;
     mm_stage_sync(j, need);
-    /* Staged rows are contiguous (the layouts above): straight to the descriptor caches. */
+    /* Staged rows are contiguous (the layouts above). */
     const uint64_t pa = j->sram_a + k0 * j->m * es, pb = j->sram_b + k0 * j->n * es;
-    const uint64_t la_dst = kaddr(j->A[s]), lb_dst = kaddr(j->B[s]);
-    *la =
-        j->trans_a
-            ? kdma_rows(&j->load_a[s], la_dst, MTIA_PE_SPACE_LOCAL, t->mlen * es, pa + t->i0 * es,
-                        MTIA_PE_SPACE_DEVICE, j->m * es, klen, t->mlen, es)
-            : kdma_rows(&j->load_a[s], la_dst, MTIA_PE_SPACE_LOCAL, klen * es,
-                        pa + t->i0 * klen * es, MTIA_PE_SPACE_DEVICE, klen * es, t->mlen, klen, es);
-    *lb =
-        j->trans_b
-            ? kdma_rows(&j->load_b[s], lb_dst, MTIA_PE_SPACE_LOCAL, klen * es,
-                        pb + t->j0 * klen * es, MTIA_PE_SPACE_DEVICE, klen * es, t->nlen, klen, es)
-            : kdma_rows(&j->load_b[s], lb_dst, MTIA_PE_SPACE_LOCAL, t->nlen * es, pb + t->j0 * es,
-                        MTIA_PE_SPACE_DEVICE, j->n * es, klen, t->nlen, es);
+    *la = j->trans_a ? mm_tile_in(&j->load_a[s], j->A[s], pa + t->i0 * es, (int64_t)j->m, 1, klen,
+                                  t->mlen, es)
+                     : mm_tile_in(&j->load_a[s], j->A[s], pa + t->i0 * klen * es, (int64_t)klen, 1,
+                                  t->mlen, klen, es);
+    *lb = j->trans_b ? mm_tile_in(&j->load_b[s], j->B[s], pb + t->j0 * klen * es, (int64_t)klen, 1,
+                                  t->nlen, klen, es)
+                     : mm_tile_in(&j->load_b[s], j->B[s], pb + t->j0 * es, (int64_t)j->n, 1, klen,
+                                  t->nlen, es);
     /* Meet the others for the next chunk now, while these loads and the DPE run: a barrier
      * just before a load would make every PE's loads start together and queue on the SRAM. */
     mm_stage_sync(j, need + 1);

@@ -131,9 +131,7 @@ class PeGrid::Pe : public pe::UnitPort {
   // Copies every load and finishes all the work: the local store then holds what the program
   // wrote to it (for the core, other PEs, the end of the launch).
   void flush() {
-    for (LazyLoad& l : loads_) {
-      if (l.live) materialize(l);
-    }
+    materialize(Extent{0, ~0ull});
     join();
   }
 
@@ -148,7 +146,6 @@ class PeGrid::Pe : public pe::UnitPort {
     }
     return false;
   }
-  bool has_loads() const { return !loads_.empty(); }
 
   uint32_t chip_index() const { return chip_index_; }
 
@@ -531,7 +528,7 @@ void PeGrid::before_device_access(isa::ByteSpan span, bool write) {
   }
   if (!write) return;
   for (auto& p : pes_) {
-    if (p && p->has_loads() && p->reads_device(span.lo, span.hi)) p->flush();
+    if (p && p->reads_device(span.lo, span.hi)) p->flush();
   }
 }
 

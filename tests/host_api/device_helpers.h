@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,13 @@
 #include "mtia/runtime.h"
 
 namespace mtia::test {
+
+// The bytes of a file (a kernel image); fails the test if it cannot be read.
+inline std::vector<uint8_t> file_bytes(const char* path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
 
 inline DeviceOptions functional_options() {
   DeviceOptions o;

@@ -22,14 +22,9 @@
 
 using namespace mtia;
 using mtia::test::expect_error;
+using mtia::test::file_bytes;
 
 namespace {
-
-std::vector<uint8_t> file_bytes(const char* path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // The value of symbol `name` in the ELF64 file's symbol table (.symtab).
 uint64_t symbol_address(const std::vector<uint8_t>& elf, const std::string& name) {

@@ -13,14 +13,9 @@
 
 using namespace mtia;
 using mtia::test::expect_error;
+using mtia::test::file_bytes;
 
 namespace {
-
-std::vector<uint8_t> file_bytes(const char* path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // Runs the smoke kernel over n random int32 on `grid`; returns the output.
 std::vector<int32_t> run_smoke(Device& dev, const KernelModule& m, Grid grid, uint32_t n,

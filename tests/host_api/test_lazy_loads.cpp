@@ -10,25 +10,20 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
+#include "device_helpers.h"
 #include "mtia/runtime.h"
 
 using namespace mtia;
+using mtia::test::file_bytes;
 
 namespace {
 
 constexpr uint32_t kWords = 1024;  // the kernels' load size (4 KB)
 constexpr uint8_t kFp32 = 1;       // MTIA_PE_DT_FP32 (isa/pe/pe_ops.h)
-
-std::vector<uint8_t> file_bytes(const char* path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // A device with the lazy loads on or off (the environment is read when a device opens).
 Device open_device(bool lazy, const std::string& preset = "mtia-v1") {

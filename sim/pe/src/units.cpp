@@ -385,7 +385,7 @@ UnitOutcome FunctionalUnits::finish(UnitKind kind, UnitOutcome outcome) {
 
 UnitOutcome FunctionalUnits::matmul(const mtia_pe_matmul_desc& d) {
   if (auto bad = validate(d, ls_.size())) return finish(UnitKind::kDpe, *bad);
-  run_matmul(d);
+  run_matmul(d, {}, {});
   return finish(UnitKind::kDpe, cost(d));
 }
 
@@ -425,10 +425,7 @@ UnitOutcome FunctionalUnits::execute(const RiscvCore& core, const UnitRequest& r
   };
   switch (request.op) {
     case UnitOp::kMatmul:
-      if (operand_source_) return matmul_with_views(core, request);
-      return run(UnitKind::kDpe, mtia_pe_matmul_desc{},
-                 static_cast<void (FunctionalUnits::*)(const mtia_pe_matmul_desc&)>(
-                     &FunctionalUnits::run_matmul));
+      return execute_matmul(core, request);
     case UnitOp::kEltwise:
       return run(UnitKind::kSe, mtia_pe_se_desc{}, &FunctionalUnits::run_eltwise);
     case UnitOp::kReduce:
@@ -442,13 +439,14 @@ UnitOutcome FunctionalUnits::execute(const RiscvCore& core, const UnitRequest& r
   }
 }
 
-UnitOutcome FunctionalUnits::matmul_with_views(const RiscvCore& core, const UnitRequest& request) {
+// execute() for the DPE: as the others, but A and B may be read outside the local store.
+UnitOutcome FunctionalUnits::execute_matmul(const RiscvCore& core, const UnitRequest& request) {
   auto read = read_descriptor<mtia_pe_matmul_desc>(core, request.rs1);
   if (!read) return finish(UnitKind::kDpe, read.error());
   const mtia_pe_matmul_desc d = read.value();
   Touched touched = extents(d);
   OperandView va, vb;
-  if (d.in_dtype == MTIA_PE_DT_FP32) {
+  if (operand_source_ && d.in_dtype == MTIA_PE_DT_FP32) {
     const bool ta = (d.hdr.flags & MTIA_PE_MM_TRANS_A) != 0;
     const bool tb = (d.hdr.flags & MTIA_PE_MM_TRANS_B) != 0;
     va = operand_source_(d.a - MTIA_PE_LS_BASE, ta ? d.k : d.m, uint64_t{ta ? d.m : d.k} * 4,

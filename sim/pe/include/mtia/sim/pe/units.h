@@ -154,8 +154,7 @@ class FunctionalUnits {
 
  private:
   UnitOutcome finish(UnitKind kind, UnitOutcome outcome);
-  UnitOutcome matmul_with_views(const RiscvCore& core, const UnitRequest& request);
-  void run_matmul(const mtia_pe_matmul_desc& d) { run_matmul(d, {}, {}); }
+  UnitOutcome execute_matmul(const RiscvCore& core, const UnitRequest& request);
   void run_matmul(const mtia_pe_matmul_desc& d, OperandView va, OperandView vb);
   void run_eltwise(const mtia_pe_se_desc& d);
   void run_reduce(const mtia_pe_re_desc& d);
