@@ -53,8 +53,8 @@ typedef struct mmjob {
   uint64_t my_nbi, my_nbj;   /* blocks in which this PE has a tile */
   uint64_t chunks;           /* staged (round, panel) chunks, in order */
   uint64_t synced;           /* chunks every PE has finished (barriers passed) */
-  uint64_t issued;           /* chunks whose own share this PE has issued */
-  mtia_tag_t share[MM_STAGE_AHEAD + 1][2]; /* own DMA tags of chunks issued..synced, a ring */
+  uint64_t issued;           /* chunks whose copies (if its own) this PE has issued */
+  mtia_tag_t copy_tags[MM_STAGE_AHEAD + 1][2]; /* own copies of chunks issued..synced, a ring */
   /* DMA descriptors of the tile loads (per operand and buffer set) and staging copies, and
    * the DPE's: kept across steps, so a step rewrites only what changes. */
   krows_dma load_a[2], load_b[2], stage[2];
@@ -150,10 +150,12 @@ static int mm_plan(mmjob* j) {
  * The first round of block row bi brings A's rows for it, the rounds of block row 0 bring B's
  * columns: "data rounds" d = 0 .. nbj-1 are (0, d), d = nbj .. are (d - nbj + 1, 0). Each data
  * round is copied k-panel by k-panel (tk columns of A, tk rows of B); chunk d * nk + p is data
- * round d's panel p, and every PE copies a share of it (a slice of its outer dimension).
- * Before a PE loads a tile from a panel, every PE must have finished its share of that chunk:
- * each PE waits for its own copies and meets the others at a barrier, once per chunk, in chunk
- * order, so all PEs pass the same barriers. Copies are issued MM_STAGE_AHEAD chunks ahead.
+ * round d's panel p. Its A part and its B part are each copied whole by one PE, PEs 2c and
+ * 2c + 1 (mod PEs), so that a chunk is one or two DMA descriptors (a slice of it from every PE
+ * made 64 times as many for the same bytes) and the two start together. Before a PE loads a
+ * tile from a panel, that chunk's copies must be done: their PEs wait for them, and every PE
+ * meets the others at a barrier, once per chunk, in chunk order, so all PEs pass the same
+ * barriers. Copies are issued MM_STAGE_AHEAD chunks ahead.
  *
  * Staged layouts (A rows m, B columns n, panel p of klen = min(tk, k - p * tk)):
  *   A, not transposed: panel p at sram_a + p * m * tk, row i at + i * klen (rows of klen)
@@ -166,54 +168,53 @@ static uint64_t mm_klen(const mmjob* j, uint64_t p) {
   return KMIN(j->tk, j->k - p * j->tk);
 }
 
-/* Issues this PE's share of the copy [lo, hi) of the outer dimension of a 2-D box (through
- * descriptor cache c when its rows are contiguous). */
-static mtia_tag_t mm_share(mmjob* j, krows_dma* c, uint64_t dst, const int64_t* dst_st,
-                           uint64_t src, const int64_t* src_st, uint64_t outer, uint64_t inner) {
-  const uint64_t pes = j->gr * j->gc, me = j->row * j->gc + j->col;
-  const uint64_t lo = outer * me / pes, hi = outer * (me + 1) / pes;
-  if (hi <= lo) return 0;
-  dst += lo * (uint64_t)dst_st[0];
-  src += lo * (uint64_t)src_st[0];
+/* Issues the copy of a 2-D box, outer x inner elements (through descriptor cache c when its rows
+ * are contiguous). */
+static mtia_tag_t mm_stage_copy(mmjob* j, krows_dma* c, uint64_t dst, const int64_t* dst_st,
+                                uint64_t src, const int64_t* src_st, uint64_t outer,
+                                uint64_t inner) {
   if (dst_st[1] == (int64_t)j->ies && src_st[1] == (int64_t)j->ies) {
     return kdma_rows(c, dst, MTIA_PE_SPACE_DEVICE, (uint64_t)dst_st[0], src, MTIA_PE_SPACE_DEVICE,
-                     (uint64_t)src_st[0], hi - lo, inner, j->ies);
+                     (uint64_t)src_st[0], outer, inner, j->ies);
   }
-  const uint64_t sizes[2] = {hi - lo, inner};
+  const uint64_t sizes[2] = {outer, inner};
   return kdma(dst, MTIA_PE_SPACE_DEVICE, dst_st, src, MTIA_PE_SPACE_DEVICE, src_st, sizes, 2,
               j->ies);
 }
 
-/* Issues this PE's shares of chunk c: A rows and/or B columns of data round d, panel p. */
+/* Issues this PE's parts of chunk c, if any: A rows and/or B columns of data round d, panel p. */
 static void mm_stage_issue(mmjob* j, uint64_t c) {
+  mtia_tag_t* tags = j->copy_tags[c % (MM_STAGE_AHEAD + 1)];
+  tags[0] = tags[1] = 0;
+  const uint64_t pes = j->gr * j->gc, me = j->row * j->gc + j->col;
+  const uint64_t own_a = 2 * c % pes == me, own_b = (2 * c + 1) % pes == me;
+  if (!own_a && !own_b) return;
   const uint64_t d = c / j->nk, p = c % j->nk;
   const uint64_t k0 = p * j->tk, klen = mm_klen(j, p);
   const int64_t es = (int64_t)j->ies;
-  mtia_tag_t* tags = j->share[c % (MM_STAGE_AHEAD + 1)];
-  tags[0] = tags[1] = 0;
-  if (d == 0 || d >= j->nbj) { /* A rows of block row bi */
+  if (own_a && (d == 0 || d >= j->nbj)) { /* A rows of block row bi */
     const uint64_t bi = d == 0 ? 0 : d - j->nbj + 1;
     const uint64_t i0 = bi * j->gr * j->tm, rows = KMIN(j->gr * j->tm, j->m - i0);
     const uint64_t src = j->a + (i0 * (uint64_t)j->sa[1] + k0 * (uint64_t)j->sa[2]) * j->ies;
     const uint64_t panel = j->sram_a + p * j->m * j->tk * j->ies;
     if (j->trans_a) {
       const int64_t ss[2] = {j->sa[2] * es, j->sa[1] * es}, ds[2] = {(int64_t)j->m * es, es};
-      tags[0] = mm_share(j, &j->stage[0], panel + i0 * j->ies, ds, src, ss, klen, rows);
+      tags[0] = mm_stage_copy(j, &j->stage[0], panel + i0 * j->ies, ds, src, ss, klen, rows);
     } else {
       const int64_t ss[2] = {j->sa[1] * es, j->sa[2] * es}, ds[2] = {(int64_t)klen * es, es};
-      tags[0] = mm_share(j, &j->stage[0], panel + i0 * klen * j->ies, ds, src, ss, rows, klen);
+      tags[0] = mm_stage_copy(j, &j->stage[0], panel + i0 * klen * j->ies, ds, src, ss, rows, klen);
     }
   }
-  if (d < j->nbj) { /* B columns of block column bj = d */
+  if (own_b && d < j->nbj) { /* B columns of block column bj = d */
     const uint64_t j0 = d * j->gc * j->tn, cols = KMIN(j->gc * j->tn, j->n - j0);
     const uint64_t src = j->b + (k0 * (uint64_t)j->sb[1] + j0 * (uint64_t)j->sb[2]) * j->ies;
     const uint64_t panel = j->sram_b + p * j->tk * j->n * j->ies;
     if (j->trans_b) {
       const int64_t ss[2] = {j->sb[2] * es, j->sb[1] * es}, ds[2] = {(int64_t)klen * es, es};
-      tags[1] = mm_share(j, &j->stage[1], panel + j0 * klen * j->ies, ds, src, ss, cols, klen);
+      tags[1] = mm_stage_copy(j, &j->stage[1], panel + j0 * klen * j->ies, ds, src, ss, cols, klen);
     } else {
       const int64_t ss[2] = {j->sb[1] * es, j->sb[2] * es}, ds[2] = {(int64_t)j->n * es, es};
-      tags[1] = mm_share(j, &j->stage[1], panel + j0 * j->ies, ds, src, ss, klen, cols);
+      tags[1] = mm_stage_copy(j, &j->stage[1], panel + j0 * j->ies, ds, src, ss, klen, cols);
     }
   }
 }
@@ -226,9 +227,11 @@ __attribute__((noinline)) static void mm_stage_sync_slow(mmjob* j, uint64_t need
     for (; j->issued < KMIN(j->chunks, c + MM_STAGE_AHEAD + 1); ++j->issued) {
       mm_stage_issue(j, j->issued);
     }
-    const mtia_tag_t* tags = j->share[c % (MM_STAGE_AHEAD + 1)];
-    mtia_wait(tags[0]);
-    mtia_wait(tags[1]);
+    const mtia_tag_t* tags = j->copy_tags[c % (MM_STAGE_AHEAD + 1)];
+    if (tags[0] | tags[1]) { /* its own chunk */
+      mtia_wait(tags[0]);
+      mtia_wait(tags[1]);
+    }
     mtia_barrier();
     ++j->synced;
   }
