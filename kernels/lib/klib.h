@@ -225,18 +225,20 @@ static inline void kdma_rows_build(mtia_pe_dma_desc* d, uint64_t dst, uint8_t ds
 typedef struct krows_dma {
   mtia_pe_dma_desc d;
   uint64_t rows, cols, dst_rs, src_rs, es;
+  uint64_t key; /* kdma_rows_keyed's name for the box, 0 when built by kdma_rows */
 } krows_dma;
 
 /* kdma_rows's rebuild, out of line: a loop's copies mostly reuse the descriptor. */
 static inline __attribute__((noinline)) mtia_tag_t kdma_rows_rebuild(
-    krows_dma* c, uint64_t dst, uint8_t dst_space, uint64_t dst_rs, uint64_t src, uint8_t src_space,
-    uint64_t src_rs, uint64_t rows, uint64_t cols, unsigned es) {
+    krows_dma* c, uint64_t key, uint64_t dst, uint8_t dst_space, uint64_t dst_rs, uint64_t src,
+    uint8_t src_space, uint64_t src_rs, uint64_t rows, uint64_t cols, unsigned es) {
   kdma_rows_build(&c->d, dst, dst_space, dst_rs, src, src_space, src_rs, rows, cols, es);
   c->rows = rows;
   c->cols = cols;
   c->dst_rs = dst_rs;
   c->src_rs = src_rs;
   c->es = es;
+  c->key = key;
   return mtia_dma_start(&c->d);
 }
 
@@ -252,7 +254,22 @@ static inline mtia_tag_t kdma_rows(krows_dma* c, uint64_t dst, uint8_t dst_space
     c->d.dst = dst;
     return mtia_dma_start(&c->d);
   }
-  return kdma_rows_rebuild(c, dst, dst_space, dst_rs, src, src_space, src_rs, rows, cols, es);
+  return kdma_rows_rebuild(c, 0, dst, dst_space, dst_rs, src, src_space, src_rs, rows, cols, es);
+}
+
+/* kdma_rows for a loop that names its boxes: `key` (not 0) must change whenever rows, cols,
+ * the row strides, es or the spaces do, and then the cache is checked with one comparison
+ * instead of seven (a GEMM's k-step issues two tile loads). */
+static inline mtia_tag_t kdma_rows_keyed(krows_dma* c, uint64_t key, uint64_t dst,
+                                         uint8_t dst_space, uint64_t dst_rs, uint64_t src,
+                                         uint8_t src_space, uint64_t src_rs, uint64_t rows,
+                                         uint64_t cols, unsigned es) {
+  if (key == c->key && (((src ^ c->d.src) | (dst ^ c->d.dst)) & 7) == 0) {
+    c->d.src = src;
+    c->d.dst = dst;
+    return mtia_dma_start(&c->d);
+  }
+  return kdma_rows_rebuild(c, key, dst, dst_space, dst_rs, src, src_space, src_rs, rows, cols, es);
 }
 
 /* Contiguous local strides (bytes) for a box. */

@@ -24,6 +24,10 @@
 
 /* Staged chunks whose copies run ahead of the one the PEs need next. */
 #define MM_STAGE_AHEAD 8
+/* Entries of the ring of own copy tags. */
+#define MM_STAGE_RING 16
+_Static_assert(MM_STAGE_RING > MM_STAGE_AHEAD && (MM_STAGE_RING & (MM_STAGE_RING - 1)) == 0,
+               "MM_STAGE_RING: a power of two above MM_STAGE_AHEAD");
 /* Operand bytes (A and B, in panels) below which a product is not staged. */
 #define MM_STAGE_MIN_BYTES (1u << 20)
 
@@ -49,16 +53,18 @@ typedef struct mmjob {
   int staged;
   uint64_t sram_a, sram_b;   /* device addresses of the staged A and B */
   uint64_t gr, gc, row, col; /* launch grid and this PE's place in it */
+  uint64_t pes, me;          /* gr * gc, and this PE's number row * gc + col */
   uint64_t nbi, nbj;         /* block rows and columns of tiles (gr x gc tiles a block) */
   uint64_t my_nbi, my_nbj;   /* blocks in which this PE has a tile */
   uint64_t chunks;           /* staged (round, panel) chunks, in order */
   uint64_t synced;           /* chunks every PE has finished (barriers passed) */
   uint64_t issued;           /* chunks whose copies (if its own) this PE has issued */
-  mtia_tag_t copy_tags[MM_STAGE_AHEAD + 1][2]; /* own copies of chunks issued..synced, a ring */
+  mtia_tag_t copy_tags[MM_STAGE_RING][2]; /* own copies of chunks synced..issued, a ring */
   /* DMA descriptors of the tile loads (per operand and buffer set) and staging copies, and
    * the DPE's: kept across steps, so a step rewrites only what changes. */
   krows_dma load_a[2], load_b[2], stage[2];
-  mtia_pe_matmul_desc mm;
+  mtia_pe_matmul_desc mm[2]; /* per buffer set: a and b fixed, the rest per (tile, k length) */
+  uint64_t mm_key[2];        /* which: mm_shape_key, 0 = not yet written */
 } mmjob;
 
 typedef struct mmtile {
@@ -182,13 +188,10 @@ static mtia_tag_t mm_stage_copy(mmjob* j, krows_dma* c, uint64_t dst, const int6
               j->ies);
 }
 
-/* Issues this PE's parts of chunk c, if any: A rows and/or B columns of data round d, panel p. */
-static void mm_stage_issue(mmjob* j, uint64_t c) {
-  mtia_tag_t* tags = j->copy_tags[c % (MM_STAGE_AHEAD + 1)];
-  tags[0] = tags[1] = 0;
-  const uint64_t pes = j->gr * j->gc, me = j->row * j->gc + j->col;
-  const uint64_t own_a = 2 * c % pes == me, own_b = (2 * c + 1) % pes == me;
-  if (!own_a && !own_b) return;
+/* Issues this PE's parts of chunk c into tags: A rows (own_a) and/or B columns (own_b) of data
+ * round d, panel p. Out of line: most chunks are other PEs'. */
+__attribute__((noinline)) static void mm_stage_issue(mmjob* j, uint64_t c, int own_a, int own_b,
+                                                     mtia_tag_t* tags) {
   const uint64_t d = c / j->nk, p = c % j->nk;
   const uint64_t k0 = p * j->tk, klen = mm_klen(j, p);
   const int64_t es = (int64_t)j->ies;
@@ -225,9 +228,13 @@ __attribute__((noinline)) static void mm_stage_sync_slow(mmjob* j, uint64_t need
   while (j->synced < need) {
     const uint64_t c = j->synced;
     for (; j->issued < KMIN(j->chunks, c + MM_STAGE_AHEAD + 1); ++j->issued) {
-      mm_stage_issue(j, j->issued);
+      const uint64_t i = j->issued;
+      mtia_tag_t* tags = j->copy_tags[i & (MM_STAGE_RING - 1)];
+      tags[0] = tags[1] = 0;
+      const int own_a = 2 * i % j->pes == j->me, own_b = (2 * i + 1) % j->pes == j->me;
+      if (own_a || own_b) mm_stage_issue(j, i, own_a, own_b, tags);
     }
-    const mtia_tag_t* tags = j->copy_tags[c % (MM_STAGE_AHEAD + 1)];
+    const mtia_tag_t* tags = j->copy_tags[c & (MM_STAGE_RING - 1)];
     if (tags[0] | tags[1]) { /* its own chunk */
       mtia_wait(tags[0]);
       mtia_wait(tags[1]);
@@ -260,6 +267,8 @@ static void mm_stage_plan(mmjob* j) {
   j->gc = mtia_grid_cols();
   j->row = mtia_pe_row();
   j->col = mtia_pe_col();
+  j->pes = j->gr * j->gc;
+  j->me = j->row * j->gc + j->col;
   j->nbi = kceil_div(j->ntm, j->gr);
   j->nbj = kceil_div(j->ntn, j->gc);
   j->my_nbi = j->ntm > j->row ? kceil_div(j->ntm - j->row, j->gr) : 0;
@@ -290,32 +299,38 @@ static void mm_my_tile(const mmjob* j, uint64_t q, mmtile* o) {
 }
 
 /* Loads a rows x cols tile, element (i, j) at dev + (i * rs + j * cs) * es, into a contiguous
- * local buffer; with descriptor cache d when its rows are contiguous (cs = 1). */
-static inline mtia_tag_t mm_tile_in(krows_dma* d, void* local, uint64_t dev, int64_t rs, int64_t cs,
-                                    uint64_t rows, uint64_t cols, unsigned es) {
+ * local buffer; with descriptor cache d when its rows are contiguous (cs = 1), where `key`
+ * names the box (see kdma_rows_keyed: within a launch, a buffer's box is set by the tile's
+ * extent and the step's k length). */
+static inline mtia_tag_t mm_tile_in(krows_dma* d, uint64_t key, void* local, uint64_t dev,
+                                    int64_t rs, int64_t cs, uint64_t rows, uint64_t cols,
+                                    unsigned es) {
   if (cs != 1) return ktile_in(local, dev, rs, cs, rows, cols, es);
-  return kdma_rows(d, kaddr(local), MTIA_PE_SPACE_LOCAL, cols * es, dev, MTIA_PE_SPACE_DEVICE,
-                   (uint64_t)rs * es, rows, cols, es);
+  return kdma_rows_keyed(d, key, kaddr(local), MTIA_PE_SPACE_LOCAL, cols * es, dev,
+                         MTIA_PE_SPACE_DEVICE, (uint64_t)rs * es, rows, cols, es);
 }
 
-/* Issues the DMA of the A and B tiles of k-step kk of tile t into buffer set s. */
-static inline void mm_load(mmjob* j, const mmtile* t, uint64_t kk, int s, mtia_tag_t* la,
-                           mtia_tag_t* lb) {
+/* Issues the DMA of the A and B tiles of k-step kk of tile t into buffer set s. Inlined: it
+ * runs every k-step. */
+static inline __attribute__((always_inline)) void mm_load(mmjob* j, const mmtile* t, uint64_t kk,
+                                                          int s, mtia_tag_t* la, mtia_tag_t* lb) {
   const uint64_t k0 = kk * j->tk;
   const uint64_t klen = KMIN(j->tk, j->k - k0);
   const unsigned es = j->ies;
+  const uint64_t key_a = t->mlen << 32 | klen, key_b = t->nlen << 32 | klen;
+  krows_dma *da = &j->load_a[s], *db = &j->load_b[s];
   if (j->staged) {
     const uint64_t need = t->need0 + kk;
     mm_stage_sync(j, need);
     /* Staged rows are contiguous (the layouts above). */
     const uint64_t pa = j->sram_a + k0 * j->m * es, pb = j->sram_b + k0 * j->n * es;
-    *la = j->trans_a ? mm_tile_in(&j->load_a[s], j->A[s], pa + t->i0 * es, (int64_t)j->m, 1, klen,
-                                  t->mlen, es)
-                     : mm_tile_in(&j->load_a[s], j->A[s], pa + t->i0 * klen * es, (int64_t)klen, 1,
-                                  t->mlen, klen, es);
-    *lb = j->trans_b ? mm_tile_in(&j->load_b[s], j->B[s], pb + t->j0 * klen * es, (int64_t)klen, 1,
+    *la = j->trans_a
+              ? mm_tile_in(da, key_a, j->A[s], pa + t->i0 * es, (int64_t)j->m, 1, klen, t->mlen, es)
+              : mm_tile_in(da, key_a, j->A[s], pa + t->i0 * klen * es, (int64_t)klen, 1, t->mlen,
+                           klen, es);
+    *lb = j->trans_b ? mm_tile_in(db, key_b, j->B[s], pb + t->j0 * klen * es, (int64_t)klen, 1,
                                   t->nlen, klen, es)
-                     : mm_tile_in(&j->load_b[s], j->B[s], pb + t->j0 * es, (int64_t)j->n, 1, klen,
+                     : mm_tile_in(db, key_b, j->B[s], pb + t->j0 * es, (int64_t)j->n, 1, klen,
                                   t->nlen, es);
     /* Meet the others for the next chunk now, while these loads and the DPE run: a barrier
      * just before a load would make every PE's loads start together and queue on the SRAM. */
@@ -324,10 +339,10 @@ static inline void mm_load(mmjob* j, const mmtile* t, uint64_t kk, int s, mtia_t
   }
   const uint64_t a0 = j->a + (t->bi * j->sa[0] + t->i0 * j->sa[1] + k0 * j->sa[2]) * es;
   const uint64_t b0 = j->b + (t->bi * j->sb[0] + k0 * j->sb[1] + t->j0 * j->sb[2]) * es;
-  *la = j->trans_a ? mm_tile_in(&j->load_a[s], j->A[s], a0, j->sa[2], j->sa[1], klen, t->mlen, es)
-                   : mm_tile_in(&j->load_a[s], j->A[s], a0, j->sa[1], j->sa[2], t->mlen, klen, es);
-  *lb = j->trans_b ? mm_tile_in(&j->load_b[s], j->B[s], b0, j->sb[2], j->sb[1], t->nlen, klen, es)
-                   : mm_tile_in(&j->load_b[s], j->B[s], b0, j->sb[1], j->sb[2], klen, t->nlen, es);
+  *la = j->trans_a ? mm_tile_in(da, key_a, j->A[s], a0, j->sa[2], j->sa[1], klen, t->mlen, es)
+                   : mm_tile_in(da, key_a, j->A[s], a0, j->sa[1], j->sa[2], t->mlen, klen, es);
+  *lb = j->trans_b ? mm_tile_in(db, key_b, j->B[s], b0, j->sb[2], j->sb[1], t->nlen, klen, es)
+                   : mm_tile_in(db, key_b, j->B[s], b0, j->sb[1], j->sb[2], klen, t->nlen, es);
 }
 
 static mtia_tag_t mm_bias_load(const mmjob* j, const mmtile* t) {
@@ -391,11 +406,17 @@ static int mm_run(mmjob* j) {
   const uint64_t steps = mine * j->nk;
   mtia_tag_t la[2] = {0, 0}, lb[2] = {0, 0}, dpe[2] = {0, 0};
   mmtile tiles[2]; /* tile q in tiles[q & 1]: the next one is set up while this one runs */
-  mtia_pe_matmul_desc* mm = &j->mm;
   const uint16_t mm_flags =
       (j->trans_a ? MTIA_PE_MM_TRANS_A : 0) | (j->trans_b ? MTIA_PE_MM_TRANS_B : 0);
-  mm->in_dtype = j->in_dt;
-  mm->out_dtype = j->acc_dt;
+  const mtia_pe_desc_header hdr_first = mtia_desc_header(MTIA_PE_DESC_MATMUL, mm_flags);
+  const mtia_pe_desc_header hdr_acc =
+      mtia_desc_header(MTIA_PE_DESC_MATMUL, (uint16_t)(mm_flags | MTIA_PE_MM_ACCUMULATE));
+  for (int b = 0; b < 2; ++b) {
+    j->mm[b].in_dtype = j->in_dt;
+    j->mm[b].out_dtype = j->acc_dt;
+    j->mm[b].a = kaddr(j->A[b]);
+    j->mm[b].b = kaddr(j->B[b]);
+  }
   if (steps > 0) {
     mm_my_tile(j, 0, &tiles[0]);
     mm_load(j, &tiles[0], 0, 0, &la[0], &lb[0]);
@@ -414,17 +435,19 @@ static int mm_run(mmjob* j) {
     /* Queue step s behind step s-1 on the DPE before anything can block, so that the DPE
      * goes from one step to the next without a gap. */
     const uint64_t klen = KMIN(j->tk, j->k - kk * j->tk);
-    mm->hdr = mtia_desc_header(MTIA_PE_DESC_MATMUL,
-                               (uint16_t)(mm_flags | (kk > 0 ? MTIA_PE_MM_ACCUMULATE : 0)));
-    mm->m = (uint32_t)t->mlen;
-    mm->n = (uint32_t)t->nlen;
-    mm->k = (uint32_t)klen;
-    mm->lda = (uint32_t)(j->trans_a ? t->mlen : klen);
-    mm->ldb = (uint32_t)(j->trans_b ? klen : t->nlen);
-    mm->ldc = (uint32_t)t->nlen;
-    mm->a = kaddr(j->A[cur]);
-    mm->b = kaddr(j->B[cur]);
-    mm->c = kaddr(j->C[cs]);
+    mtia_pe_matmul_desc* mm = &j->mm[cur];
+    const uint64_t key = q << 32 | klen; /* the descriptor's shape: this tile, this k length */
+    if (j->mm_key[cur] != key) {
+      j->mm_key[cur] = key;
+      mm->m = (uint32_t)t->mlen;
+      mm->n = (uint32_t)t->nlen;
+      mm->k = (uint32_t)klen;
+      mm->lda = (uint32_t)(j->trans_a ? t->mlen : klen);
+      mm->ldb = (uint32_t)(j->trans_b ? klen : t->nlen);
+      mm->ldc = (uint32_t)t->nlen;
+      mm->c = kaddr(j->C[cs]);
+    }
+    mm->hdr = kk > 0 ? hdr_acc : hdr_first;
     dpe[cur] = mtia_dpe_matmul(mm);
     const int last = kk + 1 == j->nk; /* the last k-step of tile q */
     const uint64_t nq = last ? q + 1 : q, nkk = last ? 0 : kk + 1;
