@@ -1,7 +1,8 @@
 /* Test kernel for the kernel library's DMA helpers (tests/pe/test_kdma_rows.cpp): issues every
- * case of a grid of 2-D boxes twice, first through kdma (the general builder) and then through
- * kdma_rows (the fast path for contiguous rows, with its descriptor cache), so that the test's
- * recording port can compare each pair of descriptors. Returns the number of cases. */
+ * case of a grid of 2-D boxes three times, through kdma (the general builder), kdma_rows (the
+ * fast path for contiguous rows, with its descriptor cache) and kdma_rows_keyed (the same
+ * cache checked by a key naming the box), so that the test's recording port can compare each
+ * triple of descriptors. Returns the number of cases. */
 #include <stdint.h>
 
 #include "../lib/klib.h"
@@ -15,8 +16,9 @@ int mtia_kernel_main(const void* args, uint64_t args_bytes) {
    * second (moved, same alignment) and must rebuild for the third (source moved by one
    * element, unless elements are 8 bytes wide). */
   static const uint64_t src_at[] = {0, 128, 0}, dst_at[] = {0, 256, 0};
-  krows_dma cache;
+  krows_dma cache, keyed;
   MTIA_ZERO_(cache);
+  MTIA_ZERO_(keyed);
   int cases = 0;
   for (unsigned e = 0; e < 4; ++e) {
     const unsigned es = sizes[e];
@@ -37,6 +39,10 @@ int mtia_kernel_main(const void* args, uint64_t args_bytes) {
               kdma(dst, MTIA_PE_SPACE_LOCAL, ds, src, MTIA_PE_SPACE_DEVICE, ss, box, 2, es);
               kdma_rows(&cache, dst, MTIA_PE_SPACE_LOCAL, dst_strides[d], src, MTIA_PE_SPACE_DEVICE,
                         src_strides[s], rows, cols, es);
+              /* One key a box: the three address pairs share it. */
+              const uint64_t key = 1 + (uint64_t)cases / 3;
+              kdma_rows_keyed(&keyed, key, dst, MTIA_PE_SPACE_LOCAL, dst_strides[d], src,
+                              MTIA_PE_SPACE_DEVICE, src_strides[s], rows, cols, es);
               ++cases;
             }
           }

@@ -1,7 +1,7 @@
-// The kernel library's fast DMA path for contiguous rows (kdma_rows, kernels/lib/klib.h) must
-// issue exactly the descriptor of its general builder (kdma), whether it builds it or reuses
-// the one it cached: the kdma_check kernel issues every case of a grid of boxes through both,
-// and a recording port compares each pair.
+// The kernel library's fast DMA path for contiguous rows (kdma_rows and kdma_rows_keyed,
+// kernels/lib/klib.h) must issue exactly the descriptor of its general builder (kdma), whether
+// it builds it or reuses the one it cached: the kdma_check kernel issues every case of a grid
+// of boxes through all three, and a recording port compares each triple.
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <vector>
@@ -43,7 +43,7 @@ std::string describe(const mtia_pe_dma_desc& d) {
 
 }  // namespace
 
-TEST_CASE("kdma_rows builds the same DMA descriptor as kdma", "[pe][kernel]") {
+TEST_CASE("kdma_rows and kdma_rows_keyed build the same DMA descriptor as kdma", "[pe][kernel]") {
   auto elf = mtia::sim::pe::read_elf_file(MTIA_KDMA_CHECK_KERNEL_ELF);
   REQUIRE(elf.ok());
   auto program = program_of(elf.value());
@@ -60,13 +60,16 @@ TEST_CASE("kdma_rows builds the same DMA descriptor as kdma", "[pe][kernel]") {
   // 4 element sizes x 4 x 4 extents x 4 source x 2 destination row strides x 3 address pairs.
   const int64_t cases = 4 * 4 * 4 * 4 * 2 * 3;
   CHECK(core.exit_status() == cases);
-  REQUIRE(port.dmas.size() == 2 * static_cast<size_t>(cases));
+  REQUIRE(port.dmas.size() == 3 * static_cast<size_t>(cases));
   int merged = 0, widened = 0;
-  for (size_t i = 0; i < port.dmas.size(); i += 2) {
+  for (size_t i = 0; i < port.dmas.size(); i += 3) {
     const mtia_pe_dma_desc& general = port.dmas[i];
     const mtia_pe_dma_desc& rows = port.dmas[i + 1];
-    INFO("case " << i / 2 << ": kdma " << describe(general) << ", kdma_rows " << describe(rows));
+    const mtia_pe_dma_desc& keyed = port.dmas[i + 2];
+    INFO("case " << i / 3 << ": kdma " << describe(general) << ", kdma_rows " << describe(rows)
+                 << ", kdma_rows_keyed " << describe(keyed));
     REQUIRE(std::memcmp(&general, &rows, sizeof general) == 0);
+    REQUIRE(std::memcmp(&general, &keyed, sizeof general) == 0);
     merged += general.ndims == 1;
     widened += general.elem_size == 8 && general.sizes[0] > 1;
   }
