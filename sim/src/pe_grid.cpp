@@ -68,7 +68,7 @@ class PeGrid::Pe : public pe::UnitPort {
         core_(pe::CoreConfig{}, local_store, *this) {
     // Unit math and DMA copies go to the grid's helper threads, in order per PE.
     units_.set_deferral([this](const Touched& touched, uint64_t host_ns, pe::UnitTask&& math) {
-      run_or_defer(touched, host_ns, std::move(math));
+      run_or_defer(touched, host_ns, std::move(math), /*device=*/false);
     });
     if (grid_.params_.lazy_loads) {
       units_.set_operand_source(
@@ -83,19 +83,21 @@ class PeGrid::Pe : public pe::UnitPort {
   // threads. Queued work runs in issue order, so only what reads the local store outside the
   // queue (the core, descriptor reads, other PEs) has to settle it first. Loads that have
   // not been copied yet into the bytes it touches are copied first.
-  void run_or_defer(const Touched& touched, uint64_t host_ns, pe::UnitTask&& work) {
+  void run_or_defer(const Touched& touched, uint64_t host_ns, pe::UnitTask&& work, bool device) {
     for (const Extent& e : touched) materialize(e);
-    enqueue(touched, host_ns, std::move(work));
+    enqueue(touched, host_ns, std::move(work), device);
   }
 
-  void enqueue(const Touched& touched, uint64_t host_ns, pe::UnitTask&& work) {
+  // `device`: the work reads or writes device memory (a DMA's copy), which other PEs may touch
+  // after the next barrier.
+  void enqueue(const Touched& touched, uint64_t host_ns, pe::UnitTask&& work, bool device) {
     const bool small = host_ns < grid_.params_.inline_work_ns;
     if (pending_.empty() && (small || grid_.workers_->threads() == 0)) {
       work();
       return;
     }
     const uint64_t number = grid_.workers_->post(chip_index_, std::move(work), /*wake=*/!small);
-    pending_.push_back({number, touched});
+    pending_.push_back({number, touched, device});
     for (const Extent& e : touched) {
       if (e.lo >= e.hi) continue;
       guard_.lo = std::min(guard_.lo, e.lo);
@@ -128,12 +130,26 @@ class PeGrid::Pe : public pe::UnitPort {
     }
     queue_drained();
   }
+  // Finishes the queued work that reads or writes device memory (and the work queued before
+  // it), at a barrier: the unit math on the local store may run on.
+  void join_device() {
+    uint64_t upto = 0;
+    for (const PendingOp& op : pending_) {
+      if (op.device) upto = op.number;
+    }
+    if (upto == 0) return;
+    grid_.workers_->join(chip_index_, upto);
+    std::erase_if(pending_, [&](const PendingOp& op) { return op.number <= upto; });
+    if (pending_.empty()) queue_drained();
+  }
   // Copies every load and finishes all the work: the local store then holds what the program
   // wrote to it (for the core, other PEs, the end of the launch).
   void flush() {
-    materialize(Extent{0, ~0ull});
+    copy_loads();
     join();
   }
+  // Queues the copies of every load not copied yet.
+  void copy_loads() { materialize(Extent{0, ~0ull}); }
 
   void guarded_access(pe::RiscvCore&) override { flush(); }
 
@@ -305,7 +321,8 @@ class PeGrid::Pe : public pe::UnitPort {
     }
     if (d.dst_space != MTIA_PE_SPACE_LOCAL) grid_.before_device_access(plan.dst.span, true);
     if (!load_lazily(d, touched[1], plan, bound)) {
-      run_or_defer(touched, plan.payload_bytes / 8, [bound] { bound.run(); });
+      run_or_defer(
+          touched, plan.payload_bytes / 8, [bound] { bound.run(); }, /*device=*/true);
     }
     ++grid_.stats_.dma_ops;
     grid_.stats_.dma_bytes += plan.payload_bytes;
@@ -386,8 +403,9 @@ class PeGrid::Pe : public pe::UnitPort {
     l.live = false;
     ++grid_.stats_.lazy_loads_copied;
     const BoundDma copy = l.copy;
-    enqueue(Touched{l.ls, Extent{}, Extent{}, Extent{}}, (l.rows * l.run) / 8,
-            [copy] { copy.run(); });
+    enqueue(
+        Touched{l.ls, Extent{}, Extent{}, Extent{}}, (l.rows * l.run) / 8, [copy] { copy.run(); },
+        /*device=*/true);
   }
   // Copies the loads that fill any byte of `bytes`.
   void materialize(Extent bytes) {
@@ -457,6 +475,7 @@ class PeGrid::Pe : public pe::UnitPort {
   struct PendingOp {
     uint64_t number;  // UnitWorkers' number for it
     Touched touched;
+    bool device;  // reads or writes device memory
   };
   static constexpr Extent kNoGuard{~0ull, 0};
   std::vector<PendingOp> pending_;
@@ -759,7 +778,9 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
   }
 
   auto finish = [&](std::optional<Failure> failure) {
-    for (Pe* p : pes) p->flush();  // the local stores hold every load when the launch ends
+    // The local stores hold every load when the launch ends. All copies are queued before
+    // any is waited for, so the simulator thread helps with any PE's work meanwhile.
+    for (Pe* p : pes) p->copy_loads();
     join_units();
     uint64_t end = 0;
     for (Pe* p : pes) {
@@ -826,7 +847,10 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
     if (running == 0) break;
     if (waiting == running) {
       ++stats_.barriers;
-      join_units();  // what a PE wrote before the barrier is there for the others after it
+      // What a PE wrote to device memory before the barrier is there for the others after it,
+      // and what it reads there is read before they write. Its local store is its own: others
+      // reach it through its device window, which finishes its work first (dma_side).
+      for (Pe* p : pes) p->join_device();
       for (Pe* p : pes) {
         if (!p->at_barrier) continue;
         p->at_barrier = false;

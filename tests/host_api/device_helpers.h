@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,15 @@ inline std::vector<uint8_t> file_bytes(const char* path) {
   std::ifstream in(path, std::ios::binary);
   REQUIRE(in);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// n floats drawn uniformly from [-1, 1) with `seed`.
+inline std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
 }
 
 inline DeviceOptions functional_options() {

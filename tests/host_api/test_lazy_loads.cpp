@@ -19,6 +19,7 @@
 
 using namespace mtia;
 using mtia::test::file_bytes;
+using mtia::test::random_floats;
 
 namespace {
 
@@ -75,13 +76,6 @@ std::vector<int32_t> random_ints(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> dist(-1'000'000, 1'000'000);
   std::vector<int32_t> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
   for (auto& x : v) x = dist(rng);
   return v;
 }

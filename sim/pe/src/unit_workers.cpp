@@ -145,11 +145,21 @@ void UnitWorkers::join(uint32_t pe, uint64_t upto) {
   if (threads_.empty()) return;
   Queue& q = queues_[pe];
   upto = std::min(upto, q.posted.load(std::memory_order_relaxed));
+  uint32_t cursor = (pe + 1) % pes_;
   while (q.done.load(std::memory_order_acquire) < upto) {
     const uint64_t seen = progress_.load(std::memory_order_seq_cst);
     if (run_queued(pe, upto)) continue;  // its next operation is free: run it here
     if (q.done.load(std::memory_order_acquire) >= upto) break;
-    idle(seen);  // a helper is running it
+    // A helper is running it: meanwhile run another PE's next operation, one at a time so as
+    // to look again soon, rather than sit idle.
+    bool helped = false;
+    for (uint32_t i = 0; i < pes_ && !helped; ++i) {
+      const uint32_t other = (cursor + i) % pes_;
+      if (other == pe) continue;
+      helped = run_queued(other, queues_[other].done.load(std::memory_order_acquire) + 1);
+      if (helped) cursor = other;
+    }
+    if (!helped) idle(seen);
   }
 }
 

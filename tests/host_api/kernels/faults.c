@@ -3,15 +3,8 @@
  * is the first of a routine in the assembly below, so the test finds the pc it expects in the
  * ELF symbol table (fault_*). Built as a kernel module like kernels/ builds the library
  * (tests/host_api/CMakeLists.txt). */
+#include "module_start.h"
 #include "mtia_kernel.h"
-
-/* The module's ELF entry names no kernel (as kernels/lib/module_start.S). */
-__asm__(".pushsection .text.start, \"ax\"\n"
-        ".globl _start\n"
-        "_start:\n"
-        "  li a0, " MTIA_STR(MTIA_KSTATUS_NO_KERNEL) "\n"
-        "  ecall\n"
-        ".popsection\n");
 
 /* Each routine takes a0 (an address or a descriptor) and faults on its first instruction. */
 __asm__(".text\n"

@@ -4,15 +4,8 @@
  * The PE model may leave a load in device memory until its bytes are needed (PeGrid, "Loads
  * left in device memory"); these results must be the same whether it does or not. Every
  * buffer is carved from the bottom of the local store; sizes are in elements. */
+#include "module_start.h"
 #include "mtia_kernel.h"
-
-/* The module's ELF entry names no kernel (as kernels/lib/module_start.S). */
-__asm__(".pushsection .text.start, \"ax\"\n"
-        ".globl _start\n"
-        "_start:\n"
-        "  li a0, " MTIA_STR(MTIA_KSTATUS_NO_KERNEL) "\n"
-        "  ecall\n"
-        ".popsection\n");
 
 #define WORDS 1024 /* 4 KB: loads of this size are left in device memory */
 

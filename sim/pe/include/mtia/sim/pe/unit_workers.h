@@ -41,7 +41,8 @@ class UnitWorkers {
   // anyway, or for join() (a wake-up costs more than small work). Simulator thread only.
   uint64_t post(uint32_t pe, UnitTask&& work, bool wake = true);
   // Returns when the PE's operations up to number `upto` have run (all of them by default);
-  // the caller runs queued ones itself rather than sit idle. Simulator thread only.
+  // the caller runs queued ones itself rather than sit idle, and while a helper runs this PE's,
+  // other PEs' (one operation at a time). Simulator thread only.
   void join(uint32_t pe, uint64_t upto = ~0ull);
   // The same for every PE.
   void join_all();
