@@ -64,7 +64,7 @@ typedef struct mmjob {
    * the DPE's: kept across steps, so a step rewrites only what changes. */
   krows_dma load_a[2], load_b[2], stage[2];
   mtia_pe_matmul_desc mm[2]; /* per buffer set: a and b fixed, the rest per (tile, k length) */
-  uint64_t mm_key[2];        /* which: mm_shape_key, 0 = not yet written */
+  uint64_t mm_key[2];        /* the (tile q, k length) each holds: q << 32 | klen; 0 = none */
 } mmjob;
 
 typedef struct mmtile {
