@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -33,8 +34,7 @@ double best_seconds(int reps, const std::function<void()>& fn) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const std::string preset = argc > 1 ? argv[1] : "mtia-v2";
+static void bench_preset(const std::string& preset) {
   const int64_t n = 4096;  // 4096 x 4096 fp32 = 64 MiB
   const uint64_t bytes = n * n * sizeof(float);
   const int reps = 5;
@@ -103,5 +103,14 @@ int main(int argc, char** argv) {
   device.free(dev);
   device.host_free(host);
   device.host_free(host2);
+}
+
+int main(int argc, char** argv) {
+  try {
+    bench_preset(argc > 1 ? argv[1] : "mtia-v2");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_copy: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }

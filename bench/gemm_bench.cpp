@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -157,27 +158,56 @@ void run_preset(const std::string& preset, const std::vector<int64_t>& sizes, in
   std::printf("\n");
 }
 
+// The whole number `text` given to `option`, at least `min`; throws with a message otherwise.
+int64_t whole_number(const std::string& option, const std::string& text, int64_t min) {
+  size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || n < min) {
+    throw std::invalid_argument(option + " takes a whole number of at least " +
+                                std::to_string(min) + ", not '" + text + "'");
+  }
+  return n;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  static const char* kUsage =
+      "usage: bench_gemm [--trace DIR] [--size N]... [--reps N] [preset...]";
   std::vector<std::string> presets;
   std::vector<int64_t> sizes;
   std::string trace_dir;
   int reps = 3;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--trace" && i + 1 < argc) {
-      trace_dir = argv[++i];
-    } else if (arg == "--size" && i + 1 < argc) {
-      sizes.push_back(std::stoll(argv[++i]));
-    } else if (arg == "--reps" && i + 1 < argc) {
-      reps = std::max(1, std::stoi(argv[++i]));
-    } else {
-      presets.push_back(arg);
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      const bool has_value = i + 1 < argc;
+      if (arg == "--help" || arg == "-h") {
+        std::printf("%s\n", kUsage);
+        return 0;
+      } else if (arg == "--trace" && has_value) {
+        trace_dir = argv[++i];
+      } else if (arg == "--size" && has_value) {
+        sizes.push_back(whole_number(arg, argv[++i], 1));
+      } else if (arg == "--reps" && has_value) {
+        reps = static_cast<int>(whole_number(arg, argv[++i], 1));
+      } else if (arg.rfind("-", 0) == 0) {
+        throw std::invalid_argument("unknown or incomplete option '" + arg + "'");
+      } else {
+        presets.push_back(arg);
+      }
     }
+    if (presets.empty()) presets.push_back("mtia-v2");
+    if (sizes.empty()) sizes = {1024, 2048};
+    for (const std::string& preset : presets) run_preset(preset, sizes, reps, trace_dir);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gemm: %s\n%s\n", e.what(), kUsage);
+    return 1;
   }
-  if (presets.empty()) presets.push_back("mtia-v2");
-  if (sizes.empty()) sizes = {1024, 2048};
-  for (const std::string& preset : presets) run_preset(preset, sizes, reps, trace_dir);
   return 0;
 }
