@@ -117,12 +117,17 @@ class PeGrid::Pe : public pe::UnitPort {
         if (bytes.lo < e.hi && bytes.hi > e.lo) upto = op.number;
       }
     }
+    join_upto(upto);
+  }
+  // Finishes the queued work up to UnitWorkers' number `upto` (none for 0).
+  void join_upto(uint64_t upto) {
     if (upto == 0) return;
     grid_.workers_->join(chip_index_, upto);
     std::erase_if(pending_, [&](const PendingOp& op) { return op.number <= upto; });
     if (pending_.empty()) queue_drained();
   }
-  // Finishes all the queued work (at a barrier); loads not copied yet stay so.
+  // Finishes all the queued work (before simulated time moves on, and at the launch's end);
+  // loads not copied yet stay so.
   void join() {
     if (!pending_.empty()) {
       grid_.workers_->join(chip_index_, pending_.back().number);
@@ -137,10 +142,7 @@ class PeGrid::Pe : public pe::UnitPort {
     for (const PendingOp& op : pending_) {
       if (op.device) upto = op.number;
     }
-    if (upto == 0) return;
-    grid_.workers_->join(chip_index_, upto);
-    std::erase_if(pending_, [&](const PendingOp& op) { return op.number <= upto; });
-    if (pending_.empty()) queue_drained();
+    join_upto(upto);
   }
   // Copies every load and finishes all the work: the local store then holds what the program
   // wrote to it (for the core, other PEs, the end of the launch).

@@ -32,6 +32,22 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed) {
   return v;
 }
 
+// A new device buffer holding `v`.
+template <typename T>
+DevicePtr upload(Device& dev, const std::vector<T>& v) {
+  DevicePtr p = dev.malloc(v.size() * sizeof(T));
+  dev.copy(p, v.data(), v.size() * sizeof(T));
+  return p;
+}
+// The first n elements of device buffer p.
+template <typename T>
+std::vector<T> download(Device& dev, DevicePtr p, size_t n) {
+  std::vector<T> v(n);
+  dev.copy(v.data(), p, n * sizeof(T));
+  dev.synchronize();
+  return v;
+}
+
 inline DeviceOptions functional_options() {
   DeviceOptions o;
   o.timing = false;

@@ -18,8 +18,10 @@
 #include "mtia/runtime.h"
 
 using namespace mtia;
+using mtia::test::download;
 using mtia::test::file_bytes;
 using mtia::test::random_floats;
+using mtia::test::upload;
 
 namespace {
 
@@ -56,20 +58,6 @@ LazyStats lazy_stats(Device& dev) {
   return {grid["lazy_loads"]["value"].get<uint64_t>(),
           grid["lazy_loads_copied"]["value"].get<uint64_t>(),
           grid["lazy_operand_reads"]["value"].get<uint64_t>()};
-}
-
-template <typename T>
-DevicePtr upload(Device& dev, const std::vector<T>& v) {
-  DevicePtr p = dev.malloc(v.size() * sizeof(T));
-  dev.copy(p, v.data(), v.size() * sizeof(T));
-  return p;
-}
-template <typename T>
-std::vector<T> download(Device& dev, DevicePtr p, size_t n) {
-  std::vector<T> v(n);
-  dev.copy(v.data(), p, n * sizeof(T));
-  dev.synchronize();
-  return v;
 }
 
 std::vector<int32_t> random_ints(size_t n, uint32_t seed) {

@@ -14,8 +14,10 @@
 #include "mtia/runtime.h"
 
 using namespace mtia;
+using mtia::test::download;
 using mtia::test::file_bytes;
 using mtia::test::random_floats;
+using mtia::test::upload;
 
 namespace {
 
@@ -35,12 +37,6 @@ Device open_device(unsigned threads) {
   return dev;
 }
 
-DevicePtr upload(Device& dev, const std::vector<float>& v) {
-  DevicePtr p = dev.malloc(v.size() * sizeof(float));
-  dev.copy(p, v.data(), v.size() * sizeof(float));
-  return p;
-}
-
 std::vector<float> run(unsigned threads, const char* kernel, const std::vector<float>& a,
                        const std::vector<float>& b, const std::vector<float>& z) {
   Device dev = open_device(threads);
@@ -49,10 +45,7 @@ std::vector<float> run(unsigned threads, const char* kernel, const std::vector<f
   DevicePtr da = upload(dev, a), db = upload(dev, b), dz = upload(dev, z);
   DevicePtr dc = dev.malloc(kN * kN * sizeof(float));
   dev.launch(module.kernel(kernel), Grid{1, 2}, {dc, da, db, dz});
-  std::vector<float> c(kN * kN);
-  dev.copy(c.data(), dc, c.size() * sizeof(float));
-  dev.synchronize();
-  return c;
+  return download<float>(dev, dc, kN * kN);
 }
 
 }  // namespace
