@@ -17,15 +17,17 @@
 // trace, stats and configuration to DIR/PRESET.
 #include <cblas.h>
 
+#include <CLI/CLI.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -158,55 +160,30 @@ void run_preset(const std::string& preset, const std::vector<int64_t>& sizes, in
   std::printf("\n");
 }
 
-// The whole number `text` given to `option`, at least `min`; throws with a message otherwise.
-int64_t whole_number(const std::string& option, const std::string& text, int64_t min) {
-  size_t used = 0;
-  int64_t n = 0;
-  try {
-    n = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || n < min) {
-    throw std::invalid_argument(option + " takes a whole number of at least " +
-                                std::to_string(min) + ", not '" + text + "'");
-  }
-  return n;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const char* kUsage =
-      "usage: bench_gemm [--trace DIR] [--size N]... [--reps N] [preset...]";
-  std::vector<std::string> presets;
-  std::vector<int64_t> sizes;
+  CLI::App app{"fp32 GEMM on the emulated device against host OpenBLAS and the roofline"};
+  std::vector<std::string> presets = {"mtia-v2"};
+  std::vector<int64_t> sizes = {1024, 2048};
   std::string trace_dir;
   int reps = 3;
+  app.add_option("preset", presets, "chip presets to run (default mtia-v2)");
+  app.add_option("--size", sizes, "M = N = K, repeatable (default 1024 and 2048)")
+      ->allow_extra_args(false)  // one number each, so that presets may follow
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--reps", reps, "runs of each side, the best is kept (default 3)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--trace", trace_dir, "write each preset's trace, stats and config to DIR/PRESET");
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string arg = argv[i];
-      const bool has_value = i + 1 < argc;
-      if (arg == "--help" || arg == "-h") {
-        std::printf("%s\n", kUsage);
-        return 0;
-      } else if (arg == "--trace" && has_value) {
-        trace_dir = argv[++i];
-      } else if (arg == "--size" && has_value) {
-        sizes.push_back(whole_number(arg, argv[++i], 1));
-      } else if (arg == "--reps" && has_value) {
-        reps = static_cast<int>(whole_number(arg, argv[++i], 1));
-      } else if (arg.rfind("-", 0) == 0) {
-        throw std::invalid_argument("unknown or incomplete option '" + arg + "'");
-      } else {
-        presets.push_back(arg);
-      }
-    }
-    if (presets.empty()) presets.push_back("mtia-v2");
-    if (sizes.empty()) sizes = {1024, 2048};
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 1;  // --help: 0; a bad option or number: its message, 1
+  }
+  try {
     for (const std::string& preset : presets) run_preset(preset, sizes, reps, trace_dir);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_gemm: %s\n%s\n", e.what(), kUsage);
+    std::fprintf(stderr, "bench_gemm: %s\n", e.what());
     return 1;
   }
   return 0;
