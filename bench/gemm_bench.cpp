@@ -65,6 +65,24 @@ uint32_t dpe_fp32_macs_per_cycle(uint32_t generation) {
   return generation == 1 ? 128 : 256;
 }
 
+// OpenBLAS 0.3.21 picks its kernel by CPU model, and on AVX-512 CPUs newer than it knows (AMD
+// Zen 5, for one) it runs an AVX2 kernel: about half the speed its AVX-512 kernel reaches
+// there, which would flatter the device's ratio. Says so, and how to measure against the wider
+// kernel, when the host has AVX-512 and OpenBLAS runs a kernel without it.
+void note_narrow_blas_kernel() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const std::string core = openblas_get_corename();
+  const bool avx512_kernel = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+  if (__builtin_cpu_supports("avx512f") && !avx512_kernel) {
+    std::printf(
+        "note: this CPU has AVX-512 but OpenBLAS runs its %s kernel; run with "
+        "OPENBLAS_CORETYPE=SkylakeX to compare against its AVX-512 kernel\n",
+        core.c_str());
+  }
+#endif
+}
+
 void run_preset(const std::string& preset, const std::vector<int64_t>& sizes, int reps,
                 const std::string& trace_dir) {
   mtia::DeviceOptions options;
@@ -86,6 +104,7 @@ void run_preset(const std::string& preset, const std::vector<int64_t>& sizes, in
       props.name.c_str(), props.pe_rows, props.pe_cols, props.clock_hz / 1e9,
       dpe_fp32_macs_per_cycle(props.generation), peak_flops / 1e12, dram_GBps,
       openblas_get_num_threads(), openblas_get_config(), reps);
+  note_narrow_blas_kernel();
   std::printf("%6s | %10s %10s %8s | %10s %10s %8s | %12s %12s %8s | %12s\n", "M=N=K", "device ms",
               "BLAS ms", "dev/BLAS", "dev CPU ms", "BLAS CPU", "CPU ratio", "simulated us",
               "roofline us", "sim/roof", "max rel err");
