@@ -104,7 +104,6 @@ void run_preset(const std::string& preset, const std::vector<int64_t>& sizes, in
       props.name.c_str(), props.pe_rows, props.pe_cols, props.clock_hz / 1e9,
       dpe_fp32_macs_per_cycle(props.generation), peak_flops / 1e12, dram_GBps,
       openblas_get_num_threads(), openblas_get_config(), reps);
-  note_narrow_blas_kernel();
   std::printf("%6s | %10s %10s %8s | %10s %10s %8s | %12s %12s %8s | %12s\n", "M=N=K", "device ms",
               "BLAS ms", "dev/BLAS", "dev CPU ms", "BLAS CPU", "CPU ratio", "simulated us",
               "roofline us", "sim/roof", "max rel err");
@@ -199,6 +198,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 1;  // --help: 0; a bad option or number: its message, 1
   }
+  note_narrow_blas_kernel();
   try {
     for (const std::string& preset : presets) run_preset(preset, sizes, reps, trace_dir);
   } catch (const std::exception& e) {
