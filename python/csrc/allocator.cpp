@@ -1,8 +1,10 @@
 #include "allocator.h"
+#include "log.h"
 
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "runtime.h"
 
@@ -21,13 +23,13 @@ uint64_t DeviceAllocator::round_size(uint64_t bytes) {
   return (bytes + kGranule - 1) / kGranule * kGranule;
 }
 
-c10::DataPtr DeviceAllocator::allocate(size_t bytes) const {
+c10::DataPtr DeviceAllocator::allocate(size_t bytes) {
   const c10::Device device(kDeviceType, 0);
   if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_block, device);
   Runtime& rt = Runtime::get();
   const uint64_t size = round_size(bytes);
   const uint32_t stream = current_stream().id;
-  auto* self = const_cast<DeviceAllocator*>(this);
+  auto* self = this;
 
   std::unique_lock lock(mu_);
   // Best fit among this stream's cached blocks, if it wastes at most half of the block.
@@ -42,6 +44,7 @@ c10::DataPtr DeviceAllocator::allocate(size_t bytes) const {
     stats_.requested_bytes += bytes;
     stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.allocated_bytes);
     stats_.allocations += 1;
+    stats_.total_allocated_bytes += b->size;
     stats_.cache_hits += 1;
     stats_.live_blocks += 1;
     return c10::DataPtr(data_pointer(mtia::DevicePtr(b->address)), b, &delete_block, device);
@@ -72,7 +75,7 @@ c10::DataPtr DeviceAllocator::allocate(size_t bytes) const {
                        " bytes free (largest free range ", ms.largest_free_bytes, " bytes) of ",
                        rt.device().properties().dram_bytes, "; tensors hold ",
                        stats_.allocated_bytes, " bytes and the cache ", stats_.cached_bytes,
-                       " bytes. Free tensors or call torch_mtia_emu.empty_cache(). (", e.what(),
+                       " bytes. Free tensors or call torch.mtia.empty_cache(). (", e.what(),
                        ")");
     }
   }
@@ -82,6 +85,8 @@ c10::DataPtr DeviceAllocator::allocate(size_t bytes) const {
   stats_.requested_bytes += bytes;
   stats_.reserved_bytes += size;
   stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.allocated_bytes);
+  stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+  stats_.total_allocated_bytes += size;
   stats_.allocations += 1;
   stats_.device_mallocs += 1;
   stats_.live_blocks += 1;
@@ -108,7 +113,7 @@ void DeviceAllocator::free_block(Block* b) {
       Runtime::get().device().synchronize(mtia::Stream{s});
     } catch (const std::exception& e) {
       // A deleter cannot throw; the stream's error stays visible to whoever synchronizes it.
-      logger()->warn("freeing a tensor used on stream {}: {}", s, e.what());
+      log::warn(c10::str("freeing a tensor used on stream ", s, ": ", e.what()));
     }
   }
   std::lock_guard lock(mu_);
@@ -120,6 +125,7 @@ void DeviceAllocator::free_block(Block* b) {
   stats_.requested_bytes -= b->requested;
   stats_.cached_bytes += b->size;
   stats_.frees += 1;
+  stats_.total_freed_bytes += b->size;
   stats_.live_blocks -= 1;
   stats_.cached_blocks += 1;
   cache_[b->stream].emplace(b->size, b);
@@ -132,7 +138,8 @@ void DeviceAllocator::release_cached_locked() {
       try {
         rt.device().free(mtia::DevicePtr(b->address));
       } catch (const mtia::Error& e) {
-        logger()->error("returning cached block 0x{:x} to the device: {}", b->address, e.what());
+        log::error(c10::str("returning cached block ", reinterpret_cast<void*>(b->address),
+                           " to the device: ", e.what()));
       }
       stats_.cached_bytes -= b->size;
       stats_.reserved_bytes -= b->size;
@@ -160,6 +167,7 @@ AllocatorStats DeviceAllocator::stats() const {
 void DeviceAllocator::reset_peak() {
   std::lock_guard lock(mu_);
   stats_.peak_bytes = stats_.allocated_bytes;
+  stats_.peak_reserved_bytes = stats_.reserved_bytes;
 }
 
 void DeviceAllocator::record_stream(const void* context, mtia::Stream stream) {
@@ -185,6 +193,72 @@ void DeviceAllocator::shutdown() {
   shut_down_ = true;
 }
 
+void DeviceAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  if (count == 0) return;
+  auto& dev = Runtime::get().device();
+  guarded("copying device memory", [&] {
+    dev.copy_async(device_ptr(dest), mtia::Layout::contiguous({int64_t(count)}, 1), device_ptr(src),
+                   mtia::Layout::contiguous({int64_t(count)}, 1), current_stream());
+  });
+}
+
+bool DeviceAllocator::initialized() {
+  return Runtime::is_initialized();
+}
+
+void DeviceAllocator::emptyCache(c10::MempoolId_t) {
+  empty_cache();
+}
+
+void DeviceAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
+  record_stream(ptr.get_context(), mtia::Stream{static_cast<uint32_t>(stream.id())});
+}
+
+c10::CachingDeviceAllocator::DeviceStats DeviceAllocator::getDeviceStats(c10::DeviceIndex) {
+  using c10::CachingDeviceAllocator::StatType;
+  const AllocatorStats s = stats();
+  c10::CachingDeviceAllocator::DeviceStats d;
+  const auto agg = [](auto& array) -> auto& {
+    return array[static_cast<size_t>(StatType::AGGREGATE)];
+  };
+  agg(d.allocated_bytes).current = int64_t(s.allocated_bytes);
+  agg(d.allocated_bytes).peak = int64_t(s.peak_bytes);
+  agg(d.allocated_bytes).allocated = int64_t(s.total_allocated_bytes);
+  agg(d.allocated_bytes).freed = int64_t(s.total_freed_bytes);
+  agg(d.active_bytes) = agg(d.allocated_bytes);
+  agg(d.reserved_bytes).current = int64_t(s.reserved_bytes);
+  agg(d.reserved_bytes).peak = int64_t(s.peak_reserved_bytes);
+  agg(d.requested_bytes).current = int64_t(s.requested_bytes);
+  agg(d.allocation).current = int64_t(s.live_blocks);
+  agg(d.allocation).allocated = int64_t(s.allocations);
+  agg(d.allocation).freed = int64_t(s.frees);
+  agg(d.active) = agg(d.allocation);
+  agg(d.segment).current = int64_t(s.live_blocks + s.cached_blocks);
+  agg(d.segment).allocated = int64_t(s.device_mallocs);
+  agg(d.segment).freed = int64_t(s.device_frees);
+  d.num_ooms = int64_t(s.ooms);
+  d.num_device_alloc = int64_t(s.device_mallocs);
+  d.num_device_free = int64_t(s.device_frees);
+  return d;
+}
+
+void DeviceAllocator::resetAccumulatedStats(c10::DeviceIndex) {
+  std::lock_guard lock(mu_);
+  stats_.allocations = stats_.frees = stats_.cache_hits = 0;
+  stats_.device_mallocs = stats_.device_frees = stats_.ooms = 0;
+  stats_.total_allocated_bytes = stats_.total_freed_bytes = 0;
+}
+
+void DeviceAllocator::resetPeakStats(c10::DeviceIndex) {
+  reset_peak();
+}
+
+std::pair<size_t, size_t> DeviceAllocator::getMemoryInfo(c10::DeviceIndex) {
+  auto& dev = Runtime::get().device();
+  const mtia::MemoryStats m = guarded("reading memory statistics", [&] { return dev.memory_stats(); });
+  return {size_t(m.free_bytes), size_t(dev.properties().dram_bytes)};
+}
+
 // --- pinned host memory ----------------------------------------------------------------
 
 PinnedAllocator& PinnedAllocator::instance() {
@@ -192,7 +266,7 @@ PinnedAllocator& PinnedAllocator::instance() {
   return *a;
 }
 
-c10::DataPtr PinnedAllocator::allocate(size_t bytes) const {
+c10::DataPtr PinnedAllocator::allocate(size_t bytes) {
   const c10::Device cpu(c10::DeviceType::CPU);
   if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_pinned, cpu);
   void* p = guarded("allocating pinned host memory",
@@ -200,12 +274,16 @@ c10::DataPtr PinnedAllocator::allocate(size_t bytes) const {
   return c10::DataPtr(p, p, &delete_pinned, cpu);
 }
 
+void PinnedAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  if (count > 0) std::memcpy(dest, src, count);
+}
+
 void PinnedAllocator::delete_pinned(void* ptr) {
   if (ptr == nullptr || Runtime::is_shut_down() || !Runtime::is_initialized()) return;
   try {
     Runtime::get().device().host_free(ptr);
   } catch (const std::exception& e) {
-    logger()->error("freeing pinned host memory {}: {}", ptr, e.what());
+    log::error(c10::str("freeing pinned host memory ", ptr, ": ", e.what()));
   }
 }
 

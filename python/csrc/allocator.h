@@ -12,6 +12,7 @@
 #pragma once
 
 #include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 
 #include <cstdint>
 #include <map>
@@ -29,6 +30,9 @@ struct AllocatorStats {
   uint64_t peak_bytes = 0;       // highest allocated_bytes since start or reset_peak()
   uint64_t cached_bytes = 0;     // in free blocks kept for reuse
   uint64_t reserved_bytes = 0;   // allocated + cached: what the allocator holds from the driver
+  uint64_t peak_reserved_bytes = 0;    // highest reserved_bytes since start or reset_peak()
+  uint64_t total_allocated_bytes = 0;  // sum of every allocation's rounded size
+  uint64_t total_freed_bytes = 0;      // sum of every freed block's rounded size
   uint64_t allocations = 0;      // allocate() calls that returned memory
   uint64_t frees = 0;            // blocks given back by tensors
   uint64_t cache_hits = 0;       // allocations served from the cache, no driver call
@@ -39,11 +43,24 @@ struct AllocatorStats {
   uint64_t cached_blocks = 0;    // free blocks in the cache now
 };
 
-class DeviceAllocator final : public c10::Allocator {
+// PyTorch's generic device-allocator interface (c10::DeviceAllocator) is what
+// torch.accelerator's memory functions call; torch.mtia's go through the hooks (hooks.cpp).
+class DeviceAllocator final : public c10::DeviceAllocator {
  public:
   static DeviceAllocator& instance();
 
-  c10::DataPtr allocate(size_t bytes) const override;
+  c10::DataPtr allocate(size_t bytes) override;
+  // Device-to-device copy of `count` bytes, in order on the current stream.
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
+
+  // c10::DeviceAllocator, for device index 0 (the only one).
+  bool initialized() override;
+  void emptyCache(c10::MempoolId_t mempool_id) override;
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override;
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
+  void resetAccumulatedStats(c10::DeviceIndex device) override;
+  void resetPeakStats(c10::DeviceIndex device) override;
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
 
   // Synchronizes the device and returns every cached block to the driver.
   void empty_cache();
@@ -84,7 +101,8 @@ class DeviceAllocator final : public c10::Allocator {
 class PinnedAllocator final : public c10::Allocator {
  public:
   static PinnedAllocator& instance();
-  c10::DataPtr allocate(size_t bytes) const override;
+  c10::DataPtr allocate(size_t bytes) override;
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
 
  private:
   static void delete_pinned(void* ptr);

@@ -1,7 +1,8 @@
 // Allocation and copies: empty/empty_strided on the caching allocator, _copy_from between
 // the host and the device and on the device through the host API's strided copies (any
 // sizes, strides and storage offsets on either side, broadcast sources included), dtype
-// conversion, pinned memory, non_blocking, and reading one element back.
+// conversion, non_blocking, and reading one element back. Pinned memory comes through the
+// MTIA hooks (hooks.cpp).
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
@@ -110,7 +111,7 @@ at::Tensor empty_memory_format(at::IntArrayRef size, c10::optional<at::ScalarTyp
               "torch_mtia_emu: only strided tensors live on the device");
   if (device) TORCH_CHECK(device->index() <= 0, "torch_mtia_emu: no device ", *device);
   return at::detail::empty_generic(size, &DeviceAllocator::instance(),
-                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::DispatchKeySet(c10::DispatchKey::MTIA),
                                    c10::dtype_or_default(dtype), memory_format);
 }
 
@@ -123,7 +124,7 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
               "torch_mtia_emu: only strided tensors live on the device");
   if (device) TORCH_CHECK(device->index() <= 0, "torch_mtia_emu: no device ", *device);
   return at::detail::empty_strided_generic(size, stride, &DeviceAllocator::instance(),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::DispatchKeySet(c10::DispatchKey::MTIA),
                                            c10::dtype_or_default(dtype));
 }
 
@@ -183,35 +184,14 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   return host.item();
 }
 
-bool is_pinned(const at::Tensor& self, c10::optional<at::Device> device) {
-  TORCH_CHECK(!device || device->type() == kDeviceType,
-              "torch_mtia_emu: is_pinned(device=", *device, ") asked of the privateuseone backend");
-  if (!self.is_cpu() || self.numel() == 0 || !Runtime::is_initialized()) return false;
-  return Runtime::get().device().is_pinned(self.storage().data(), self.storage().nbytes());
-}
-
-at::Tensor pin_memory(const at::Tensor& self, c10::optional<at::Device> device) {
-  TORCH_CHECK(!device || device->type() == kDeviceType,
-              "torch_mtia_emu: _pin_memory(device=", *device,
-              ") asked of the privateuseone backend");
-  TORCH_CHECK(self.is_cpu(), "torch_mtia_emu: only CPU tensors can be pinned, not ", self.device());
-  at::Tensor pinned = at::detail::empty_generic(self.sizes(), &PinnedAllocator::instance(),
-                                                c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                self.scalar_type(), c10::nullopt);
-  pinned.copy_(self);
-  return pinned;
-}
-
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
-  m.impl("is_pinned", TORCH_FN(is_pinned));
-  m.impl("_pin_memory", TORCH_FN(pin_memory));
 }
 
 }  // namespace mtia::torch_backend

@@ -303,7 +303,7 @@ bool is_cpu_scalar(const at::Tensor& t) {
 void check_device(const at::Tensor& t, const char* op, bool allow_cpu_scalar) {
   if (t.device().type() == kDeviceType) return;
   TORCH_CHECK(allow_cpu_scalar && is_cpu_scalar(t), op,
-              ": expected all tensors on the device (privateuseone:0), got one on ", t.device(),
+              ": expected all tensors on the device (mtia:0), got one on ", t.device(),
               " (only 0-dim CPU tensors may be mixed in, as scalars)");
 }
 

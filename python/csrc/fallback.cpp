@@ -210,7 +210,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(_, MTIA, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 

@@ -1,21 +1,17 @@
-// torch_mtia_emu._C: the Python half's view of the backend. Loading this module registers the
-// PrivateUse1 kernels, allocator, guard and fallback (static registrations in the other
-// files); these bindings expose the device runtime to torch_mtia_emu/__init__.py, which wraps
-// them into the torch.mtia-shaped API. Plain values only: tensors cross as data pointers.
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
+// torch_mtia_emu._C: loading this module registers the MTIA hooks, device guard, kernels and
+// CPU fallback (static registrations in the other files) and the allocator. torch.mtia reaches
+// the device through the hooks; these bindings are what is emulator-specific (options, traces,
+// fallback counts, kernel launches), for torch_mtia_emu/__init__.py. Plain values only:
+// tensors cross as data pointers.
 #include <c10/core/Allocator.h>
-#include <c10/core/Stream.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <cstring>
-#include <mutex>
+#include <torch/csrc/Generator.h>
 
 #include "allocator.h"
 #include "fallback.h"
+#include "hooks.h"
 #include "launch.h"
 #include "random.h"
 #include "runtime.h"
@@ -36,55 +32,6 @@ mtia::Device& dev() {
   return Runtime::get().device();
 }
 
-py::dict properties() {
-  Runtime& rt = Runtime::get();
-  const mtia::DeviceProperties& p = rt.device().properties();
-  py::dict d;
-  d["name"] = p.name;
-  d["backend"] = p.backend;
-  d["generation"] = p.generation;
-  d["firmware_version"] = p.firmware_version;
-  d["total_memory"] = p.dram_bytes;
-  d["sram_bytes"] = p.sram_bytes;
-  d["local_store_bytes"] = p.local_store_bytes;
-  d["pe_rows"] = p.pe_rows;
-  d["pe_cols"] = p.pe_cols;
-  d["clock_hz"] = p.clock_hz;
-  d["dma_engines"] = p.dma_engines;
-  d["hardware_queues"] = p.hardware_queues;
-  d["timing"] = p.timing;
-  d["max_kernel_args"] = p.max_kernel_args;
-  d["max_kernel_buffers"] = p.max_kernel_buffers;
-  d["kernel_library"] = rt.kernel_library_path();
-  return d;
-}
-
-py::dict memory_stats() {
-  py::dict d;
-  const AllocatorStats a = DeviceAllocator::instance().stats();
-  d["allocated_bytes"] = a.allocated_bytes;
-  d["requested_bytes"] = a.requested_bytes;
-  d["peak_bytes"] = a.peak_bytes;
-  d["cached_bytes"] = a.cached_bytes;
-  d["reserved_bytes"] = a.reserved_bytes;
-  d["num_allocs"] = a.allocations;
-  d["num_frees"] = a.frees;
-  d["num_cache_hits"] = a.cache_hits;
-  d["num_device_mallocs"] = a.device_mallocs;
-  d["num_device_frees"] = a.device_frees;
-  d["num_ooms"] = a.ooms;
-  d["live_blocks"] = a.live_blocks;
-  d["cached_blocks"] = a.cached_blocks;
-  if (Runtime::is_initialized()) {
-    const mtia::MemoryStats m = dev().memory_stats();
-    d["device_free_bytes"] = m.free_bytes;
-    d["device_largest_free_bytes"] = m.largest_free_bytes;
-    d["device_total_bytes"] = dev().properties().dram_bytes;
-    d["pinned_host_bytes"] = m.pinned_host_bytes;
-  }
-  return d;
-}
-
 mtia::Arg to_arg(const py::tuple& t) {
   TORCH_CHECK_VALUE(t.size() == 2, "a kernel argument is a (kind, value) pair");
   const std::string kind = t[0].cast<std::string>();
@@ -96,22 +43,6 @@ mtia::Arg to_arg(const py::tuple& t) {
   TORCH_CHECK_VALUE(false, "kernel argument kind '", kind, "' is not ptr, i64, f32, f64 or dtype");
 }
 
-py::bytes rng_state() {
-  at::Generator& g = default_generator();
-  std::lock_guard<std::mutex> lock(g.mutex());
-  const at::Tensor state(g.get_state());
-  return py::bytes(static_cast<const char*>(state.data_ptr()), size_t(state.numel()));
-}
-
-void set_rng_state(const py::bytes& bytes) {
-  const std::string s = bytes;
-  at::Tensor state = at::empty({int64_t(s.size())}, at::TensorOptions().dtype(at::kByte));
-  std::memcpy(state.data_ptr(), s.data(), s.size());
-  at::Generator& g = default_generator();
-  std::lock_guard<std::mutex> lock(g.mutex());
-  g.set_state(state);
-}
-
 }  // namespace
 
 }  // namespace mtia::torch_backend
@@ -119,7 +50,7 @@ void set_rng_state(const py::bytes& bytes) {
 PYBIND11_MODULE(_C, m) {
   using namespace mtia::torch_backend;
   using release = py::call_guard<py::gil_scoped_release>;
-  m.doc() = "mtia-emu PyTorch backend (PrivateUse1): the native half of torch_mtia_emu";
+  m.doc() = "mtia-emu PyTorch backend (the MTIA device): the native half of torch_mtia_emu";
   register_allocator();
 
   // c10 errors keep their Python meaning, without the C++ backtrace in the message.
@@ -158,85 +89,12 @@ PYBIND11_MODULE(_C, m) {
       "_lazy_init", [] { Runtime::get(); }, release());
   m.def("_is_initialized", &Runtime::is_initialized);
   m.def("_shutdown", &Runtime::shutdown, release());
-  m.def("_properties", &properties);
-  m.def(
-      "_synchronize", [] { guarded("synchronize", [] { dev().synchronize(); }); }, release());
-
-  m.def(
-      "_create_stream",
-      [] { return guarded("creating a stream", [] { return dev().create_stream().id; }); },
-      release());
-  m.def("_current_stream", [] { return current_stream().id; });
-  // torch.Stream's packed form of stream `id`, so Python streams are torch.Stream objects.
-  m.def("_stream_cdata", [](uint32_t id) {
-    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kDeviceType, 0), c10::StreamId(id)).pack();
-  });
-  m.def("_set_current_stream", [](uint32_t id) { set_current_stream(mtia::Stream{id}); });
-  m.def(
-      "_stream_synchronize",
-      [](uint32_t id) {
-        guarded("synchronizing a stream", [&] { dev().synchronize(mtia::Stream{id}); });
-      },
-      release());
-  m.def(
-      "_stream_query",
-      [](uint32_t id) {
-        return guarded("querying a stream", [&] { return dev().query(mtia::Stream{id}); });
-      },
-      release());
-  m.def(
-      "_stream_wait_event",
-      [](uint32_t stream, uint32_t event) {
-        guarded("waiting for an event",
-                [&] { dev().wait_event(mtia::Stream{stream}, mtia::Event{event}); });
-      },
-      release());
-  m.def("_hardware_queue", [](uint32_t id) { return dev().hardware_queue(mtia::Stream{id}); });
-
-  m.def(
-      "_create_event",
-      [] { return guarded("creating an event", [] { return dev().create_event().id; }); },
-      release());
-  m.def(
-      "_destroy_event",
-      [](uint32_t id) {
-        if (!Runtime::is_initialized()) return;
-        guarded("destroying an event", [&] { dev().destroy_event(mtia::Event{id}); });
-      },
-      release());
-  m.def(
-      "_record_event",
-      [](uint32_t event, uint32_t stream) {
-        guarded("recording an event",
-                [&] { dev().record(mtia::Event{event}, mtia::Stream{stream}); });
-      },
-      release());
-  m.def(
-      "_event_query",
-      [](uint32_t id) {
-        return guarded("querying an event", [&] { return dev().query(mtia::Event{id}); });
-      },
-      release());
-  m.def(
-      "_event_synchronize",
-      [](uint32_t id) {
-        guarded("synchronizing an event", [&] { dev().synchronize(mtia::Event{id}); });
-      },
-      release());
-  m.def(
-      "_event_elapsed_ms",
-      [](uint32_t a, uint32_t b) {
-        return guarded("timing events",
-                       [&] { return dev().elapsed_ms(mtia::Event{a}, mtia::Event{b}); });
-      },
-      release());
-
-  m.def("_memory_stats", &memory_stats);
-  m.def(
-      "_empty_cache", [] { DeviceAllocator::instance().empty_cache(); }, release());
-  m.def("_reset_peak_memory_stats", [] {
-    DeviceAllocator::instance().reset_peak();
-    if (Runtime::is_initialized()) dev().reset_peak_memory_stats();
+  m.def("_preset_dir", [] { return std::string(MTIA_PRESET_DIR); });
+  m.def("_properties", &device_properties_dict);
+  m.def("_memory_stats", &memory_stats_dict);
+  // The default MTIA generator as a torch.Generator, for torch.mtia.default_generators.
+  m.def("_default_generator", [] {
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator()));
   });
 
   m.def("_set_quiet_fallbacks", &set_quiet_fallbacks);
@@ -255,20 +113,6 @@ PYBIND11_MODULE(_C, m) {
     }
     return "warn";
   });
-
-  m.def("_manual_seed", [](uint64_t seed) {
-    at::Generator& g = default_generator();
-    std::lock_guard<std::mutex> lock(g.mutex());
-    g.set_current_seed(seed);
-  });
-  m.def("_seed", [] {
-    at::Generator& g = default_generator();
-    std::lock_guard<std::mutex> lock(g.mutex());
-    return g.seed();
-  });
-  m.def("_initial_seed", [] { return default_generator().current_seed(); });
-  m.def("_get_rng_state", &rng_state);
-  m.def("_set_rng_state", &set_rng_state);
 
   m.def("_launch", [](const std::string& kernel, uint32_t rows, uint32_t cols,
                       const std::vector<py::tuple>& args) {

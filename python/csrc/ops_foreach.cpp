@@ -156,10 +156,12 @@ void foreach_zero_(TensorList self) {
 }
 
 // Vector norms of each tensor: 2 (sqrt of the sum of squares), 1 and inf; others through
-// linalg_vector_norm (which may take the CPU fallback).
-std::vector<Tensor> norm(TensorList self, const Scalar& ord) {
+// linalg_vector_norm (which may take the CPU fallback). With `dtype`, each tensor is cast to
+// it first, as PyTorch's own kernels do.
+std::vector<Tensor> norm(TensorList self, const Scalar& ord, std::optional<at::ScalarType> dtype) {
   const double p = ord.toDouble();
-  return map(self, [&](size_t, const Tensor& t) -> Tensor {
+  return map(self, [&](size_t, const Tensor& in) -> Tensor {
+    const Tensor t = dtype.has_value() ? in.to(*dtype) : in;
     if (p == 2.0) return at::sqrt(at::sum(at::mul(t, t)));
     if (p == 1.0) return at::sum(at::abs(t));
     if (std::isinf(p) && p > 0) return at::amax(at::abs(t));
@@ -169,7 +171,7 @@ std::vector<Tensor> norm(TensorList self, const Scalar& ord) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, MTIA, m) {
 #define MTIA_REGISTER_ARITH(name)                                       \
   m.impl("_foreach_" #name ".Scalar", TORCH_FN(name##_scalar));         \
   m.impl("_foreach_" #name "_.Scalar", TORCH_FN(name##_scalar_));       \

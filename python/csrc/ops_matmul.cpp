@@ -165,7 +165,7 @@ Tensor& baddbmm_out(const Tensor& self, const Tensor& batch1, const Tensor& batc
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("mm.out", TORCH_FN(mm_out));
   m.impl("addmm.out", TORCH_FN(addmm_out));
   m.impl("addmv.out", TORCH_FN(addmv_out));

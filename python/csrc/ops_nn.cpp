@@ -373,7 +373,7 @@ Tensor& nll_loss_backward_out(const Tensor& grad_output, const Tensor& self, con
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("nll_loss_forward.output", TORCH_FN(nll_loss_forward_out));
   m.impl("nll_loss_backward.grad_input", TORCH_FN(nll_loss_backward_out));
   m.impl("_softmax.out", TORCH_FN(softmax_out));

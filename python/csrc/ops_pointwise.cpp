@@ -743,7 +743,7 @@ Tensor mse_loss_backward(const Tensor& grad, const Tensor& self, const Tensor& t
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("exp.out", TORCH_FN(exp_out));
   m.impl("log.out", TORCH_FN(log_out));
   m.impl("sqrt.out", TORCH_FN(sqrt_out));

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -559,26 +560,32 @@ std::vector<int64_t> reduced_sizes(const Tensor& self, at::IntArrayRef dims, boo
   return sizes;
 }
 
-Tensor& var_out(const Tensor& self, at::OptionalIntArrayRef dim, c10::optional<int64_t> correction,
+Tensor& var_out(const Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
                 bool keepdim, Tensor& out) {
   check_device(self, "var");
   if (!is_kernel_float(self.scalar_type()) || out.scalar_type() != self.scalar_type()) {
     return run_on_cpu<ATEN_OP2(var, correction_out)>(dtype_reason(self.scalar_type()), self, dim,
                                                      correction, keepdim, out);
   }
+  // The kernel divides by N - correction for a whole correction; a fractional one falls back.
+  const double c = correction.has_value() ? correction->toDouble() : 1.0;
+  if (c != std::floor(c) || std::abs(c) > double(int64_t{1} << 40)) {
+    return run_on_cpu<ATEN_OP2(var, correction_out)>("a fractional correction", self, dim,
+                                                     correction, keepdim, out);
+  }
   const std::vector<int64_t> dims = dim_list(dim);
   at::native::resize_output(out, reduced_sizes(self, dims, keepdim));
-  reduce_into(ReduceOp::kVar, out, self, dims, keepdim, correction.value_or(1));
+  reduce_into(ReduceOp::kVar, out, self, dims, keepdim, int64_t(c));
   return out;
 }
 
-Tensor var(const Tensor& self, at::OptionalIntArrayRef dim, c10::optional<int64_t> correction,
+Tensor var(const Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
            bool keepdim) {
   Tensor out = empty_device({0}, self.scalar_type());
   return var_out(self, dim, correction, keepdim, out);
 }
 
-Tensor& std_out(const Tensor& self, at::OptionalIntArrayRef dim, c10::optional<int64_t> correction,
+Tensor& std_out(const Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
                 bool keepdim, Tensor& out) {
   var_out(self, dim, correction, keepdim, out);
   if (out.device().type() == kDeviceType && is_kernel_float(out.scalar_type())) {
@@ -589,7 +596,7 @@ Tensor& std_out(const Tensor& self, at::OptionalIntArrayRef dim, c10::optional<i
   return out;
 }
 
-Tensor std(const Tensor& self, at::OptionalIntArrayRef dim, c10::optional<int64_t> correction,
+Tensor std(const Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
            bool keepdim) {
   Tensor out = empty_device({0}, self.scalar_type());
   return std_out(self, dim, correction, keepdim, out);
@@ -597,7 +604,7 @@ Tensor std(const Tensor& self, at::OptionalIntArrayRef dim, c10::optional<int64_
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("sum.IntList_out", TORCH_FN(sum_out));
   m.impl("mean.out", TORCH_FN(mean_out));
   m.impl("amax.out", TORCH_FN(amax_out));

@@ -27,12 +27,6 @@
 
 namespace mtia::torch_backend {
 
-at::Generator& default_generator() {
-  static at::Generator* gen =
-      new at::Generator(at::make_generator<at::CPUGeneratorImpl>(c10::default_rng_seed_val));
-  return *gen;
-}
-
 namespace {
 
 using at::Tensor;
@@ -176,13 +170,12 @@ Tensor& linspace_out(const c10::Scalar& start, const c10::Scalar& end, int64_t s
 
 // --- random ----------------------------------------------------------------------------------
 
-// Draws on the host with the device's generator (or the caller's CPU generator), then one
-// copy to the device: the same numbers as the CPU gives for the same generator state.
+// Draws on the host with the CPU generator inside the device's generator (the default one,
+// or the caller's mtia or CPU generator), then one copy to the device: the same numbers as
+// the CPU gives for the same generator state.
 template <class Draw>
 Tensor& draw(Tensor& self, const c10::optional<at::Generator>& gen, Draw&& fn) {
-  at::Generator g = gen.has_value() && gen->defined() ? *gen : default_generator();
-  TORCH_CHECK(g.device().is_cpu(), "torch_mtia_emu: random ops take a CPU generator or none, not ",
-              g.device());
+  const at::Generator g = host_generator(gen);
   Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
   fn(host, g);
   self.copy_(host);
@@ -218,7 +211,7 @@ Tensor& exponential_(Tensor& self, double lambd, c10::optional<at::Generator> ge
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   // Views are metadata: PyTorch's own device-independent implementations.
   m.impl("view", TORCH_FN(at::native::view));
   m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));

@@ -1,13 +1,42 @@
-// The device's default random generator. The kernel library has no random kernel, so random
-// ops draw on the host with this generator (a CPU Mersenne-Twister/Philox generator like
-// torch's default) and copy the numbers to the device: after the same seed, the device gets
-// exactly the numbers the CPU gets. torch_mtia_emu.manual_seed() seeds it.
+// The device's random generators. The kernel library has no random kernel, so random ops draw
+// on the host and copy the numbers to the device. An MTIA generator (a torch.Generator whose
+// device is mtia:0) holds a CPU Philox/Mersenne-Twister generator like torch's default and
+// draws with it: after the same seed, the device gets exactly the numbers the CPU gets.
+// torch.mtia.manual_seed() seeds the default one.
 #pragma once
 
 #include <ATen/core/Generator.h>
+#include <c10/core/GeneratorImpl.h>
 
 namespace mtia::torch_backend {
 
-at::Generator& default_generator();
+class MtiaGeneratorImpl final : public c10::GeneratorImpl {
+ public:
+  explicit MtiaGeneratorImpl(uint64_t seed);
+
+  void set_current_seed(uint64_t seed) override;
+  void set_offset(uint64_t offset) override;
+  uint64_t get_offset() const override;
+  uint64_t current_seed() const override;
+  uint64_t seed() override;
+  // The state is the CPU generator's byte tensor, so get_rng_state() output moves between
+  // the CPU and the device generators.
+  void set_state(const c10::TensorImpl& new_state) override;
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override;
+
+  // The CPU generator that draws the numbers.
+  const at::Generator& host() const { return host_; }
+
+ private:
+  MtiaGeneratorImpl* clone_impl() const override;
+  at::Generator host_;
+};
+
+// The default MTIA generator (torch.mtia.default_generators[0]).
+const at::Generator& default_generator();
+// A new MTIA generator (torch.Generator(device="mtia")).
+at::Generator new_generator();
+// The CPU generator that draws for `gen` (an MTIA generator; the default one when undefined).
+at::Generator host_generator(const std::optional<at::Generator>& gen);
 
 }  // namespace mtia::torch_backend

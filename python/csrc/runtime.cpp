@@ -1,8 +1,6 @@
 #include "runtime.h"
 
 #include <c10/util/Exception.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -10,6 +8,7 @@
 #include <sstream>
 
 #include "allocator.h"
+#include "log.h"
 #include "mtia/trace.h"
 
 #ifndef MTIA_KERNEL_LIBRARY_ELF
@@ -47,15 +46,6 @@ std::string find_kernel_library(const std::string& requested) {
 
 }  // namespace
 
-std::shared_ptr<spdlog::logger> logger() {
-  static std::shared_ptr<spdlog::logger> log = [] {
-    auto l = spdlog::get("torch");
-    if (!l) l = spdlog::stderr_color_mt("torch");
-    return l;
-  }();
-  return log;
-}
-
 BackendOptions options_from_environment() {
   BackendOptions o;
   o.preset = env_or("MTIA_EMU_PRESET", o.preset);
@@ -84,8 +74,8 @@ Runtime::Runtime(const BackendOptions& options) : options_(options) {
                     [&] { return std::make_unique<mtia::Device>(mtia::Device::open(dev)); });
   module_ = guarded("loading the kernel library " + kernel_path_,
                     [&] { return device_->load_module(kernel_path_); });
-  logger()->debug("device {} open (timing {}), kernel library {}", device_->properties().name,
-                  options.timing ? "on" : "off", kernel_path_);
+  log::debug(c10::str("device ", device_->properties().name, " open (timing ",
+                      options.timing ? "on" : "off", "), kernel library ", kernel_path_));
 }
 
 Runtime& Runtime::get() {
@@ -127,7 +117,7 @@ void Runtime::shutdown() {
   try {
     r->device_->synchronize();
   } catch (const mtia::Error& e) {
-    logger()->warn("device error reported at shutdown: {}", e.what());
+    log::warn(c10::str("device error reported at shutdown: ", e.what()));
   }
   DeviceAllocator::instance().shutdown();
   g_runtime.store(nullptr);

@@ -1,13 +1,12 @@
 // The backend's one device: opened on first use, shared by every tensor, closed at exit.
 //
-// PyTorch sees the device as PrivateUse1 index 0 ("privateuseone:0"). The in-process
+// PyTorch sees the device as its own MTIA device, index 0 ("mtia:0"). The in-process
 // simulator hosts one device per process, so device_count() is 1. A device tensor's data
 // pointer is its device address (the driver's heap starts above 1 MiB, so it is never null).
 #pragma once
 
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
-#include <spdlog/logger.h>
 
 #include <cstdint>
 #include <memory>
@@ -22,7 +21,7 @@
 
 namespace mtia::torch_backend {
 
-inline constexpr c10::DeviceType kDeviceType = c10::DeviceType::PrivateUse1;
+inline constexpr c10::DeviceType kDeviceType = c10::DeviceType::MTIA;
 
 // How the backend opens its device. Unless init() was called first, the first use reads
 // the environment: MTIA_EMU_PRESET (default mtia-v2), MTIA_EMU_TIMING (0/off: functional
@@ -78,6 +77,12 @@ class Runtime {
 mtia::Stream current_stream();
 void set_current_stream(mtia::Stream stream);
 
+// A host API stream as PyTorch's c10::Stream of mtia:0, and back (from_c10 checks the type).
+c10::Stream to_c10(mtia::Stream s);
+mtia::Stream from_c10(const c10::Stream& s);
+// Throws RuntimeError unless `index` is 0 or -1 (the current device).
+void check_device_index(c10::DeviceIndex index);
+
 // Device addresses as the void* PyTorch stores in a DataPtr, and back.
 inline mtia::DevicePtr device_ptr(const void* data) {
   return mtia::DevicePtr(reinterpret_cast<uint64_t>(data));
@@ -100,7 +105,5 @@ decltype(auto) guarded(std::string_view context, Fn&& fn) {
     rethrow(e, context);
   }
 }
-
-std::shared_ptr<spdlog::logger> logger();
 
 }  // namespace mtia::torch_backend

@@ -3,17 +3,14 @@
 // A structured op's meta function (at::meta::structured_<op>::meta) checks the arguments and
 // decides the output's sizes and dtype, then calls set_output_*; for TensorIterator ops it
 // also computes broadcasting and the common dtype. OutOf<Meta> answers set_output_* by
-// resizing the caller's out tensor, so a device kernel only has to compute. PyTorch 1.13
-// routes the functional and in-place variants (add, add_) through the out= kernel
-// registered here (their CompositeExplicitAutogradNonFunctional kernels), so registering
-// the .out overload gives all three.
+// resizing the caller's out tensor, so a device kernel only has to compute. Functional and
+// in-place variants (add, add_) are registered beside the .out kernel and share it.
 #pragma once
 
 #include <ATen/TensorIterator.h>
 #include <ATen/TensorMeta.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Resize.h>
-#include <ATen/ops/as_strided_native.h>
 
 #include <array>
 #include <functional>
@@ -32,7 +29,9 @@ inline void resize_out(const at::Tensor& out, at::IntArrayRef sizes, at::IntArra
   const bool resized = at::native::resize_output(out, sizes);
   if (resized) {
     if (!strides.empty()) {
-      at::native::as_strided_(out, sizes, strides);
+      // A dense layout of the same elements (a permutation of the contiguous strides), so
+      // the storage resize_output sized fits it.
+      out.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
     } else if (options.memory_format_opt().has_value()) {
       out.unsafeGetTensorImpl()->empty_tensor_restride(*options.memory_format_opt());
     }
@@ -47,26 +46,25 @@ struct OutOf final : public Meta {
   }
 
   void set_output_strided(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
-                          at::TensorOptions options, at::DimnameList names) override {
-    set(i, sizes, strides, options, names);
+                          at::TensorOptions options) override {
+    set(i, sizes, strides, options);
   }
   void set_output_raw_strided(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
-                              at::TensorOptions options, at::DimnameList names) override {
-    set(i, sizes, strides, options, names);
+                              at::TensorOptions options) override {
+    set(i, sizes, strides, options);
   }
   const at::Tensor& maybe_get_output(int64_t i) override { return outs_[size_t(i)].get(); }
   at::Tensor& out(size_t i = 0) { return outs_[i].get(); }
 
  private:
-  void set(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides, at::TensorOptions options,
-           at::DimnameList names) {
+  void set(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
+           at::TensorOptions options) {
     const at::Tensor& out = outs_[size_t(i)].get();
     // The device kernels take any output strides, so the meta's stride wish is only a hint
     // for a freshly resized output (no proxy outputs needed).
     resize_out(out, sizes, strides, options);
-    if (!names.empty()) at::namedinference::propagate_names(out, names);
     if constexpr (std::is_base_of_v<at::TensorIteratorBase, Meta>) {
-      Meta::set_output_raw_strided(i, sizes, strides, options, names);
+      Meta::set_output_raw_strided(i, sizes, strides, options);
     }
   }
   std::array<std::reference_wrapper<at::Tensor>, N> outs_;

@@ -1,71 +1,42 @@
-"""torch_mtia_emu: PyTorch on the mtia-emu emulated MTIA device.
+"""torch_mtia_emu: PyTorch's own MTIA device, on the mtia-emu emulated MTIA accelerator.
 
-Importing this package registers a PyTorch 1.13 backend on the PrivateUse1 device type:
-tensors on ``torch.device("privateuseone")`` (index 0: the in-process emulator hosts one
-device) live in the emulated device's memory, ops run on the device kernel library
-(docs/kernels.md) or, when there is no kernel, on the CPU fallback. The functions here mirror
-``torch.mtia``. The device opens on first use, configured by ``init()`` or the environment
-(MTIA_EMU_PRESET, MTIA_EMU_TIMING, MTIA_EMU_SET, MTIA_EMU_KERNELS, MTIA_EMU_FALLBACK); see
-docs/tensor-layer.md.
+PyTorch 2.13 has the ``mtia`` device type, the ``torch.mtia`` module and the ``MTIA`` dispatch
+keys, but no device behind them. This package supplies one: importing it registers the MTIA
+hooks, the device guard (streams, events), the caching allocator, the generator, the device
+kernels under the MTIA dispatch key and a CPU fallback for the ops without a kernel. It is
+installed with a ``torch.backends`` entry point, so a plain ``import torch`` loads it, and then
+
+    torch.randn(3, device="mtia"), torch.mtia.synchronize(), torch.mtia.memory_stats(), ...
+
+run on the emulator. What is here is what is emulator-specific: opening the device with a
+chip preset (``init``), the CPU fallback's counts and mode, kernel launches and counts,
+simulated time, traces, and TorchInductor's launch limits for the device. The device opens on
+first use, configured by ``init()`` or the environment (MTIA_EMU_PRESET, MTIA_EMU_TIMING,
+MTIA_EMU_SET, MTIA_EMU_KERNELS, MTIA_EMU_FALLBACK, MTIA_EMU_TRACE); see docs/tensor-layer.md.
 """
 
 import atexit
 import os
-from collections import namedtuple
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional
 
 import torch
 
 from . import _C
-from ._memory import (empty_cache, max_memory_allocated, memory_allocated, memory_reserved,
-                      memory_stats, reset_peak_memory_stats)
-from ._serialization import register as _register_serialization
-from ._streams import (Event, Stream, current_stream, default_stream, set_stream, stream)
+from ._inductor import inductor_config
 
 __all__ = [
-    "DEVICE_TYPE", "device_type", "init", "is_available", "is_initialized", "device_count",
-    "current_device", "set_device", "device", "synchronize", "Stream", "Event", "stream",
-    "current_stream", "default_stream", "set_stream", "memory_stats", "memory_allocated",
-    "max_memory_allocated", "memory_reserved", "reset_peak_memory_stats", "empty_cache",
-    "get_device_properties", "get_device_capability", "get_device_name", "is_bf16_supported",
-    "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
-    "set_rng_state", "fallback_counts", "reset_fallback_counts", "set_fallback_mode",
-    "get_fallback_mode", "launch_kernel", "kernel_names", "kernel_launch_counts",
-    "reset_kernel_launch_counts", "simulated_time_ns", "trace_level", "set_trace_level",
-    "write_artifacts", "shutdown",
+    "DEVICE_TYPE", "init", "is_initialized", "presets", "fallback_counts",
+    "reset_fallback_counts", "set_fallback_mode", "get_fallback_mode", "launch_kernel",
+    "kernel_names", "kernel_launch_counts", "reset_kernel_launch_counts", "simulated_time_ns",
+    "trace_level", "set_trace_level", "write_artifacts", "config_json", "inductor_config",
+    "shutdown",
 ]
 
-#: The PyTorch device type the emulated device appears as (1.13 has no "mtia" type).
-DEVICE_TYPE = "privateuseone"
-
-_DeviceLike = Union[None, int, str, torch.device]
+#: The PyTorch device type of the emulated device.
+DEVICE_TYPE = "mtia"
 
 
-def device_type(index: int = 0) -> torch.device:
-    """The torch.device of the emulated device: ``privateuseone:0``."""
-    return torch.device(DEVICE_TYPE, _device_index(index))
-
-
-def _device_index(device: _DeviceLike) -> int:
-    if device is None:
-        return 0
-    if isinstance(device, str):
-        device = torch.device(device)
-    if isinstance(device, torch.device):
-        if device.type != DEVICE_TYPE:
-            raise ValueError(f"torch_mtia_emu: expected a {DEVICE_TYPE} device, got {device}")
-        index = 0 if device.index is None else device.index
-    elif isinstance(device, int):
-        index = device
-    else:
-        raise TypeError(f"torch_mtia_emu: cannot use {device!r} as a device")
-    if index != 0:
-        raise ValueError(f"torch_mtia_emu: device index {index} does not exist: the in-process "
-                         f"emulator has one device, {DEVICE_TYPE}:0")
-    return 0
-
-
-# --- device --------------------------------------------------------------------------------
+# --- the device ------------------------------------------------------------------------------
 
 def init(preset: Optional[str] = None, timing: Optional[bool] = None,
          overrides: Optional[List[str]] = None, kernels: Optional[str] = None,
@@ -85,117 +56,22 @@ def init(preset: Optional[str] = None, timing: Optional[bool] = None,
              trace if trace is not None else "")
 
 
-def is_available() -> bool:
-    """True: the in-process emulator is always there once the package imports."""
-    return True
-
-
 def is_initialized() -> bool:
-    """True once the device has been opened (by init() or the first use)."""
+    """True once the emulated device has been opened (by init() or the first use)."""
     return _C._is_initialized()
 
 
-def device_count() -> int:
-    """1: the in-process simulator hosts exactly one device per process."""
-    return 1
+def presets() -> List[str]:
+    """The chip presets that init(preset=...) and MTIA_EMU_PRESET accept by name: the preset
+    files in $MTIA_EMU_PRESET_DIR, else in the source tree's presets/."""
+    directory = os.environ.get("MTIA_EMU_PRESET_DIR") or _C._preset_dir()
+    return sorted(f[:-len(".json")] for f in os.listdir(directory) if f.endswith(".json"))
 
 
-def current_device() -> int:
-    return 0
-
-
-def set_device(device: _DeviceLike) -> None:
-    _device_index(device)
-
-
-class device:
-    """Context manager that selects a device (only device 0 exists)."""
-
-    def __init__(self, device: _DeviceLike):
-        self.idx = _device_index(device)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        return False
-
-
-def synchronize(device: _DeviceLike = None) -> None:
-    """Waits for all work queued on every stream; raises a pending device error."""
-    _device_index(device)
-    if _C._is_initialized():
-        _C._synchronize()
-
-
-_DeviceProperties = namedtuple(
-    "_DeviceProperties",
-    ["name", "total_memory", "generation", "major", "minor", "multi_processor_count",
-     "pe_rows", "pe_cols", "clock_hz", "sram_bytes", "local_store_bytes", "dma_engines",
-     "hardware_queues", "max_kernel_args", "max_kernel_buffers", "timing", "firmware_version",
-     "backend", "kernel_library"])
-
-
-def get_device_properties(device: _DeviceLike = None) -> _DeviceProperties:
-    """The emulated chip: preset name, DRAM (total_memory), PE grid, clock, limits."""
-    _device_index(device)
-    p = _C._properties()
-    return _DeviceProperties(
-        name=p["name"], total_memory=p["total_memory"], generation=p["generation"],
-        major=p["generation"], minor=0, multi_processor_count=p["pe_rows"] * p["pe_cols"],
-        pe_rows=p["pe_rows"], pe_cols=p["pe_cols"], clock_hz=p["clock_hz"],
-        sram_bytes=p["sram_bytes"], local_store_bytes=p["local_store_bytes"],
-        dma_engines=p["dma_engines"], hardware_queues=p["hardware_queues"],
-        max_kernel_args=p["max_kernel_args"], max_kernel_buffers=p["max_kernel_buffers"],
-        timing=p["timing"], firmware_version=p["firmware_version"], backend=p["backend"],
-        kernel_library=p["kernel_library"])
-
-
-def get_device_capability(device: _DeviceLike = None) -> tuple:
-    """(generation, 0): (2, 0) for mtia-v2, (1, 0) for mtia-v1."""
-    p = get_device_properties(device)
-    return (p.major, p.minor)
-
-
-def get_device_name(device: _DeviceLike = None) -> str:
-    return get_device_properties(device).name
-
-
-def is_bf16_supported() -> bool:
-    return True
-
-
-# --- random numbers --------------------------------------------------------------------------
-
-def manual_seed(seed: int) -> None:
-    """Seeds the device's generator (rand, randn, normal_, uniform_, bernoulli_ ... on the
-    device). After the same seed, the device draws the numbers the CPU draws."""
-    _C._manual_seed(int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
-
-
-manual_seed_all = manual_seed
-
-
-def seed() -> None:
-    """Seeds the device's generator with a non-deterministic number."""
-    _C._seed()
-
-
-seed_all = seed
-
-
-def initial_seed() -> int:
-    return _C._initial_seed()
-
-
-def get_rng_state(device: _DeviceLike = None) -> torch.Tensor:
-    _device_index(device)
-    return torch.frombuffer(bytearray(_C._get_rng_state()), dtype=torch.uint8)
-
-
-def set_rng_state(new_state: torch.Tensor, device: _DeviceLike = None) -> None:
-    _device_index(device)
-    _C._set_rng_state(bytes(new_state.cpu().to(torch.uint8).numpy().tobytes()))
+def shutdown() -> None:
+    """Waits for the device, then closes it. Runs at interpreter exit; after it the device
+    cannot be used again in this process."""
+    _C._shutdown()
 
 
 # --- CPU fallback ----------------------------------------------------------------------------
@@ -289,16 +165,12 @@ def write_artifacts(directory: str) -> None:
     _C._write_artifacts(os.fspath(directory))
 
 
-def shutdown() -> None:
-    """Waits for the device, then closes it. Runs at interpreter exit; after it the device
-    cannot be used again in this process."""
-    _C._shutdown()
+def config_json() -> str:
+    """The effective chip configuration of the open device, as JSON text."""
+    return _C._config_json()
 
 
-_register_serialization()
-_C._set_fallback_mode(os.environ.get("MTIA_EMU_FALLBACK", "warn") or "warn")
-atexit.register(_C._shutdown)
-
+# --- registration ----------------------------------------------------------------------------
 
 def _install_quiet_printing() -> None:
     """PyTorch formats a tensor for printing with tensor ops (masked_select, ceil, float64
@@ -320,4 +192,19 @@ def _install_quiet_printing() -> None:
     tensor_str._str = _str
 
 
-_install_quiet_printing()
+def _register() -> None:
+    # torch.mtia seeds, reads and restores torch.mtia.default_generators[i]; the default
+    # generator exists before the device opens, so seeding first and opening later works.
+    if not torch.mtia.default_generators:
+        torch.mtia.default_generators = (_C._default_generator(),)
+    _C._set_fallback_mode(os.environ.get("MTIA_EMU_FALLBACK", "warn") or "warn")
+    _install_quiet_printing()
+    atexit.register(_C._shutdown)
+
+
+def _autoload() -> None:
+    """The torch.backends entry point: `import torch` calls it. Importing this package has
+    done the registration; nothing more is needed."""
+
+
+_register()
