@@ -23,6 +23,7 @@ import torch
 
 from . import _C
 from ._inductor import inductor_config
+from ._serialization import register as _register_serialization
 
 __all__ = [
     "DEVICE_TYPE", "init", "is_initialized", "presets", "fallback_counts",
@@ -198,6 +199,7 @@ def _register() -> None:
     if not torch.mtia.default_generators:
         torch.mtia.default_generators = (_C._default_generator(),)
     _C._set_fallback_mode(os.environ.get("MTIA_EMU_FALLBACK", "warn") or "warn")
+    _register_serialization()
     _install_quiet_printing()
     atexit.register(_C._shutdown)
 
