@@ -126,8 +126,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   // Simulated milliseconds between two recorded events (0 with the timing model off).
   double elapsedTime(void* start, void* end, const c10::DeviceIndex index) const override {
     check_device_index(index);
-    TORCH_CHECK_VALUE(start != nullptr && end != nullptr,
-                      "torch_mtia_emu: elapsed_time needs both events recorded first");
+    TORCH_CHECK(start != nullptr && end != nullptr,
+                "torch_mtia_emu: elapsed_time needs both events recorded first");
     return guarded("timing events", [&] {
       return Runtime::get().device().elapsed_ms(to_event(start), to_event(end));
     });

@@ -13,6 +13,7 @@
 #include <ATen/ops/add_meta.h>
 #include <ATen/ops/addcdiv_meta.h>
 #include <ATen/ops/addcmul_meta.h>
+#include <ATen/ops/lerp_meta.h>
 #include <ATen/ops/bitwise_and_meta.h>
 #include <ATen/ops/bitwise_not_meta.h>
 #include <ATen/ops/bitwise_or_meta.h>
@@ -54,6 +55,7 @@
 #include <ATen/ops/threshold_backward_meta.h>
 #include <ATen/ops/where_ops.h>
 #include <c10/util/Exception.h>
+#include <ATen/ops/silu_backward_native.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -595,6 +597,52 @@ Tensor& addcdiv_out(const Tensor& self, const Tensor& t1, const Tensor& t2,
   return out;
 }
 
+// --- lerp (one pointwise launch; Adam's and AdamW's moment updates) -----------------------
+
+// self + w * (end - self) for |w| < 0.5, else end - (end - self) * (1 - w): the two forms
+// PyTorch's kernels use, each exact at its end of the interval.
+Tensor& lerp_scalar_out(const Tensor& self, const Tensor& end, const c10::Scalar& weight,
+                        Tensor& out) {
+  OutOf<at::meta::structured_lerp_Scalar> m(out);
+  m.meta(self, end, weight);
+  const ScalarType dt = m.common_dtype();
+  if (!is_kernel_float(dt)) {
+    return run_on_cpu<ATEN_OP2(lerp, Scalar_out)>(dtype_reason(dt), self, end, weight, out);
+  }
+  using namespace pw;
+  const ScalarType acc = acc_dtype(dt);
+  const double w = weight.toDouble();
+  if (std::abs(w) < 0.5) {
+    apply_pointwise(out, {self, end}, acc,
+                    {{MTIA_PE_SE_SUB, kT0, {kB, kA}},
+                     {MTIA_PE_SE_MUL, kT0, {kT0, kImm}, scalar_bits(w, acc)},
+                     {MTIA_PE_SE_ADD, kOut, {kA, kT0}}});
+  } else {
+    apply_pointwise(out, {self, end}, acc,
+                    {{MTIA_PE_SE_SUB, kT0, {kB, kA}},
+                     {MTIA_PE_SE_MUL, kT0, {kT0, kImm}, scalar_bits(1.0 - w, acc)},
+                     {MTIA_PE_SE_SUB, kOut, {kB, kT0}}});
+  }
+  return out;
+}
+
+// self + weight * (end - self), with a tensor of weights.
+Tensor& lerp_tensor_out(const Tensor& self, const Tensor& end, const Tensor& weight,
+                        Tensor& out) {
+  OutOf<at::meta::structured_lerp_Tensor> m(out);
+  m.meta(self, end, weight);
+  const ScalarType dt = m.common_dtype();
+  if (!is_kernel_float(dt)) {
+    return run_on_cpu<ATEN_OP2(lerp, Tensor_out)>(dtype_reason(dt), self, end, weight, out);
+  }
+  using namespace pw;
+  apply_pointwise(out, {self, end, weight}, acc_dtype(dt),
+                  {{MTIA_PE_SE_SUB, kT0, {kB, kA}},
+                   {MTIA_PE_SE_MUL, kT0, {kT0, kC}},
+                   {MTIA_PE_SE_ADD, kOut, {kA, kT0}}});
+  return out;
+}
+
 // --- activation backward (one pointwise launch, in float32 for the narrow dtypes) --------------
 
 Tensor& tanh_backward_out(const Tensor& grad, const Tensor& y, Tensor& grad_input) {
@@ -654,12 +702,22 @@ Tensor& silu_backward_out(const Tensor& grad, const Tensor& x, Tensor& grad_inpu
   return grad_input;
 }
 
-// The functional form has a CompositeImplicitAutograd kernel (six ops) that a backend kernel
-// replaces, as CUDA's does; autograd keeps its own formula for the double backward.
-Tensor silu_backward(const Tensor& grad, const Tensor& x) {
+Tensor silu_backward_device(const Tensor& grad, const Tensor& x) {
   const ScalarType dt = at::result_type(grad, x);
   Tensor grad_input = at::empty(at::infer_size(grad.sizes(), x.sizes()), grad.options().dtype(dt));
   return silu_backward_out(grad, x, grad_input);
+}
+
+// The functional form has a CompositeImplicitAutograd kernel (six ops) that PyTorch 2.13 also
+// uses as the autograd kernel of every device but the CPU, so a kernel under MTIA alone is
+// never reached. Under AutogradMTIA: the one-launch kernel when no gradient of it is wanted,
+// the differentiable composition (double backward) when one is.
+Tensor silu_backward_autograd(const Tensor& grad, const Tensor& x) {
+  if (at::GradMode::is_enabled() && (grad.requires_grad() || x.requires_grad())) {
+    return at::native::math_silu_backward(grad, x);
+  }
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return silu_backward_device(grad, x);
 }
 
 Tensor& threshold_backward_out(const Tensor& grad, const Tensor& self, const c10::Scalar& threshold,
@@ -802,12 +860,18 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("tanh_backward.grad_input", TORCH_FN(tanh_backward_out));
   m.impl("sigmoid_backward.grad_input", TORCH_FN(sigmoid_backward_out));
   m.impl("silu_backward.grad_input", TORCH_FN(silu_backward_out));
-  m.impl("silu_backward", TORCH_FN(silu_backward));
+  m.impl("silu_backward", TORCH_FN(silu_backward_device));
+  m.impl("lerp.Scalar_out", TORCH_FN(lerp_scalar_out));
+  m.impl("lerp.Tensor_out", TORCH_FN(lerp_tensor_out));
   m.impl("threshold_backward.grad_input", TORCH_FN(threshold_backward_out));
   m.impl("mse_loss", TORCH_FN(mse_loss));
   m.impl("mse_loss.out", TORCH_FN(mse_loss_out));
   m.impl("mse_loss_backward", TORCH_FN(mse_loss_backward));
   m.impl("mse_loss_backward.grad_input", TORCH_FN(mse_loss_backward_out));
+}
+
+TORCH_LIBRARY_IMPL(aten, AutogradMTIA, m) {
+  m.impl("silu_backward", TORCH_FN(silu_backward_autograd));
 }
 
 }  // namespace mtia::torch_backend

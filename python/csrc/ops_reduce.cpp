@@ -567,15 +567,20 @@ Tensor& var_out(const Tensor& self, at::OptionalIntArrayRef dim, const std::opti
     return run_on_cpu<ATEN_OP2(var, correction_out)>(dtype_reason(self.scalar_type()), self, dim,
                                                      correction, keepdim, out);
   }
-  // The kernel divides by N - correction for a whole correction; a fractional one falls back.
+  // The kernel divides by N - correction for a whole correction. A fractional one (or one
+  // beyond N) takes the population variance (correction 0) times N / max(N - c, 0), as
+  // PyTorch's own kernels scale it.
   const double c = correction.has_value() ? correction->toDouble() : 1.0;
-  if (c != std::floor(c) || std::abs(c) > double(int64_t{1} << 40)) {
-    return run_on_cpu<ATEN_OP2(var, correction_out)>("a fractional correction", self, dim,
-                                                     correction, keepdim, out);
-  }
   const std::vector<int64_t> dims = dim_list(dim);
   at::native::resize_output(out, reduced_sizes(self, dims, keepdim));
-  reduce_into(ReduceOp::kVar, out, self, dims, keepdim, int64_t(c));
+  const int64_t n = out.numel() == 0 ? 0 : self.numel() / out.numel();
+  if (c == std::floor(c) && c >= 0 && c < double(n)) {
+    reduce_into(ReduceOp::kVar, out, self, dims, keepdim, int64_t(c));
+    return out;
+  }
+  reduce_into(ReduceOp::kVar, out, self, dims, keepdim, 0);
+  const double divisor = std::max(double(n) - c, 0.0);
+  if (out.numel() > 0) out.mul_(double(n) / divisor);
   return out;
 }
 

@@ -204,9 +204,4 @@ def _register() -> None:
     atexit.register(_C._shutdown)
 
 
-def _autoload() -> None:
-    """The torch.backends entry point: `import torch` calls it. Importing this package has
-    done the registration; nothing more is needed."""
-
-
 _register()

@@ -1,7 +1,7 @@
 """The demo training run: a small PyTorch MLP trained for a few steps on the emulated device,
 checked step by step against the same training on the CPU, with its trace.
 
-    PYTHONPATH=build/python /usr/bin/python3 -m torch_mtia_emu.demo [--out out/demo]
+    .venv/bin/python -m torch_mtia_emu.demo [--out out/demo]
 
 The model classifies points of a synthetic data set (Gaussian blobs, one per class, made
 from a fixed seed): Linear -> ReLU -> Linear -> LayerNorm -> SiLU -> Linear, cross-entropy
@@ -76,7 +76,7 @@ def plot_losses(path: str, device_losses, cpu_losses, preset: str) -> bool:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m torch_mtia_emu.demo",
+    ap = argparse.ArgumentParser(prog="python -m torch_mtia_emu.demo",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="out/demo", help="folder for the trace and plots")
     ap.add_argument("--preset", default="mtia-v2", help="chip preset (mtia-v2, mtia-v1)")
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)  # the CPU reference: steadiest timings beside the emulator
     try:
         torch_mtia_emu.init(preset=args.preset, timing=not args.no_timing, trace=args.trace)
-        props = torch_mtia_emu.get_device_properties()
+        props = torch.mtia.get_device_properties()
     except (RuntimeError, ValueError) as e:
         print(f"demo: cannot open the emulated device: {e}", file=sys.stderr)
         return 2
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     params = sum(p.numel() for p in cpu_model.parameters())
     print(f"demo: training a {args.features}-{args.hidden}-{args.hidden}-{args.classes} MLP "
           f"({params} parameters, batch {args.batch}, {args.steps} steps, SGD with momentum) "
-          f"on the emulated {props.name} ({torch_mtia_emu.DEVICE_TYPE}:0), timing "
+          f"on the emulated {props['name']} ({torch_mtia_emu.DEVICE_TYPE}:0), timing "
           f"{'off' if args.no_timing else 'on'}, trace {args.trace}")
     print(f"{'step':>4} {'device loss':>12} {'CPU loss':>12} {'|diff|':>9} "
           f"{'simulated us':>13} {'device wall ms':>15} {'CPU wall ms':>12}")
@@ -167,14 +167,14 @@ def main(argv=None) -> int:
           f"{', '.join(f'{k} x{v}' for k, v in fallbacks.items()) or 'none'}")
 
     os.makedirs(args.out, exist_ok=True)
-    torch_mtia_emu.synchronize()
+    torch.mtia.synchronize()
     torch_mtia_emu.write_artifacts(args.out)
     with open(os.path.join(args.out, "losses.json"), "w") as f:
         json.dump({"device": device_losses, "cpu": cpu_losses, "device_accuracy": dev_acc,
                    "cpu_accuracy": cpu_acc, "kernel_launches": launches,
                    "fallbacks": fallbacks, "simulated_us": sim_total_ns / 1e3}, f, indent=1)
     plotted = plot_losses(os.path.join(args.out, "loss.png"), device_losses, cpu_losses,
-                          props.name)
+                          props['name'])
     print(f"demo: wrote {args.out}/trace.json (open it in ui.perfetto.dev), config.json, "
           f"stats.json, summary.json, losses.json{', loss.png' if plotted else ''}")
 

@@ -1,7 +1,7 @@
-"""Shared setup for the torch_mtia_emu tests.
+"""Shared setup for the tests of PyTorch's mtia device on the emulator.
 
-Run with Debian's python3 against the build tree:
-    PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/python
+Run with the project's interpreter, where scripts/build installed the backend:
+    .venv/bin/python -m pytest -q tests/python
 The whole suite shares one emulated device (one per process); tests that need another
 configuration (timing on, a tiny DRAM) run a child interpreter.
 """
@@ -19,7 +19,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch_mtia_emu  # noqa: E402
 
-DEVICE = torch.device("privateuseone", 0)
+DEVICE = torch.device("mtia", 0)
+
+# `import torch` loaded the backend (its torch.backends entry point), not the import above.
+assert torch.mtia.is_available()
 
 
 @pytest.fixture
@@ -37,7 +40,7 @@ def no_fallback():
 
 
 def run_child(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
-    """Runs `code` in a fresh interpreter with this one's PYTHONPATH (its own device)."""
+    """Runs `code` in a fresh interpreter of this one (its own device)."""
     e = dict(os.environ)
     e.update(env or {})
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e,

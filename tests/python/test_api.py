@@ -1,4 +1,5 @@
-"""The torch.mtia-shaped Python API: devices, properties, streams, events, the device guard."""
+"""PyTorch's torch.mtia on the emulator: devices, properties, streams, events, the device guard,
+and what torch_mtia_emu adds (init, traces)."""
 import pytest
 import torch
 import torch_mtia_emu
@@ -7,29 +8,31 @@ from conftest import DEVICE, run_child
 
 
 def test_device_queries():
-    assert torch_mtia_emu.is_available()
-    assert torch_mtia_emu.device_count() == 1
-    assert torch_mtia_emu.current_device() == 0
-    torch_mtia_emu.set_device(0)
-    torch_mtia_emu.set_device("privateuseone:0")
-    with torch_mtia_emu.device(0):
-        assert torch.zeros(2, device="privateuseone").device == DEVICE
-    for bad in (1, "privateuseone:1", torch.device("cpu")):
-        with pytest.raises(ValueError):
-            torch_mtia_emu.set_device(bad)
-    assert torch_mtia_emu.device_type() == DEVICE
+    assert torch.mtia.is_available()
+    assert torch.mtia.device_count() == 1
+    assert torch.mtia.current_device() == 0
+    torch.mtia.set_device(0)
+    torch.mtia.set_device("mtia:0")
+    with torch.mtia.device(0):
+        assert torch.zeros(2, device="mtia").device == DEVICE
+    for bad in (1, "mtia:1"):
+        with pytest.raises(RuntimeError, match="device index 1 does not exist"):
+            torch.mtia.set_device(bad)
+    with pytest.raises(ValueError):
+        torch.mtia.set_device(torch.device("cpu"))
+    assert torch.device(torch_mtia_emu.DEVICE_TYPE) == torch.device("mtia")
 
 
 def test_device_properties_describe_the_preset():
     torch.zeros(1, device=DEVICE)
     assert torch_mtia_emu.is_initialized()
-    p = torch_mtia_emu.get_device_properties()
-    assert p.name == "mtia-v2" and p.generation == 2
-    assert p.total_memory == 128 << 30
-    assert (p.pe_rows, p.pe_cols) == (8, 8) and p.multi_processor_count == 64
-    assert p.max_kernel_buffers == 32 and p.timing is False  # conftest: timing off
-    assert torch_mtia_emu.get_device_capability() == (2, 0)
-    assert torch_mtia_emu.get_device_name() == "mtia-v2"
+    p = torch.mtia.get_device_properties()
+    assert p["name"] == "mtia-v2" and p["generation"] == 2
+    assert p["total_memory"] == 128 << 30
+    assert (p["pe_rows"], p["pe_cols"]) == (8, 8) and p["multi_processor_count"] == 64
+    assert p["max_kernel_buffers"] == 32 and p["timing"] is False  # conftest: timing off
+    assert torch.mtia.get_device_capability() == (2, 0)
+    assert torch.mtia.get_device_capability("mtia:0") == (2, 0)
     assert "matmul" in torch_mtia_emu.kernel_names()
 
 
@@ -43,25 +46,25 @@ def test_init_chooses_the_preset_in_a_new_process():
     r = run_child("""
         import torch, torch_mtia_emu
         torch_mtia_emu.init(preset="mtia-v1", timing=True)
-        p = torch_mtia_emu.get_device_properties()
-        print(p.name, p.generation, p.timing, torch_mtia_emu.get_device_capability())
+        p = torch.mtia.get_device_properties()
+        print(p["name"], p["generation"], p["timing"], torch.mtia.get_device_capability())
     """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["mtia-v1", "1", "True", "(1,", "0)"]
 
 
 def test_streams_run_work_in_order_and_events_order_streams():
-    s1, s2 = torch_mtia_emu.Stream(), torch_mtia_emu.Stream()
-    assert s1 != s2 and torch_mtia_emu.default_stream().id == 0
-    assert torch_mtia_emu.current_stream() == torch_mtia_emu.default_stream()
+    s1, s2 = torch.mtia.Stream(), torch.mtia.Stream()
+    assert s1 != s2 and torch.mtia.default_stream().stream_id == 0
+    assert torch.mtia.current_stream() == torch.mtia.default_stream()
     x = torch.randn(256, 256).to(DEVICE)
-    with torch_mtia_emu.stream(s1):
-        assert torch_mtia_emu.current_stream() == s1
+    with torch.mtia.stream(s1):
+        assert torch.mtia.current_stream() == s1
         y = x @ x
         done = s1.record_event()
-    assert torch_mtia_emu.current_stream().id == 0
+    assert torch.mtia.current_stream().stream_id == 0
     s2.wait_event(done)
-    with torch_mtia_emu.stream(s2):
+    with torch.mtia.stream(s2):
         z = y + 1
     s2.synchronize()
     assert s2.query() and done.query()
@@ -71,24 +74,25 @@ def test_streams_run_work_in_order_and_events_order_streams():
 
 
 def test_record_stream_delays_reuse_until_the_stream_is_done():
-    s = torch_mtia_emu.Stream()
+    s = torch.mtia.Stream()
     assert isinstance(s, torch.Stream) and s.device == DEVICE
     x = torch.ones(100, device=DEVICE)  # filled on the default stream
-    s.wait_stream(torch_mtia_emu.current_stream())  # as with CUDA: order the streams
-    with torch_mtia_emu.stream(s):
+    s.wait_stream(torch.mtia.current_stream())  # as with CUDA: order the streams
+    with torch.mtia.stream(s):
         x.record_stream(s)
         y = x * 3
     del x  # its block is reused only after s has passed its uses
-    torch_mtia_emu.current_stream().wait_stream(s)
+    torch.mtia.current_stream().wait_stream(s)
     assert y.sum().item() == 300.0
 
 
 def test_event_elapsed_time_is_simulated_time_with_timing_on():
     r = run_child("""
         import torch, torch_mtia_emu
-        d = torch.device("privateuseone")
+        d = torch.device("mtia")
         a = torch.randn(512, 512).to(d)
-        start, end = torch_mtia_emu.Event(enable_timing=True), torch_mtia_emu.Event(True)
+        start = torch.mtia.Event(enable_timing=True)
+        end = torch.mtia.Event(enable_timing=True)
         start.record()
         b = a @ a
         end.record()
@@ -102,13 +106,14 @@ def test_event_elapsed_time_is_simulated_time_with_timing_on():
 
 
 def test_events_report_zero_time_with_timing_off():
-    start, end = torch_mtia_emu.Event(), torch_mtia_emu.Event()
+    start, end = torch.mtia.Event(enable_timing=True), torch.mtia.Event(enable_timing=True)
     start.record()
     torch.ones(1000, device=DEVICE).sum()
     end.record()
+    end.synchronize()
     assert start.elapsed_time(end) == 0.0
     with pytest.raises(RuntimeError, match="recorded"):
-        torch_mtia_emu.Event().elapsed_time(end)
+        torch.mtia.Event(enable_timing=True).elapsed_time(end)
 
 
 def test_autograd_runs_backward_on_the_device_guard_streams():
@@ -121,7 +126,7 @@ def test_autograd_runs_backward_on_the_device_guard_streams():
 def test_write_artifacts_gives_a_trace(tmp_path):
     r = run_child(f"""
         import json, torch, torch_mtia_emu
-        x = torch.randn(64, 64).to("privateuseone")
+        x = torch.randn(64, 64).to("mtia")
         (x @ x + 1).sum().item()
         torch_mtia_emu.write_artifacts({str(tmp_path)!r})
         trace = json.load(open({str(tmp_path / "trace.json")!r}))

@@ -146,11 +146,11 @@ def test_pinned_memory_and_non_blocking(dev):
     x = torch.randn(64, 33)
     pinned = x.pin_memory(dev)
     assert pinned.is_pinned(dev) and not x.is_pinned(dev)
-    assert torch_mtia_emu.memory_stats()["dram"]["pinned_host_bytes"] >= x.numel() * 4
+    assert torch.mtia.memory_stats()["dram"]["pinned_host_bytes"] >= x.numel() * 4
     d = pinned.to(dev, non_blocking=True)
     back = torch.empty_like(x).pin_memory(dev)
     back.copy_(d * 2, non_blocking=True)
-    torch_mtia_emu.synchronize()
+    torch.mtia.synchronize()
     assert torch.equal(back, x * 2)
     # Pageable memory with non_blocking: staged, so the source may change at once.
     y = torch.randn(100)
@@ -242,19 +242,19 @@ def test_cat_and_arange_on_device(dev, no_fallback):
 
 
 def test_random_numbers_follow_the_device_seed(dev):
-    torch_mtia_emu.manual_seed(1234)
+    torch.mtia.manual_seed(1234)
     a = torch.rand(5, 7, device=dev).cpu()
     b = torch.randn(100, device=dev).cpu()
-    torch_mtia_emu.manual_seed(1234)
+    torch.mtia.manual_seed(1234)
     assert torch.equal(torch.rand(5, 7, device=dev).cpu(), a)
     torch.manual_seed(1234)
     # Same generator algorithm as the CPU's: same numbers after the same seed.
     assert torch.equal(torch.rand(5, 7), a)
     assert torch.equal(torch.randn(100), b)
-    assert torch_mtia_emu.initial_seed() == 1234
-    state = torch_mtia_emu.get_rng_state()
+    assert torch.mtia.initial_seed() == 1234
+    state = torch.mtia.get_rng_state()
     c = torch.empty(50, device=dev).uniform_(-2, 2).cpu()
-    torch_mtia_emu.set_rng_state(state)
+    torch.mtia.set_rng_state(state)
     assert torch.equal(torch.empty(50, device=dev).uniform_(-2, 2).cpu(), c)
     n = torch.empty(10000, device=dev).normal_(3.0, 0.5).cpu()
     assert abs(n.mean().item() - 3.0) < 0.05 and abs(n.std().item() - 0.5) < 0.05

@@ -68,7 +68,7 @@ def test_trace_level_from_init_and_set_trace_level(tmp_path):
         import json, torch, torch_mtia_emu
         torch_mtia_emu.init(timing=True, trace="kernels")
         assert torch_mtia_emu.trace_level() == "kernels"
-        dev = torch.device("privateuseone")
+        dev = torch.device("mtia")
         a = torch.arange(64.0).to(dev)
         (a + 1).cpu()
         torch_mtia_emu.set_trace_level("off")

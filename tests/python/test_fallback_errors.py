@@ -89,7 +89,7 @@ def test_environment_variable_turns_fallback_into_an_error():
         import torch, torch_mtia_emu
         print(torch_mtia_emu.get_fallback_mode())
         try:
-            torch.floor(torch.ones(2, device="privateuseone"))
+            torch.floor(torch.ones(2, device="mtia"))
         except NotImplementedError as e:
             print("refused:", e)
     """, env={"MTIA_EMU_FALLBACK": "error"})
@@ -102,7 +102,7 @@ def test_environment_variable_turns_fallback_into_an_error():
 def test_printing_does_not_count_as_fallback():
     torch_mtia_emu.set_fallback_mode("error")
     text = repr(torch.tensor([1.5, -2.0, 3.25]).to(DEVICE))
-    assert "device='privateuseone:0'" in text and "1.5000" in text
+    assert "device='mtia:0'" in text and "1.5000" in text
     assert torch_mtia_emu.fallback_counts() == {}
 
 
@@ -115,16 +115,16 @@ def test_view_ops_never_fall_back():
 
 def test_kernel_fault_names_the_kernel_and_the_reason():
     x = torch.zeros(16, device=DEVICE)
-    torch_mtia_emu.synchronize()
+    torch.mtia.synchronize()
     # The fill kernel told to write far outside device memory: the PE's DMA faults.
     bad = ("ptr", 1 << 45)
     torch_mtia_emu.launch_kernel("fill", [bad, torch.float32, 0, 1, 1, 1, 16, 0, 0, 0, 1])
     with pytest.raises(RuntimeError) as e:
-        torch_mtia_emu.synchronize()
+        torch.mtia.synchronize()
     msg = str(e.value)
     assert "kernel 'fill'" in msg and "device address fault" in msg
     # The error was reported once; the device keeps working.
-    torch_mtia_emu.synchronize()
+    torch.mtia.synchronize()
     assert (x + 2).sum().item() == 32.0
 
 
@@ -136,5 +136,5 @@ def test_kernel_argument_checks_are_errors_before_launch():
 
 
 def test_cpu_tensor_mixed_with_device_tensor_is_an_error():
-    with pytest.raises(RuntimeError, match="same device|privateuseone"):
+    with pytest.raises(RuntimeError, match="same device|mtia"):
         torch.ones(3, device=DEVICE) + torch.ones(3)

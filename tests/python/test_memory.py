@@ -10,13 +10,13 @@ GRANULE = 512
 
 
 def dram():
-    return torch_mtia_emu.memory_stats()["dram"]
+    return torch.mtia.memory_stats()["dram"]
 
 
 @pytest.fixture(autouse=True)
 def clean_cache():
-    torch_mtia_emu.synchronize()
-    torch_mtia_emu.empty_cache()
+    torch.mtia.synchronize()
+    torch.mtia.empty_cache()
     yield
 
 
@@ -29,7 +29,7 @@ def test_stats_follow_allocations_and_frees():
     assert s["requested_bytes"] - before["requested_bytes"] == 4000 + 3
     assert s["num_allocs"] - before["num_allocs"] == 2
     assert s["live_blocks"] - before["live_blocks"] == 2
-    assert torch_mtia_emu.memory_allocated() == s["allocated_bytes"]
+    assert torch.mtia.memory_allocated() == s["allocated_bytes"]
     assert s["reserved_bytes"] == s["allocated_bytes"] + s["cached_bytes"]
     del a
     s2 = dram()
@@ -60,7 +60,7 @@ def test_empty_cache_returns_blocks_to_the_device():
     del xs
     s = dram()
     assert s["cached_bytes"] >= 4 * (4 << 20)
-    torch_mtia_emu.empty_cache()
+    torch.mtia.empty_cache()
     e = dram()
     assert e["cached_bytes"] == 0 and e["cached_blocks"] == 0
     assert e["reserved_bytes"] == s["reserved_bytes"] - s["cached_bytes"]
@@ -69,35 +69,35 @@ def test_empty_cache_returns_blocks_to_the_device():
 
 
 def test_peak_and_reset():
-    torch_mtia_emu.reset_peak_memory_stats()
-    base = torch_mtia_emu.memory_allocated()
-    assert torch_mtia_emu.max_memory_allocated() == base
+    torch.mtia.reset_peak_memory_stats()
+    base = torch.mtia.memory_allocated()
+    assert torch.mtia.max_memory_allocated() == base
     x = torch.empty(1 << 18, device=DEVICE)  # 1 MiB
     del x
-    assert torch_mtia_emu.max_memory_allocated() == base + (1 << 20)
-    assert torch_mtia_emu.memory_allocated() == base
-    torch_mtia_emu.reset_peak_memory_stats()
-    assert torch_mtia_emu.max_memory_allocated() == base
+    assert torch.mtia.max_memory_allocated() == base + (1 << 20)
+    assert torch.mtia.memory_allocated() == base
+    torch.mtia.reset_peak_memory_stats()
+    assert torch.mtia.max_memory_allocated() == base
 
 
 def test_tensors_of_ops_are_counted_and_released():
-    base = torch_mtia_emu.memory_allocated()
+    base = torch.mtia.memory_allocated()
     a = torch.randn(256, 256).to(DEVICE)
     b = a @ a + 1
-    assert torch_mtia_emu.memory_allocated() == base + 2 * 256 * 256 * 4
+    assert torch.mtia.memory_allocated() == base + 2 * 256 * 256 * 4
     del a, b
-    assert torch_mtia_emu.memory_allocated() == base
+    assert torch.mtia.memory_allocated() == base
 
 
 def test_blocks_stay_with_their_stream():
-    s = torch_mtia_emu.Stream()
-    with torch_mtia_emu.stream(s):
+    s = torch.mtia.Stream()
+    with torch.mtia.stream(s):
         x = torch.empty(5000, device=DEVICE)
         address = x.data_ptr()
         del x
     y = torch.empty(5000, device=DEVICE)  # default stream: must not take s's block
     assert y.data_ptr() != address
-    with torch_mtia_emu.stream(s):
+    with torch.mtia.stream(s):
         z = torch.empty(5000, device=DEVICE)
         assert z.data_ptr() == address
 
@@ -118,14 +118,14 @@ def test_out_of_memory_names_the_request_and_what_is_free():
 def test_out_of_memory_retries_after_returning_the_cache():
     r = run_child("""
         import torch, torch_mtia_emu
-        d = torch.device("privateuseone")
+        d = torch.device("mtia")
         a = torch.empty(20 << 20, dtype=torch.uint8, device=d)
         b = torch.empty(20 << 20, dtype=torch.uint8, device=d)
         del a, b
-        s = torch_mtia_emu.memory_stats()["dram"]
+        s = torch.mtia.memory_stats()["dram"]
         assert s["cached_bytes"] == 40 << 20, s
         c = torch.empty(48 << 20, dtype=torch.uint8, device=d)  # fits only without the cache
-        s2 = torch_mtia_emu.memory_stats()["dram"]
+        s2 = torch.mtia.memory_stats()["dram"]
         assert s2["cached_bytes"] == 0 and s2["num_device_frees"] == 2, s2
         try:
             torch.empty(60 << 20, dtype=torch.uint8, device=d)

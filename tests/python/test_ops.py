@@ -60,13 +60,16 @@ OP_TOL = {
     # one-element rows: the kernel's (x - mean) is a rounding error times rstd = 1/sqrt(eps)
     "nn.functional.layer_norm": {torch.float32: dict(rtol=1e-4, atol=2e-4)},
     "var": {torch.float16: dict(rtol=5e-3, atol=5e-3)},
+    # 2.13's samples reach |x| ~ 9: a sum of products that cancels to ~0.2 differs from the
+    # CPU's by the fp32 rounding of its larger terms (the DPE adds in another order)
+    "matmul": {torch.float32: dict(rtol=1e-4, atol=5e-5)},
     "std": {torch.float16: dict(rtol=5e-3, atol=5e-3)},
 }
 
 # OpInfo variants that by design leave the kernels: rounded division (no floor/trunc on the
 # SE) and softmax with a dtype= argument (every sample asks for float64).
 CPU_VARIANTS = {("div", "trunc_rounding"), ("div", "floor_rounding"),
-                ("softmax", "with_dtype"), ("log_softmax", "dtype")}
+                ("softmax", "with_dtype"), ("log_softmax", "with_dtype")}
 
 CASES = [(op, dt) for op in op_db
          if op.name in DEVICE_OPS and (op.name, op.variant_test_name) not in CPU_VARIANTS
