@@ -2,7 +2,7 @@
 """One training step of a small PyTorch model on the emulated device against the same step on
 the CPU, in the same run, with the timing model on and off.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/torch_step.py [--preset mtia-v2] [--steps 20]
+    .venv/bin/python bench/torch_step.py [--preset mtia-v2] [--steps 20]
 
 The model is an MLP (4 Linear layers with ReLU/Tanh/SiLU, a LayerNorm, cross-entropy loss) and
 an SGD step with momentum: forward, backward and optimizer step. Each configuration runs in its
@@ -26,7 +26,7 @@ import torch_mtia_emu
 
 cfg = json.loads(sys.argv[1])
 torch.set_num_threads(cfg["threads"])
-dev = torch.device("privateuseone")
+dev = torch.device("mtia")
 
 
 def make(device):
@@ -60,7 +60,8 @@ def measure(device):
     walls, sims, losses = [], [], []
     for _ in range(cfg["steps"]):
         if device == dev:
-            start, end = torch_mtia_emu.Event(), torch_mtia_emu.Event()
+            start = torch.mtia.Event(enable_timing=True)
+            end = torch.mtia.Event(enable_timing=True)
             start.record()
         t0 = time.perf_counter()
         loss = step(model, opt, x, y).item()  # .item() waits for the step to finish
@@ -68,6 +69,7 @@ def measure(device):
         losses.append(loss)
         if device == dev:
             end.record()
+            end.synchronize()
             sims.append(start.elapsed_time(end))
     return walls, sims, losses, model, opt, x, y
 

@@ -75,8 +75,7 @@ c10::DataPtr DeviceAllocator::allocate(size_t bytes) {
                        " bytes free (largest free range ", ms.largest_free_bytes, " bytes) of ",
                        rt.device().properties().dram_bytes, "; tensors hold ",
                        stats_.allocated_bytes, " bytes and the cache ", stats_.cached_bytes,
-                       " bytes. Free tensors or call torch.mtia.empty_cache(). (", e.what(),
-                       ")");
+                       " bytes. Free tensors or call torch.mtia.empty_cache(). (", e.what(), ")");
     }
   }
   TORCH_INTERNAL_ASSERT(ptr.address() != 0, "the driver returned device address 0");
@@ -139,7 +138,7 @@ void DeviceAllocator::release_cached_locked() {
         rt.device().free(mtia::DevicePtr(b->address));
       } catch (const mtia::Error& e) {
         log::error(c10::str("returning cached block ", reinterpret_cast<void*>(b->address),
-                           " to the device: ", e.what()));
+                            " to the device: ", e.what()));
       }
       stats_.cached_bytes -= b->size;
       stats_.reserved_bytes -= b->size;
@@ -255,7 +254,8 @@ void DeviceAllocator::resetPeakStats(c10::DeviceIndex) {
 
 std::pair<size_t, size_t> DeviceAllocator::getMemoryInfo(c10::DeviceIndex) {
   auto& dev = Runtime::get().device();
-  const mtia::MemoryStats m = guarded("reading memory statistics", [&] { return dev.memory_stats(); });
+  const mtia::MemoryStats m =
+      guarded("reading memory statistics", [&] { return dev.memory_stats(); });
   return {size_t(m.free_bytes), size_t(dev.properties().dram_bytes)};
 }
 

@@ -25,22 +25,22 @@ namespace mtia::torch_backend {
 
 // Bytes, counted by the caching allocator.
 struct AllocatorStats {
-  uint64_t allocated_bytes = 0;  // in blocks that tensors hold (rounded sizes)
-  uint64_t requested_bytes = 0;  // what those tensors asked for
-  uint64_t peak_bytes = 0;       // highest allocated_bytes since start or reset_peak()
-  uint64_t cached_bytes = 0;     // in free blocks kept for reuse
-  uint64_t reserved_bytes = 0;   // allocated + cached: what the allocator holds from the driver
-  uint64_t peak_reserved_bytes = 0;    // highest reserved_bytes since start or reset_peak()
+  uint64_t allocated_bytes = 0;      // in blocks that tensors hold (rounded sizes)
+  uint64_t requested_bytes = 0;      // what those tensors asked for
+  uint64_t peak_bytes = 0;           // highest allocated_bytes since start or reset_peak()
+  uint64_t cached_bytes = 0;         // in free blocks kept for reuse
+  uint64_t reserved_bytes = 0;       // allocated + cached: what the allocator holds from the driver
+  uint64_t peak_reserved_bytes = 0;  // highest reserved_bytes since start or reset_peak()
   uint64_t total_allocated_bytes = 0;  // sum of every allocation's rounded size
   uint64_t total_freed_bytes = 0;      // sum of every freed block's rounded size
-  uint64_t allocations = 0;      // allocate() calls that returned memory
-  uint64_t frees = 0;            // blocks given back by tensors
-  uint64_t cache_hits = 0;       // allocations served from the cache, no driver call
-  uint64_t device_mallocs = 0;   // driver allocations (Device::malloc)
-  uint64_t device_frees = 0;     // driver frees (Device::free)
-  uint64_t ooms = 0;             // allocations that failed for want of memory
-  uint64_t live_blocks = 0;      // blocks tensors hold now
-  uint64_t cached_blocks = 0;    // free blocks in the cache now
+  uint64_t allocations = 0;            // allocate() calls that returned memory
+  uint64_t frees = 0;                  // blocks given back by tensors
+  uint64_t cache_hits = 0;             // allocations served from the cache, no driver call
+  uint64_t device_mallocs = 0;         // driver allocations (Device::malloc)
+  uint64_t device_frees = 0;           // driver frees (Device::free)
+  uint64_t ooms = 0;                   // allocations that failed for want of memory
+  uint64_t live_blocks = 0;            // blocks tensors hold now
+  uint64_t cached_blocks = 0;          // free blocks in the cache now
 };
 
 // PyTorch's generic device-allocator interface (c10::DeviceAllocator) is what

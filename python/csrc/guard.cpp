@@ -58,7 +58,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   // priorities; every priority gets an ordinary stream.
   c10::Stream getNewStream(c10::Device d, int) const override {
     check_device_index(d.index());
-    return to_c10(guarded("creating a stream", [] { return Runtime::get().device().create_stream(); }));
+    return to_c10(
+        guarded("creating a stream", [] { return Runtime::get().device().create_stream(); }));
   }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override {
     const mtia::Stream old = current_stream();
@@ -115,7 +116,8 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void synchronizeEvent(void* event) const override {
     if (event == nullptr) return;
-    guarded("synchronizing an event", [&] { Runtime::get().device().synchronize(to_event(event)); });
+    guarded("synchronizing an event",
+            [&] { Runtime::get().device().synchronize(to_event(event)); });
   }
 
   void synchronizeDevice(const c10::DeviceIndex index) const override {

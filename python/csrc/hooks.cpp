@@ -75,7 +75,8 @@ py::dict memory_stats_dict() {
   d["cached_blocks"] = a.cached_blocks;
   if (Runtime::is_initialized()) {
     mtia::Device& dev = Runtime::get().device();
-    const mtia::MemoryStats m = guarded("reading memory statistics", [&] { return dev.memory_stats(); });
+    const mtia::MemoryStats m =
+        guarded("reading memory statistics", [&] { return dev.memory_stats(); });
     d["device_free_bytes"] = m.free_bytes;
     d["device_largest_free_bytes"] = m.largest_free_bytes;
     d["device_total_bytes"] = dev.properties().dram_bytes;
@@ -146,9 +147,7 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
     if (data == nullptr || !Runtime::is_initialized()) return false;
     return Runtime::get().device().is_pinned(data, 1);
   }
-  c10::Allocator* getPinnedMemoryAllocator() const override {
-    return &PinnedAllocator::instance();
-  }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &PinnedAllocator::instance(); }
   PyObject* memoryStats(c10::DeviceIndex index) const override {
     check_device_index(index);
     py::dict d;

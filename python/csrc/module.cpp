@@ -94,7 +94,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_memory_stats", &memory_stats_dict);
   // The default MTIA generator as a torch.Generator, for torch.mtia.default_generators.
   m.def("_default_generator", [] {
-    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator()));
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator()));
   });
 
   m.def("_set_quiet_fallbacks", &set_quiet_fallbacks);

@@ -13,7 +13,6 @@
 #include <ATen/ops/add_meta.h>
 #include <ATen/ops/addcdiv_meta.h>
 #include <ATen/ops/addcmul_meta.h>
-#include <ATen/ops/lerp_meta.h>
 #include <ATen/ops/bitwise_and_meta.h>
 #include <ATen/ops/bitwise_not_meta.h>
 #include <ATen/ops/bitwise_or_meta.h>
@@ -28,6 +27,7 @@
 #include <ATen/ops/ge_meta.h>
 #include <ATen/ops/gt_meta.h>
 #include <ATen/ops/le_meta.h>
+#include <ATen/ops/lerp_meta.h>
 #include <ATen/ops/log2_meta.h>
 #include <ATen/ops/log_meta.h>
 #include <ATen/ops/logical_and_ops.h>
@@ -47,6 +47,7 @@
 #include <ATen/ops/sigmoid_backward_meta.h>
 #include <ATen/ops/sigmoid_meta.h>
 #include <ATen/ops/silu_backward_meta.h>
+#include <ATen/ops/silu_backward_native.h>
 #include <ATen/ops/silu_meta.h>
 #include <ATen/ops/sqrt_meta.h>
 #include <ATen/ops/sub_meta.h>
@@ -55,7 +56,6 @@
 #include <ATen/ops/threshold_backward_meta.h>
 #include <ATen/ops/where_ops.h>
 #include <c10/util/Exception.h>
-#include <ATen/ops/silu_backward_native.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -627,8 +627,7 @@ Tensor& lerp_scalar_out(const Tensor& self, const Tensor& end, const c10::Scalar
 }
 
 // self + weight * (end - self), with a tensor of weights.
-Tensor& lerp_tensor_out(const Tensor& self, const Tensor& end, const Tensor& weight,
-                        Tensor& out) {
+Tensor& lerp_tensor_out(const Tensor& self, const Tensor& end, const Tensor& weight, Tensor& out) {
   OutOf<at::meta::structured_lerp_Tensor> m(out);
   m.meta(self, end, weight);
   const ScalarType dt = m.common_dtype();

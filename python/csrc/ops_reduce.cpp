@@ -560,8 +560,8 @@ std::vector<int64_t> reduced_sizes(const Tensor& self, at::IntArrayRef dims, boo
   return sizes;
 }
 
-Tensor& var_out(const Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
-                bool keepdim, Tensor& out) {
+Tensor& var_out(const Tensor& self, at::OptionalIntArrayRef dim,
+                const std::optional<at::Scalar>& correction, bool keepdim, Tensor& out) {
   check_device(self, "var");
   if (!is_kernel_float(self.scalar_type()) || out.scalar_type() != self.scalar_type()) {
     return run_on_cpu<ATEN_OP2(var, correction_out)>(dtype_reason(self.scalar_type()), self, dim,
@@ -584,14 +584,14 @@ Tensor& var_out(const Tensor& self, at::OptionalIntArrayRef dim, const std::opti
   return out;
 }
 
-Tensor var(const Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
-           bool keepdim) {
+Tensor var(const Tensor& self, at::OptionalIntArrayRef dim,
+           const std::optional<at::Scalar>& correction, bool keepdim) {
   Tensor out = empty_device({0}, self.scalar_type());
   return var_out(self, dim, correction, keepdim, out);
 }
 
-Tensor& std_out(const Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
-                bool keepdim, Tensor& out) {
+Tensor& std_out(const Tensor& self, at::OptionalIntArrayRef dim,
+                const std::optional<at::Scalar>& correction, bool keepdim, Tensor& out) {
   var_out(self, dim, correction, keepdim, out);
   if (out.device().type() == kDeviceType && is_kernel_float(out.scalar_type())) {
     apply_unary(MTIA_PE_SE_SQRT, out, out, out.scalar_type(), out.scalar_type());
@@ -601,8 +601,8 @@ Tensor& std_out(const Tensor& self, at::OptionalIntArrayRef dim, const std::opti
   return out;
 }
 
-Tensor std(const Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
-           bool keepdim) {
+Tensor std(const Tensor& self, at::OptionalIntArrayRef dim,
+           const std::optional<at::Scalar>& correction, bool keepdim) {
   Tensor out = empty_device({0}, self.scalar_type());
   return std_out(self, dim, correction, keepdim, out);
 }

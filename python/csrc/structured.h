@@ -57,8 +57,7 @@ struct OutOf final : public Meta {
   at::Tensor& out(size_t i = 0) { return outs_[i].get(); }
 
  private:
-  void set(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
-           at::TensorOptions options) {
+  void set(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides, at::TensorOptions options) {
     const at::Tensor& out = outs_[size_t(i)].get();
     // The device kernels take any output strides, so the meta's stride wish is only a hint
     // for a freshly resized output (no proxy outputs needed).
