@@ -128,15 +128,9 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
                                            c10::dtype_or_default(dtype));
 }
 
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  TORCH_CHECK(self.layout() == at::kStrided && dst.layout() == at::kStrided,
-              "torch_mtia_emu: copies take strided tensors");
-  TORCH_CHECK(!self.is_complex() || !self.is_conj(),
-              "torch_mtia_emu: resolve the conjugate view (resolve_conj) before copying");
-  if (dst.numel() == 0) return dst;
-  at::Tensor src = self;
-  if (src.is_neg()) src = src.resolve_neg();
-  src = expand_to(src, dst);
+// self -> dst for tensors without conjugate or negative bits.
+void copy_values(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor src = expand_to(self, dst);
   at::assert_no_internal_overlap(dst);
 
   if (on_device(src) && on_device(dst)) {
@@ -168,6 +162,35 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   } else {
     dst.copy_(src);
   }
+}
+
+// The same memory as `t` without its conjugate and negative bits: the values as stored.
+at::Tensor stored_values(const at::Tensor& t) {
+  if (!t.is_conj() && !t.is_neg()) return t;
+  at::Tensor raw = at::empty({0}, t.options());
+  raw.set_(t.storage(), t.storage_offset(), t.sizes(), t.strides());
+  return raw;
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.layout() == at::kStrided && dst.layout() == at::kStrided,
+              "torch_mtia_emu: copies take strided tensors");
+  if (dst.numel() == 0) return dst;
+  if (!self.is_conj() && !self.is_neg() && !dst.is_conj() && !dst.is_neg()) {
+    copy_values(self, dst, non_blocking);
+    return dst;
+  }
+  // Conjugate and negative views (torch.fft's, Tensor.conj()) come here with their bits (the
+  // fallthroughs below): PyTorch's generic fallback for them would copy through this very op
+  // and never end. The bits are applied on the host, where the CPU has the kernels: self's
+  // values are made there, then stored into dst's memory as dst's bits need them.
+  at::Tensor values = at::empty(self.sizes(), self.options().device(at::kCPU));
+  copy_values(stored_values(self), values, false);
+  if (self.is_conj()) values.conj_physical_();
+  if (self.is_neg()) values.neg_();
+  if (dst.is_conj()) values.conj_physical_();
+  if (dst.is_neg()) values.neg_();
+  copy_values(values, stored_values(dst), false);
   return dst;
 }
 
@@ -192,6 +215,16 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+}
+
+// Copies of conjugate and negative views reach _copy_from with their bits (above).
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace mtia::torch_backend

@@ -12,6 +12,8 @@
 #include <ATen/ops/cat_meta.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
@@ -217,6 +219,9 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
   m.impl("unfold", TORCH_FN(at::native::unfold));
+  // A complex tensor's (real, imag) pairs and back: the same bytes as another dtype.
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
 
   m.impl("resize_", TORCH_FN(resize_));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
