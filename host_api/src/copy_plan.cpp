@@ -14,7 +14,21 @@ static_assert(kMaxCopyDims == isa::kMaxDims, "a copy piece is one isa::DmaCopyPa
 Layout Layout::contiguous(std::vector<int64_t> sizes, size_t elem_size, int64_t offset) {
   Layout l;
   l.strides.assign(sizes.size(), 1);
-  for (size_t i = sizes.size(); i-- > 1;) l.strides[i - 1] = l.strides[i] * sizes[i];
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] < 0) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  "Layout::contiguous: size " + std::to_string(sizes[i]) + " in dimension " +
+                      std::to_string(i) + " is negative; sizes count elements and must be >= 0");
+    }
+    // The stride of dimension i - 1 is the product of the sizes after it.
+    if (i > 0 && __builtin_mul_overflow(l.strides[i], sizes[i], &l.strides[i - 1])) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  "Layout::contiguous: the strides of sizes overflow 64 bits at dimension " +
+                      std::to_string(i - 1) +
+                      "; the shape holds more elements than an address "
+                      "can count");
+    }
+  }
   l.sizes = std::move(sizes);
   l.offset = offset;
   l.elem_size = elem_size;
@@ -22,8 +36,22 @@ Layout Layout::contiguous(std::vector<int64_t> sizes, size_t elem_size, int64_t 
 }
 
 int64_t Layout::numel() const {
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] < 0) {
+      throw Error(ErrorKind::kInvalidArgument, "Layout::numel: size " + std::to_string(sizes[d]) +
+                                                   " in dimension " + std::to_string(d) +
+                                                   " is negative");
+    }
+  }
+  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) return 0;
   int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
+  for (int64_t s : sizes) {
+    if (__builtin_mul_overflow(n, s, &n)) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  "Layout::numel: the sizes multiply past 64 bits; the shape holds more elements "
+                  "than an address can count");
+    }
+  }
   return n;
 }
 

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <climits>
+#include <optional>
 
 #include "mtia/copy_plan.h"
 #include "mtia/error.h"
@@ -276,4 +277,32 @@ TEST_CASE("hopelessly fragmented layouts are refused", "[copy_plan]") {
     stride = stride * 4 + 1;
   }
   expect_invalid(dst, src, "DMA descriptors");
+}
+
+TEST_CASE("Layout arithmetic rejects what overflows 64 bits instead of wrapping", "[copy_plan]") {
+  auto kind_of = [](auto&& fn) -> std::optional<ErrorKind> {
+    try {
+      fn();
+    } catch (const mtia::Error& e) {
+      return e.kind();
+    }
+    return std::nullopt;
+  };
+  // 2 x 2^62 x 4 elements: the outer stride 2^64 does not fit.
+  CHECK(kind_of([] {
+          mtia::Layout::contiguous({2, int64_t{1} << 62, 4}, 1);
+        }) == ErrorKind::kInvalidArgument);
+  CHECK(kind_of([] { mtia::Layout::contiguous({3, -1}, 4); }) == ErrorKind::kInvalidArgument);
+  const mtia::Layout huge{{int64_t{1} << 40, int64_t{1} << 40}, {1, 1}, 0, 1};
+  CHECK(kind_of([&] { (void)huge.numel(); }) == ErrorKind::kInvalidArgument);
+  const mtia::Layout negative{{4, -2}, {1, 1}, 0, 1};
+  CHECK(kind_of([&] { (void)negative.numel(); }) == ErrorKind::kInvalidArgument);
+
+  // What fits still works, and empty shapes count nothing whatever their other sizes.
+  const mtia::Layout l = mtia::Layout::contiguous({int64_t{1} << 31, int64_t{1} << 31}, 1);
+  CHECK(l.strides == std::vector<int64_t>{int64_t{1} << 31, 1});
+  CHECK(l.numel() == int64_t{1} << 62);
+  const mtia::Layout empty{{0, int64_t{1} << 40, int64_t{1} << 40}, {1, 1, 1}, 0, 1};
+  CHECK(empty.numel() == 0);
+  CHECK(mtia::Layout::contiguous({}, 4).numel() == 1);
 }

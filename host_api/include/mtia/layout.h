@@ -18,12 +18,13 @@ struct Layout {
   int64_t offset = 0;            // elements from the base pointer to element (0, ..., 0)
   size_t elem_size = 1;          // bytes per element: 1, 2, 4 or 8
 
-  // A row-major (C-contiguous) layout of the given shape.
+  // A row-major (C-contiguous) layout of the given shape. Throws Error(kInvalidArgument) for
+  // a negative size or strides that overflow 64 bits.
   static Layout contiguous(std::vector<int64_t> sizes, size_t elem_size, int64_t offset = 0);
 
   size_t rank() const { return sizes.size(); }
-  // Number of elements (product of sizes; 1 for rank 0). Does not check for overflow:
-  // the copy planner does.
+  // Number of elements (product of sizes; 1 for rank 0, 0 when any size is 0). Throws
+  // Error(kInvalidArgument) for a negative size or a product past 64 bits.
   int64_t numel() const;
 
   // "[2, 3] strides [3, 1] offset 0 elem 4", for messages.
