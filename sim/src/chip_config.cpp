@@ -284,6 +284,47 @@ bool is_power_of_two(uint64_t v) {
   return v != 0 && (v & (v - 1)) == 0;
 }
 
+// Why `text` cannot be a string field's value, or "" when it can: 1..kMaxTextBytes bytes of
+// well-formed UTF-8 with no control characters (the value goes into JSON, traces and logs).
+constexpr size_t kMaxTextBytes = 128;
+std::string text_problem(const std::string& text) {
+  if (text.empty()) return "is empty";
+  if (text.size() > kMaxTextBytes) {
+    return "is " + std::to_string(text.size()) + " bytes long; at most " +
+           std::to_string(kMaxTextBytes) + " are allowed";
+  }
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      len = 1, cp = c;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07;
+    } else {
+      return "is not UTF-8 (byte " + std::to_string(i) + ")";
+    }
+    if (i + len > text.size()) return "is not UTF-8 (truncated at byte " + std::to_string(i) + ")";
+    for (size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc & 0xC0) != 0x80) return "is not UTF-8 (byte " + std::to_string(i + k) + ")";
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
+    static constexpr uint32_t kMinForLength[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMinForLength[len] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) {
+      return "is not UTF-8 (byte " + std::to_string(i) + ")";
+    }
+    if (cp < 0x20 || cp == 0x7F) return "has a control character (byte " + std::to_string(i) + ")";
+    i += len;
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string preset_directory() {
@@ -339,6 +380,9 @@ void apply_override(ChipConfig& config, const std::string& assignment) {
         using T = std::remove_reference_t<decltype(config.*member)>;
         if constexpr (std::is_same_v<T, std::string>) {
           if (text.empty()) throw std::invalid_argument("config key '" + key + "' needs a value");
+          if (const std::string why = text_problem(text); !why.empty()) {
+            throw std::invalid_argument("config key '" + key + "': the value " + why);
+          }
           config.*member = text;
         } else if constexpr (std::is_same_v<T, bool>) {
           bool v = false;
@@ -369,7 +413,7 @@ void apply_override(ChipConfig& config, const std::string& assignment) {
 
 void validate(const ChipConfig& c) {
   auto fail = [](const std::string& msg) { throw std::invalid_argument("invalid config: " + msg); };
-  if (c.name.empty()) fail("name is empty");
+  if (const std::string why = text_problem(c.name); !why.empty()) fail("name " + why);
   if (c.generation != 1 && c.generation != 2) {
     fail("generation is " + std::to_string(c.generation) + "; must be 1 or 2");
   }

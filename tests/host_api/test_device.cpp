@@ -61,6 +61,12 @@ TEST_CASE("opening with a bad backend or preset says what is wrong", "[device]")
   } catch (const Error& e) {
     CHECK_THAT(e.what(), Catch::Contains("mtia-v9"));
   }
+  // An override whose bytes are not UTF-8 is the caller's mistake, named as such (it once
+  // passed and failed later, in the trace's JSON, as kDeviceUnavailable).
+  o = test::functional_options();
+  o.overrides = {"name=\xff\xfe"};
+  expect_error(ErrorKind::kInvalidArgument, "config key 'name': the value is not UTF-8",
+               [&] { Device::open(o); });
   // A failed open leaves nothing behind: the next one works.
   Device dev = Device::open(test::functional_options());
   check_device_works(dev);

@@ -267,6 +267,20 @@ TEST_CASE("bad overrides are rejected with the key, the value and the valid keys
   require_throws_with<std::invalid_argument>([&] { apply_override(c, "timing=maybe"); },
                                              {"'timing'", "true or false", "'maybe'"});
   require_throws_with<std::invalid_argument>([&] { apply_override(c, "name="); }, {"'name'"});
+  // Strings go into JSON, traces and logs: UTF-8 of a bounded length, no control characters.
+  require_throws_with<std::invalid_argument>([&] { apply_override(c, "name=chip\xff\xfe"); },
+                                             {"'name'", "not UTF-8", "byte 4"});
+  require_throws_with<std::invalid_argument>([&] { apply_override(c, "name=\xc0\xaf"); },
+                                             {"'name'", "not UTF-8"});  // overlong '/'
+  require_throws_with<std::invalid_argument>([&] { apply_override(c, "name=ab\xe2\x82"); },
+                                             {"'name'", "truncated"});
+  require_throws_with<std::invalid_argument>([&] { apply_override(c, "name=a\x01b"); },
+                                             {"'name'", "control character"});
+  require_throws_with<std::invalid_argument>(
+      [&] { apply_override(c, "name=" + std::string(129, 'x')); }, {"'name'", "129 bytes"});
+  apply_override(c, "name=\xe2\x82\xac-chip");  // well-formed UTF-8 passes
+  CHECK(c.name == "\xe2\x82\xac-chip");
+  c.name = "mtia-v2";
   // Nothing changed by the failed attempts.
   CHECK(c.dram_bytes == 128ull << 30);
 }
