@@ -140,7 +140,7 @@ KernelModule Device::load_module(const void* elf, size_t bytes) {
     state->has_metadata = true;
   } else if (info.error().code != isa::ErrorCode::kBadOpcode ||
              info.error().reason.find("no " MTIA_KMETA_SECTION) == std::string::npos) {
-    throw Error(ErrorKind::kInvalidArgument, "bad kernel metadata: " + info.error().reason);
+    throw Error(ErrorKind::kInvalidArgument, "bad kernel module: " + info.error().reason);
   }  // else: an image without metadata (entry_kernel() only)
   const DevicePtr image = malloc(bytes);
   state->addr = image.address();

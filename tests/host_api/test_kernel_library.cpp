@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -104,6 +105,63 @@ struct Lib {
 };
 
 }  // namespace
+
+// ============================================================================================
+// Loading modules: what the toolchain makes loads, what cannot be loaded is refused at once
+// ============================================================================================
+
+namespace {
+
+template <typename T>
+T field(const std::vector<uint8_t>& elf, uint64_t at) {
+  T v{};
+  REQUIRE(at + sizeof(T) <= elf.size());
+  std::memcpy(&v, elf.data() + at, sizeof(T));
+  return v;
+}
+template <typename T>
+void set_field(std::vector<uint8_t>& elf, uint64_t at, T v) {
+  REQUIRE(at + sizeof(T) <= elf.size());
+  std::memcpy(elf.data() + at, &v, sizeof(T));
+}
+
+// Loads `elf` and checks that the library's fill kernel runs from it.
+void check_fill_runs(Device& dev, const std::vector<uint8_t>& elf) {
+  KernelModule m = dev.load_module(elf.data(), elf.size());
+  Tensor out = make_tensor(dev, kF32, {1, 1, 1, 16});
+  run(dev, m, "fill", Grid{1, 1},
+      cat(cat({out.ptr, Arg::dtype(kF32), static_cast<int64_t>(bits_of(kF32, 2.5))}, out.sizes()),
+          out.strides()));
+  check_tensor(
+      dev, out, [](const Shape&) { return 2.5; }, {}, "fill from the edited module");
+}
+
+}  // namespace
+
+TEST_CASE("a module whose segment claims more memory than a PE has is refused at load",
+          "[kernels][library][load]") {
+  Device dev = Device::open(test::functional_options());
+  const std::vector<uint8_t> good = test::file_bytes(MTIA_KERNEL_LIBRARY_ELF);
+  const auto phoff = field<uint64_t>(good, 32);
+  const auto phentsize = field<uint16_t>(good, 54);
+  const auto phnum = field<uint16_t>(good, 56);
+  int loads = 0;
+  for (uint16_t i = 0; i < phnum; ++i) {
+    const uint64_t ph = phoff + uint64_t{i} * phentsize;
+    if (field<uint32_t>(good, ph) != 1 /* PT_LOAD */) continue;
+    ++loads;
+    for (const uint64_t memsz : {uint64_t{1} << 63, uint64_t{1} << 40, uint64_t{2} << 20}) {
+      INFO("segment " << i << ", p_memsz " << memsz);
+      std::vector<uint8_t> bad = good;
+      set_field<uint64_t>(bad, ph + 40, memsz);
+      test::expect_error(ErrorKind::kInvalidArgument, "does not fit in the PE's 1 MiB image",
+                         [&] { dev.load_module(bad.data(), bad.size()); });
+    }
+  }
+  CHECK(loads >= 2);
+  // The device is untouched by the refusals.
+  check_fill_runs(dev, good);
+}
 
 // ============================================================================================
 // Elementwise kernels

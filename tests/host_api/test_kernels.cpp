@@ -70,6 +70,39 @@ TEST_CASE("the smoke module loads and runs on 1, 4 and 64 PEs", "[kernels][launc
   CHECK(run_smoke(dev, m2, {2, 2}, 1000, in) == reference(in));
 }
 
+TEST_CASE("a module whose NOBITS sections point past the end of the file loads and runs",
+          "[kernels][launch][load]") {
+  // What `llvm-objcopy --strip-debug` leaves: a NOBITS section (the smoke module's .lstore,
+  // which has no file bytes) with an offset beyond the shortened file.
+  Device dev = Device::open(test::functional_options());
+  std::vector<uint8_t> elf = file_bytes(MTIA_SMOKE_KERNEL_ELF);
+  auto u64 = [&](uint64_t at) {
+    uint64_t v = 0;
+    std::memcpy(&v, elf.data() + at, 8);
+    return v;
+  };
+  auto u16 = [&](uint64_t at) {
+    uint16_t v = 0;
+    std::memcpy(&v, elf.data() + at, 2);
+    return v;
+  };
+  const uint64_t shoff = u64(40);
+  int nobits = 0;
+  for (uint16_t i = 0; i < u16(60); ++i) {
+    const uint64_t sh = shoff + uint64_t{i} * u16(58);
+    uint32_t type = 0;
+    std::memcpy(&type, elf.data() + sh + 4, 4);
+    if (type != 8 /* SHT_NOBITS */) continue;
+    ++nobits;
+    const uint64_t past_end = elf.size() + 4096;
+    std::memcpy(elf.data() + sh + 24, &past_end, 8);  // sh_offset
+  }
+  REQUIRE(nobits == 1);
+  KernelModule m = dev.load_module(elf.data(), elf.size());
+  const auto in = random_input(5000, 21);
+  CHECK(run_smoke(dev, m, {2, 2}, 5000, in) == reference(in));
+}
+
 TEST_CASE("launch results are identical with timing on and off, and deterministic",
           "[kernels][launch][timing]") {
   const auto in = random_input(50'000, 11);

@@ -46,14 +46,21 @@ isa::Result<std::shared_ptr<const Program>> Program::create(const ElfImage& imag
     }
     spans.push_back({s.vaddr, s.vaddr + s.mem_bytes});
 
-    std::vector<uint8_t> bytes(s.bytes);
-    bytes.resize(s.mem_bytes, 0);
-    if (inside(s.vaddr, s.mem_bytes, MTIA_PE_IMAGE_BASE, MTIA_PE_IMAGE_MAX_BYTES)) {
+    // The window is checked before the segment is zero-filled to mem_bytes, which a malformed
+    // module may set to anything.
+    const bool in_image = inside(s.vaddr, s.mem_bytes, MTIA_PE_IMAGE_BASE, MTIA_PE_IMAGE_MAX_BYTES);
+    const bool in_local = inside(s.vaddr, s.mem_bytes, MTIA_PE_LS_BASE, MTIA_PE_LS_MAX_BYTES);
+    std::vector<uint8_t> bytes;
+    if (in_image || in_local) {
+      bytes = s.bytes;
+      bytes.resize(s.mem_bytes, 0);
+    }
+    if (in_image) {
       if (s.executable && (s.vaddr % 4 != 0 || s.mem_bytes % 4 != 0)) {
         return bad(where + " is code but not 4-byte aligned in address and size");
       }
       p->image_.push_back({s.vaddr, std::move(bytes), s.writable, s.executable});
-    } else if (inside(s.vaddr, s.mem_bytes, MTIA_PE_LS_BASE, MTIA_PE_LS_MAX_BYTES)) {
+    } else if (in_local) {
       if (s.executable) {
         return bad(where + " is code in the local store; code must be in the image window");
       }

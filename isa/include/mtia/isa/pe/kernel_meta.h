@@ -366,14 +366,49 @@ inline Result<KernelModuleInfo> parse_kernel_module(std::span<const uint8_t> elf
   read_le(elf, 58, shentsize);
   read_le(elf, 60, shnum);
   read_le(elf, 62, shstrndx);
+  // Every loadable segment must fit in the PE's image or local-store window, whatever its
+  // sizes claim: a segment is zero-filled up to p_memsz when a PE loads it.
+  for (uint16_t i = 0; i < phnum && phentsize >= 56; ++i) {
+    const uint64_t at = phoff + uint64_t{i} * phentsize;
+    uint32_t type = 0;
+    uint64_t vaddr = 0, filesz = 0, memsz = 0;
+    if (!read_le(elf, at, type) || !read_le(elf, at + 16, vaddr) ||
+        !read_le(elf, at + 32, filesz) || !read_le(elf, at + 40, memsz)) {
+      return reject(ErrorCode::kExtentOverflow,
+                    "kernel module's program headers lie outside the file");
+    }
+    if (type != 1 /* PT_LOAD */ || memsz == 0) continue;
+    const auto fits = [&](uint64_t base, uint64_t bytes) {
+      return vaddr >= base && vaddr - base <= bytes && memsz <= bytes - (vaddr - base);
+    };
+    if (filesz > memsz || !(fits(MTIA_PE_IMAGE_BASE, MTIA_PE_IMAGE_MAX_BYTES) ||
+                            fits(MTIA_PE_LS_BASE, MTIA_PE_LS_MAX_BYTES))) {
+      return reject(ErrorCode::kExtentOverflow,
+                    "kernel module segment " + std::to_string(i) + " (address " +
+                        std::to_string(vaddr) + ", " + std::to_string(memsz) +
+                        " bytes in memory, " + std::to_string(filesz) +
+                        " in the file) does not fit in the PE's 1 MiB image window or its "
+                        "local-store window; link with kernels/link.ld");
+    }
+  }
   if (shnum == 0 || shentsize < 64 || shstrndx >= shnum) {
     return reject(ErrorCode::kBadDims, "kernel module has no usable section header table");
   }
+  // A section header, and whether its bytes lie inside the file. A NOBITS section (.bss,
+  // .lstore) has none, whatever its offset and size say: `llvm-objcopy --strip-debug` leaves
+  // its offset past the end of the file.
   auto section = [&](uint16_t i, uint32_t& name, uint32_t& type, uint64_t& off,
                      uint64_t& size) -> bool {
     const uint64_t at = shoff + uint64_t{i} * shentsize;
-    return read_le(elf, at, name) && read_le(elf, at + 4, type) && read_le(elf, at + 24, off) &&
-           read_le(elf, at + 32, size) && off <= elf.size() && size <= elf.size() - off;
+    if (!(read_le(elf, at, name) && read_le(elf, at + 4, type) && read_le(elf, at + 24, off) &&
+          read_le(elf, at + 32, size))) {
+      return false;
+    }
+    if (type == 8 /* SHT_NOBITS */) {
+      off = size = 0;
+      return true;
+    }
+    return off <= elf.size() && size <= elf.size() - off;
   };
   uint32_t str_name = 0, str_type = 0;
   uint64_t str_off = 0, str_size = 0;
