@@ -77,9 +77,11 @@ std::string preset_directory();
 std::vector<std::string> preset_names();
 
 // Applies "key=value" (keys as in the preset file, e.g. "dram_bandwidth_GBps=100").
-// Throws std::invalid_argument naming the key or value that is wrong and the valid keys.
+// Throws std::invalid_argument naming the key or value that is wrong and the valid keys. A
+// string value must be 1..128 bytes of well-formed UTF-8 without control characters.
 void apply_override(ChipConfig& config, const std::string& assignment);
-// Rejects inconsistent values (zero bandwidths, more than 8x8 PEs, ...) with a message.
+// Rejects inconsistent values (zero bandwidths, more than 8x8 PEs, a name that is not
+// 1..128 bytes of UTF-8 without control characters, ...) with a message naming the field.
 void validate(const ChipConfig& config);
 
 // The effective configuration as JSON text, every field with its value.
