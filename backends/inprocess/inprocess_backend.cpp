@@ -177,7 +177,21 @@ class InProcessBackend final : public driver::Backend {
     device_.trace_host_call(std::move(call));
   }
 
+  void set_lost_handler(std::function<void(const std::string&)> handler) override {
+    {
+      std::lock_guard lock(handler_mu_);
+      lost_handler_ = std::move(handler);
+    }
+    // The simulator tells us (on its thread, as it ends) and tells a late handler at once.
+    device_.set_lost_handler([this](const std::string& why) { deliver_lost(why); });
+  }
+
  private:
+  void deliver_lost(const std::string& why) {
+    std::lock_guard lock(handler_mu_);
+    if (lost_handler_) lost_handler_(why);
+  }
+
   // On the simulator thread.
   void deliver_interrupt(uint64_t mask) {
     std::lock_guard lock(handler_mu_);
@@ -188,6 +202,7 @@ class InProcessBackend final : public driver::Backend {
   RegisteredHostMemory host_memory_;
   std::mutex handler_mu_;
   std::function<void(uint64_t)> handler_;
+  std::function<void(const std::string&)> lost_handler_;
   sim::Device device_;
 };
 

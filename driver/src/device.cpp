@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -115,6 +116,7 @@ class DeviceImpl final : public Device {
     read_info();
     layout_queues();
     be_->set_interrupt_handler([this](uint64_t mask) { on_interrupt(mask); });
+    be_->set_lost_handler([this](const std::string& why) { on_lost(why); });
     try {
       for (auto& q : queues_) configure_queue(*q, /*reset_first=*/true);
       be_->write_register(isa::reg::kIntEnable, all_queues_mask_);
@@ -130,6 +132,7 @@ class DeviceImpl final : public Device {
       }
     } catch (...) {
       be_->set_interrupt_handler({});  // the destructor will not run to do this
+      be_->set_lost_handler({});
       throw;
     }
     logger()->debug("opened {} (generation {}): {} queues, {} GiB DRAM, driver region {} MiB",
@@ -141,7 +144,9 @@ class DeviceImpl final : public Device {
     // Stop interrupts first: the handler must not run while the backend is torn down. Then
     // collect what has completed meanwhile, and stop the device.
     be_->set_interrupt_handler({});
+    be_->set_lost_handler({});
     for (auto& q : queues_) {
+      if (!lost_reason().empty()) break;  // nothing more will arrive
       try {
         drain(*q);
       } catch (const std::exception& e) {
@@ -190,7 +195,10 @@ class DeviceImpl final : public Device {
                   static_cast<int>(isa::Opcode::kLaunch) == 6);
 
     std::unique_lock lock(q.mu);
-    q.space_cv.wait(lock, [&] { return q.tail - q.completed < kRingSlots; });
+    q.space_cv.wait(lock, [&] { return q.tail - q.completed < kRingSlots || lost_; });
+    if (lost_) {
+      throw std::runtime_error(fmt::format("the device was lost: {}", lost_reason()));
+    }
     const uint64_t seq = q.last_seq + 1;
     std::visit(
         [&](auto& pk) {
@@ -343,6 +351,49 @@ class DeviceImpl final : public Device {
           "seq {} was never submitted to queue {} (sequence numbers start at 1; the last one "
           "submitted is {})",
           seq, q.id, q.last_seq));
+    }
+  }
+
+  std::string lost_reason() const override {
+    std::lock_guard lock(lost_mu_);
+    return lost_why_;
+  }
+
+  // The backend says the device is gone: every packet in flight fails (callbacks run, waits
+  // return), and later submissions are refused. Runs on the backend's thread, once.
+  void on_lost(const std::string& why) {
+    {
+      std::lock_guard lock(lost_mu_);
+      lost_why_ = why.empty() ? "the device stopped answering" : why;
+    }
+    lost_ = true;  // before any queue lock: a submit that sees it not set is failed below
+    logger()->error("device lost: {}", lost_reason());
+    for (auto& qp : queues_) {
+      Queue& q = *qp;
+      std::vector<std::pair<Completion, CompletionCallback>> done;
+      {
+        std::lock_guard lock(q.mu);
+        while (q.completed < q.tail) {
+          Pending& p = q.slots[q.completed % kRingSlots];
+          Completion c;
+          c.seq = p.seq;
+          c.ok = false;
+          c.lost = true;
+          c.message = fmt::format("{} did not complete: the device was lost: {}",
+                                  describe_packet(p.opcode, p.seq, q.id), lost_reason());
+          done.emplace_back(std::move(c), std::move(p.on_complete));
+          ++q.completed;
+        }
+      }
+      run_callbacks(done);
+      std::lock_guard lock(q.mu);
+      for (auto& [c, cb] : done) {
+        q.failures[c.seq] = c;
+        if (q.failures.size() > kKeepFailures) q.failures.erase(q.failures.begin());
+      }
+      q.done_through = q.last_seq;
+      q.space_cv.notify_all();
+      q.done_cv.notify_all();
     }
   }
 
@@ -513,6 +564,9 @@ class DeviceImpl final : public Device {
   uint64_t all_queues_mask_ = 0;
   std::unique_ptr<Allocator> allocator_;
   std::vector<std::unique_ptr<Queue>> queues_;
+  mutable std::mutex lost_mu_;
+  std::string lost_why_;           // why the device was lost; "" while it works
+  std::atomic<bool> lost_{false};  // set once, after lost_why_
   // Declared last so it is destroyed first: if the constructor throws, the device (and its
   // interrupt thread) stops before the queues the handler uses are destroyed.
   std::unique_ptr<Backend> backend_;

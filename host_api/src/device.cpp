@@ -263,6 +263,7 @@ std::string Device::config_json() {
 // --- device memory ------------------------------------------------------------------------
 
 DevicePtr Device::malloc(uint64_t bytes) {
+  impl_->check_lost();
   ApiCall call(*impl_->trace, "malloc");
   call.set_detail(fmt::format("{} bytes", bytes));
   if (bytes == 0) {

@@ -89,6 +89,8 @@ struct Device::Impl {
   void wait_seq(const StreamState& s, uint64_t seq);
   // Throws the stream's sticky error, if any, and clears it.
   void throw_pending(StreamState& s);
+  // Throws Error(kDeviceLost), naming the cause, once the device is lost.
+  void check_lost() const;
   // Waits for everything submitted to the stream so far.
   void drain_stream(const std::shared_ptr<StreamState>& s);
 

@@ -16,6 +16,8 @@ const char* error_kind_name(ErrorKind kind) {
       return "device fault";
     case ErrorKind::kDeviceUnavailable:
       return "device unavailable";
+    case ErrorKind::kDeviceLost:
+      return "device lost";
   }
   return "unknown error";
 }

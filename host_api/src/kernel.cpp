@@ -121,6 +121,7 @@ KernelModule Device::load_module(const std::string& path) {
 }
 
 KernelModule Device::load_module(const void* elf, size_t bytes) {
+  impl_->check_lost();
   ApiCall call(*impl_->trace, "load_module");
   call.set_detail(fmt::format("{} bytes", bytes));
   const auto* p = static_cast<const uint8_t*>(elf);

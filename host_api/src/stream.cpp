@@ -61,9 +61,11 @@ uint64_t Device::Impl::submit(const std::shared_ptr<StreamState>& s, const isa::
     if (extra) extra(c);
   };
   uint64_t seq = 0;
+  check_lost();
   try {
     seq = dev->submit(s->queue, packet, std::move(on_complete));
   } catch (const std::exception& e) {
+    check_lost();
     throw Error(ErrorKind::kDeviceUnavailable,
                 fmt::format("cannot submit to hardware queue {}: {}", s->queue, e.what()));
   }
@@ -79,12 +81,23 @@ void Device::Impl::wait_seq(const StreamState& s, uint64_t seq) {
     const driver::Completion c = dev->wait(s.queue, seq);  // after the packet's callback ran
     trace->observed(c.end_ps);  // the host clock of the trace (host_trace.h)
   } catch (const std::exception& e) {
+    check_lost();
     throw Error(ErrorKind::kDeviceUnavailable,
                 fmt::format("waiting for hardware queue {} failed: {}", s.queue, e.what()));
   }
 }
 
+void Device::Impl::check_lost() const {
+  const std::string why = dev->lost_reason();
+  if (why.empty()) return;
+  throw Error(ErrorKind::kDeviceLost,
+              fmt::format("the device was lost: {}. Every call on it fails from now on: destroy "
+                          "this mtia::Device and open a new one",
+                          why));
+}
+
 void Device::Impl::throw_pending(StreamState& s) {
+  check_lost();
   std::string message;
   {
     std::lock_guard lock(mu);
@@ -108,6 +121,7 @@ void Device::Impl::drain_stream(const std::shared_ptr<StreamState>& s) {
 // --- streams ------------------------------------------------------------------------------
 
 Stream Device::create_stream() {
+  impl_->check_lost();
   Impl& d = *impl_;
   std::lock_guard lock(d.mu);
   auto s = std::make_shared<StreamState>();
@@ -178,6 +192,7 @@ void Device::synchronize() {
     for (auto& [id, s] : d.streams) all.push_back(s);
   }
   for (auto& s : all) d.drain_stream(s);
+  d.check_lost();
   // Report every stream's pending error at once, so none is lost.
   std::string message;
   {
@@ -245,6 +260,7 @@ FenceSlot Device::Impl::take_fence_slot() {
 }
 
 Event Device::create_event() {
+  impl_->check_lost();
   Impl& d = *impl_;
   auto ev = std::make_shared<EventState>();
   ev->slot = d.take_fence_slot();
@@ -279,7 +295,7 @@ void Device::Impl::repair_fence(std::shared_ptr<EventState> ev, uint64_t value,
   sig.space = static_cast<uint8_t>(isa::AddressSpace::kDevice);
   sig.value = value;
   auto finish = [this, ev, value, failure](const driver::Completion& c) {
-    if (!c.ok) log->error("event {}: repairing its fence failed: {}", ev->id, c.message);
+    if (!c.ok && !c.lost) log->error("event {}: repairing its fence failed: {}", ev->id, c.message);
     std::lock_guard lock(mu);
     ev->done_value = std::max(ev->done_value, value);
     if (value == ev->value) {
@@ -289,6 +305,15 @@ void Device::Impl::repair_fence(std::shared_ptr<EventState> ev, uint64_t value,
     }
     cv.notify_all();
   };
+  if (!dev->lost_reason().empty()) {
+    // Nothing runs on a lost device; waiters learn of the loss from check_lost().
+    driver::Completion lost;
+    lost.ok = false;
+    lost.lost = true;
+    lost.message = "the device was lost";
+    finish(lost);
+    return;
+  }
   try {
     dev->submit(repair_queue, sig, std::move(finish));
   } catch (const std::exception& e) {
@@ -365,6 +390,7 @@ void Device::synchronize(Event event) {
   const uint64_t time_ps = ev->time_ps;
   lock.unlock();
   d.trace->observed(time_ps);
+  d.check_lost();
   lock.lock();
   if (ev->failed) {
     throw Error(ErrorKind::kDeviceFault,

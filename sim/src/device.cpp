@@ -60,6 +60,12 @@ struct Device::Impl {
   std::thread thread;
   detail::DeviceModel* model = nullptr;  // simulator thread only
 
+  mutable std::mutex lost_mu;
+  std::string lost_reason;  // set once, when the simulator fails
+  LostHandler on_lost;
+  // Records the failure and tells the handler (simulator thread, as it ends).
+  void mark_lost(const std::string& why);
+
   void sim_main(std::promise<void>& started);
   // Sends a request and waits for its answer.
   isa::Result<uint64_t> call(detail::HostRequest request);
@@ -91,14 +97,37 @@ void Device::Impl::sim_main(std::promise<void>& started) {
       why = std::string("the simulator failed: ") + e.what();
       detail::logger("sim")->error("{}", why);
     }
+  } catch (...) {
+    if (!announced) {
+      started.set_exception(std::current_exception());
+    } else {
+      why = "the simulator failed: a non-standard exception left a model process";
+      detail::logger("sim")->error("{}", why);
+    }
   }
   // No host thread can reach the channel after this; then the model can go.
   shared.inbox.close(why);
+  if (announced && why != "the device was closed") mark_lost(why);
   model = nullptr;
   device_model.reset();
   delete context;
   sc_core::sc_curr_simcontext = nullptr;
   sc_core::sc_default_global_context = nullptr;
+}
+
+void Device::Impl::mark_lost(const std::string& why) {
+  LostHandler handler;
+  {
+    std::lock_guard lock(lost_mu);
+    lost_reason = why;
+    handler = on_lost;
+  }
+  if (!handler) return;
+  try {
+    handler(why);
+  } catch (const std::exception& e) {
+    detail::logger("sim")->error("device-lost handler threw: {}", e.what());
+  }
 }
 
 isa::Result<uint64_t> Device::Impl::call(detail::HostRequest request) {
@@ -183,6 +212,21 @@ void Device::write_register(uint64_t offset, uint64_t value) {
         ->warn("BAR0 write at 0x{:x} dropped: device is not running ({})", offset,
                impl_->shared.inbox.closed_reason());
   }
+}
+
+void Device::set_lost_handler(LostHandler handler) {
+  std::string already;
+  {
+    std::lock_guard lock(impl_->lost_mu);
+    impl_->on_lost = handler;
+    already = impl_->lost_reason;
+  }
+  if (handler && !already.empty()) handler(already);
+}
+
+std::string Device::lost_reason() const {
+  std::lock_guard lock(impl_->lost_mu);
+  return impl_->lost_reason;
 }
 
 isa::Result<uint64_t> Device::read_register(uint64_t offset) {

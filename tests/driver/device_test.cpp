@@ -18,6 +18,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include "losing_backend.h"
 #include "mtia/driver/device.h"
 #include "mtia/isa/address_map.h"
 #include "mtia/isa/error_record.h"
@@ -729,4 +730,54 @@ TEST_CASE("every queue has its own error record in the driver's region", "[devic
     CHECK(*std::next(it) - *it >= isa::kErrorRecordBytes);
   }
   dev->allocator().free(heap);
+}
+
+TEST_CASE("a lost device fails what is in flight, wakes its waiters and refuses new work",
+          "[device][lost]") {
+  test::LosingBackend::register_once();
+  driver::BackendOptions options;
+  options.timing = false;
+  {
+    auto dev = Device::open("losing", options);
+    REQUIRE(test::LosingBackend::last != nullptr);
+    CHECK(dev->wait(0, dev->submit(0, isa::NopPacket{})).ok);
+    CHECK(dev->lost_reason().empty());
+
+    test::LosingBackend::last->silence();
+    std::vector<Completion> called;
+    std::mutex called_mu;
+    std::vector<uint64_t> seqs;
+    for (uint32_t q = 0; q < 2; ++q) {
+      for (int i = 0; i < 3; ++i) {
+        seqs.push_back(dev->submit(q, isa::NopPacket{}, [&](const Completion& c) {
+          std::lock_guard lock(called_mu);
+          called.push_back(c);
+        }));
+      }
+    }
+    // A thread waits for the last packet of queue 1, which will never complete by itself.
+    auto waiter = std::async(std::launch::async, [&] { return dev->wait(1, seqs.back()); });
+    CHECK(waiter.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout);
+
+    test::LosingBackend::last->lose("the simulator failed: out of host memory");
+    REQUIRE(waiter.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    const Completion c = waiter.get();
+    CHECK_FALSE(c.ok);
+    CHECK(c.lost);
+    CHECK_THAT(c.message, Catch::Contains("the device was lost: the simulator failed: out of "
+                                          "host memory"));
+    CHECK(called.size() == 6);  // every callback ran, each once, failed and lost
+    for (const Completion& k : called) CHECK((!k.ok && k.lost));
+    CHECK(dev->wait(0, seqs.front()).lost);
+    CHECK(dev->lost_reason() == "the simulator failed: out of host memory");
+    try {
+      dev->submit(0, isa::NopPacket{});
+      FAIL("submit to a lost device should throw");
+    } catch (const std::runtime_error& e) {
+      CHECK_THAT(e.what(), Catch::Contains("the device was lost: the simulator failed"));
+    }
+  }                   // a lost device closes
+  auto dev = open();  // and a new one works
+  CHECK(dev->wait(0, dev->submit(0, isa::NopPacket{})).ok);
+  CHECK(dev->lost_reason().empty());
 }

@@ -4,9 +4,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "../driver/losing_backend.h"
 #include "device_helpers.h"
 #include "mtia/isa/registers.h"
 #include "reference.h"
@@ -363,5 +366,45 @@ TEST_CASE("a device fault is thrown by the synchronous call and the device keeps
                [&] { dev.synchronize(); });
   dev.synchronize();
   dev.free(src);
+  check_device_works(dev);
+}
+
+TEST_CASE("a lost device is an error for every waiting and later call, not a hang",
+          "[device][lost]") {
+  test::LosingBackend::register_once();
+  DeviceOptions o = test::functional_options();
+  o.backend = "losing";
+  {
+    Device dev = Device::open(o);
+    REQUIRE(test::LosingBackend::last != nullptr);
+    DevicePtr buf = dev.malloc(4096);
+    std::vector<uint8_t> host(4096, 7);
+    dev.copy(buf, host.data(), host.size());  // works before the loss
+    Stream side = dev.create_stream();
+    Event done = dev.create_event();
+
+    test::LosingBackend::last->silence();
+    dev.copy_async(buf, host.data(), host.size(), side);  // never completes by itself
+    dev.record(done, side);
+    auto waiter = std::async(std::launch::async, [&] { dev.synchronize(side); });
+    CHECK(waiter.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout);
+
+    test::LosingBackend::last->lose("the simulator failed: std::bad_alloc");
+    REQUIRE(waiter.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    expect_error(ErrorKind::kDeviceLost, "the simulator failed: std::bad_alloc",
+                 [&] { waiter.get(); });
+    // Every later call says so too.
+    expect_error(ErrorKind::kDeviceLost, "destroy this mtia::Device and open a new one",
+                 [&] { dev.synchronize(); });
+    expect_error(ErrorKind::kDeviceLost, "lost", [&] { dev.synchronize(done); });
+    expect_error(ErrorKind::kDeviceLost, "lost", [&] { dev.query(side); });
+    expect_error(ErrorKind::kDeviceLost, "lost", [&] { dev.copy(buf, host.data(), 16); });
+    expect_error(ErrorKind::kDeviceLost, "lost", [&] { dev.memset(buf, 0, 16); });
+    expect_error(ErrorKind::kDeviceLost, "lost", [&] { dev.malloc(256); });
+    expect_error(ErrorKind::kDeviceLost, "lost", [&] { dev.create_stream(); });
+    expect_error(ErrorKind::kDeviceLost, "lost", [&] { dev.create_event(); });
+    CHECK(std::string(error_kind_name(ErrorKind::kDeviceLost)) == "device lost");
+  }                                                       // the lost device closes
+  Device dev = Device::open(test::functional_options());  // a new one works
   check_device_works(dev);
 }

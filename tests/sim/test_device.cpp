@@ -9,8 +9,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -99,8 +102,10 @@ struct Rig {
   uint64_t tail[isa::kMaxQueues] = {};
   std::unique_ptr<sim::Device> dev;
 
-  explicit Rig(const sim::ChipConfig& config) {
-    dev = std::make_unique<sim::Device>(config, host, [this](uint64_t mask) {
+  explicit Rig(const sim::ChipConfig& config) : Rig(config, host) {}
+  // A device over other host memory than the rig's buffer.
+  Rig(const sim::ChipConfig& config, sim::HostMemory& host_memory) {
+    dev = std::make_unique<sim::Device>(config, host_memory, [this](uint64_t mask) {
       // Simulator thread: record and wake the test thread, nothing else.
       std::lock_guard<std::mutex> lock(mu);
       ++interrupts;
@@ -580,4 +585,47 @@ TEST_CASE("register reads from the interrupt handler are refused instead of hang
   CHECK(memory_ok);
   lock.unlock();
   CHECK(dev.read_register(reg::kDeviceId).ok());  // and the device still answers
+}
+
+TEST_CASE("a failure inside the simulator marks the device lost instead of hanging",
+          "[device][lost]") {
+  // Host memory whose translation fails as a backend's might: the DMA engine's model process
+  // gets an exception it does not expect, and the simulation cannot go on.
+  struct FailingHost final : sim::HostMemory {
+    uint8_t* translate(uint64_t, uint64_t) override {
+      throw std::runtime_error("the host mapping table is corrupt");
+    }
+  } failing;
+  std::promise<std::string> lost;
+  auto lost_future = lost.get_future();
+  std::string why;
+  {
+    Rig rig(sim::load_preset("mtia-v2"), failing);
+    rig.dev->set_lost_handler([&](const std::string& w) { lost.set_value(w); });
+    CHECK(rig.dev->lost_reason().empty());
+    rig.setup_queue(0);
+    rig.submit(0,
+               copy(1, 1, 1, 4096, 0, region(kBus, AS::kHost, 1), region(kFence, AS::kDevice, 1)));
+    rig.doorbell(0);
+    REQUIRE(lost_future.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+    why = lost_future.get();
+    CHECK_THAT(why, Catch::Contains("the simulator failed") &&
+                        Catch::Contains("the host mapping table is corrupt"));
+    CHECK(rig.dev->lost_reason() == why);
+    // Every later request fails at once with the cause, instead of waiting for ever.
+    auto r = rig.dev->read_register(reg::kDeviceId);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().reason, Catch::Contains("the host mapping table is corrupt"));
+    // A handler set after the loss is told at once.
+    std::string late;
+    rig.dev->set_lost_handler([&](const std::string& w) { late = w; });
+    CHECK(late == why);
+  }  // the lost device closes
+  // A new device opens and works.
+  Rig rig;
+  rig.setup_queue(0);
+  rig.submit(0, nop(1));
+  rig.doorbell(0);
+  rig.wait_interrupts(1);
+  CHECK(rig.dev->lost_reason().empty());
 }

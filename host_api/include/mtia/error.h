@@ -14,6 +14,7 @@ enum class ErrorKind {
   kOutOfMemory,        // the device (or host) cannot satisfy an allocation
   kDeviceFault,        // the device failed a command (bad address, bad packet, ...)
   kDeviceUnavailable,  // the device could not be opened or stopped answering
+  kDeviceLost,         // the device died (its simulator failed); every later call on it fails
 };
 
 // A short stable name ("invalid pointer").

@@ -69,6 +69,10 @@ class Backend {
 
   // Called from the backend's own thread on each interrupt; must not block.
   virtual void set_interrupt_handler(std::function<void(uint64_t queue_mask)> handler) = 0;
+  // Called once if the device is lost (its simulator failed, its server died): nothing more
+  // will complete. `why` names the cause. Called at once if the device is already lost. A
+  // backend whose device cannot be lost never calls it.
+  virtual void set_lost_handler(std::function<void(const std::string& why)> /*handler*/) {}
 
   // Simulated time now, picoseconds (for placing host events on the device timeline).
   virtual uint64_t now_ps() = 0;

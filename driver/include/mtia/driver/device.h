@@ -39,6 +39,7 @@ struct Completion {
   uint64_t end_ps = 0;    // simulated time the device finished it
   bool ok = true;
   bool aborted = false;  // never ran: an earlier packet on its queue failed
+  bool lost = false;     // never completed: the device was lost (Device::lost_reason())
   isa::ErrorCode error = isa::ErrorCode::kNone;
   uint64_t error_arg0 = 0;
   uint64_t error_arg1 = 0;
@@ -95,6 +96,10 @@ class Device {
   // (use the callback to keep details of your own). Throws std::invalid_argument for a seq
   // never submitted to `queue`.
   virtual Completion wait(uint32_t queue, uint64_t seq) = 0;
+  // Why the device was lost (its backend said so), or "" while it works. Once lost, every
+  // packet in flight completes as failed with `lost` set, waits return at once, and submit()
+  // throws std::runtime_error naming the cause; close the Device and open a new one.
+  virtual std::string lost_reason() const = 0;
   // True once packet `seq` of `queue` is no longer pending (and its callback has run).
   virtual bool is_done(uint32_t queue, uint64_t seq) = 0;
   // Sequence number of the most recent submission to `queue` (0 if none).

@@ -21,6 +21,10 @@ namespace mtia::sim {
 // Called on the simulator thread when the firmware raises the host interrupt. It must not
 // block and must not call back into Device except read_memory / write_memory.
 using InterruptHandler = std::function<void(uint64_t queue_mask)>;
+// Called once if the simulator stops on a failure (an exception or SystemC error escaped a
+// model process): the device is lost, nothing more will complete. `why` names the cause.
+// Runs on the simulator thread as it ends, or at once in set_lost_handler() if it already has.
+using LostHandler = std::function<void(const std::string& why)>;
 
 class Device {
  public:
@@ -42,6 +46,11 @@ class Device {
   // False if the range is not device memory. Callers order these with doorbells.
   bool read_memory(uint64_t addr, void* dst, uint64_t bytes);
   bool write_memory(uint64_t addr, const void* src, uint64_t bytes);
+
+  // Sets (or, with an empty function, clears) the handler told when the device is lost.
+  void set_lost_handler(LostHandler handler);
+  // Why the simulator stopped on a failure, or "" while it runs (or after a normal stop).
+  std::string lost_reason() const;
 
   // Simulated time of the most recent event the simulator processed, picoseconds.
   uint64_t now_ps() const;
