@@ -161,17 +161,8 @@ class DeviceImpl final : public Device {
       std::vector<std::pair<Completion, CompletionCallback>> done;
       {
         std::lock_guard lock(q->mu);
-        while (q->completed < q->tail) {
-          Pending& p = q->slots[q->completed % kRingSlots];
-          Completion c;
-          c.seq = p.seq;
-          c.ok = false;
-          c.aborted = true;
-          c.message = fmt::format("{} was aborted: the device was closed before it completed",
-                                  describe_packet(p.opcode, p.seq, q->id));
-          done.emplace_back(std::move(c), std::move(p.on_complete));
-          ++q->completed;
-        }
+        fail_pending(*q, Ending::kAborted,
+                     " was aborted: the device was closed before it completed", done);
       }
       run_callbacks(done);
     }
@@ -373,17 +364,8 @@ class DeviceImpl final : public Device {
       std::vector<std::pair<Completion, CompletionCallback>> done;
       {
         std::lock_guard lock(q.mu);
-        while (q.completed < q.tail) {
-          Pending& p = q.slots[q.completed % kRingSlots];
-          Completion c;
-          c.seq = p.seq;
-          c.ok = false;
-          c.lost = true;
-          c.message = fmt::format("{} did not complete: the device was lost: {}",
-                                  describe_packet(p.opcode, p.seq, q.id), lost_reason());
-          done.emplace_back(std::move(c), std::move(p.on_complete));
-          ++q.completed;
-        }
+        fail_pending(q, Ending::kLost, " did not complete: the device was lost: " + lost_reason(),
+                     done);
       }
       run_callbacks(done);
       std::lock_guard lock(q.mu);
@@ -519,23 +501,32 @@ class DeviceImpl final : public Device {
     if (e.flags & isa::kErrorExitStatus) c.exit_status = e.exit_status;
   }
 
+  enum class Ending { kAborted, kLost };
+  // Called with q.mu held: completes every packet still pending on `q` as failed, aborted or
+  // lost, with the message "<packet><suffix>", into `done` (callbacks to run unlocked).
+  static void fail_pending(Queue& q, Ending ending, const std::string& suffix,
+                           std::vector<std::pair<Completion, CompletionCallback>>& done) {
+    while (q.completed < q.tail) {
+      Pending& p = q.slots[q.completed % kRingSlots];
+      Completion c;
+      c.seq = p.seq;
+      c.ok = false;
+      c.aborted = ending == Ending::kAborted;
+      c.lost = ending == Ending::kLost;
+      c.message = describe_packet(p.opcode, p.seq, q.id) + suffix;
+      done.emplace_back(std::move(c), std::move(p.on_complete));
+      ++q.completed;
+    }
+  }
+
   // Called with q.mu held, after the failed packet's record was consumed. The queue has
   // halted; every later packet is aborted, then the queue is reset and re-armed with posted
   // writes, which the device applies before any later doorbell.
   void abort_and_reset(Queue& q, uint64_t failed_seq, isa::Opcode failed_opcode,
                        std::vector<std::pair<Completion, CompletionCallback>>& done) {
     const std::string cause = describe_packet(failed_opcode, failed_seq, q.id);
-    while (q.completed < q.tail) {
-      Pending& p = q.slots[q.completed % kRingSlots];
-      Completion c;
-      c.seq = p.seq;
-      c.ok = false;
-      c.aborted = true;
-      c.message = fmt::format("{} was aborted: the earlier {} failed and the queue was reset",
-                              describe_packet(p.opcode, p.seq, q.id), cause);
-      done.emplace_back(std::move(c), std::move(p.on_complete));
-      ++q.completed;
-    }
+    fail_pending(q, Ending::kAborted,
+                 " was aborted: the earlier " + cause + " failed and the queue was reset", done);
     configure_queue(q, /*reset_first=*/true);
     q.tail = 0;
     q.completed = 0;

@@ -18,7 +18,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
-#include "losing_backend.h"
+#include "wrapping_backends.h"
 #include "mtia/driver/device.h"
 #include "mtia/isa/address_map.h"
 #include "mtia/isa/error_record.h"
@@ -640,14 +640,13 @@ namespace {
 
 // Wraps the in-process backend and disturbs its interrupts the ways hardware may: spurious
 // interrupts naming queues with nothing new, and the same interrupt delivered twice.
-class NoisyInterrupts final : public driver::Backend {
+class NoisyInterrupts final : public test::WrappingBackend {
  public:
-  explicit NoisyInterrupts(const driver::BackendOptions& options)
-      : inner_(driver::create_backend("inprocess", options)) {}
+  explicit NoisyInterrupts(const driver::BackendOptions& options) : WrappingBackend(options) {}
 
   void set_interrupt_handler(std::function<void(uint64_t)> handler) override {
-    if (!handler) return inner_->set_interrupt_handler({});
-    inner_->set_interrupt_handler([this, handler](uint64_t mask) {
+    if (!handler) return WrappingBackend::set_interrupt_handler({});
+    WrappingBackend::set_interrupt_handler([this, handler](uint64_t mask) {
       const uint64_t r = rng_();      // only the backend's thread calls this
       if (r % 4 == 0) handler(0xFF);  // every queue, most with nothing new
       handler(mask);
@@ -655,24 +654,8 @@ class NoisyInterrupts final : public driver::Backend {
       if (r % 5 == 0) handler(0);
     });
   }
-  uint64_t read_register(uint64_t offset) override { return inner_->read_register(offset); }
-  void write_register(uint64_t offset, uint64_t value) override {
-    inner_->write_register(offset, value);
-  }
-  void read_memory(uint64_t addr, void* dst, uint64_t bytes) override {
-    inner_->read_memory(addr, dst, bytes);
-  }
-  void write_memory(uint64_t addr, const void* src, uint64_t bytes) override {
-    inner_->write_memory(addr, src, bytes);
-  }
-  uint64_t map_host(void* ptr, uint64_t bytes) override { return inner_->map_host(ptr, bytes); }
-  void unmap_host(uint64_t bus_addr) override { inner_->unmap_host(bus_addr); }
-  uint64_t now_ps() override { return inner_->now_ps(); }
-  void write_artifacts(const std::string& dir) override { inner_->write_artifacts(dir); }
-  std::string config_json() override { return inner_->config_json(); }
 
  private:
-  std::unique_ptr<driver::Backend> inner_;
   std::mt19937_64 rng_{5};
 };
 

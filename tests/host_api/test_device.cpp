@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "../driver/losing_backend.h"
+#include "../driver/wrapping_backends.h"
 #include "device_helpers.h"
 #include "mtia/isa/registers.h"
 #include "reference.h"
