@@ -24,7 +24,7 @@ constexpr uint64_t align_up(uint64_t v, uint64_t a) {
 }  // namespace
 
 Allocator::Allocator(uint64_t base, uint64_t bytes, uint64_t alignment)
-    : base_(base), size_(bytes), alignment_(alignment) {
+    : size_(bytes), alignment_(alignment) {
   if (alignment == 0 || !std::has_single_bit(alignment)) {
     throw std::invalid_argument(
         fmt::format("allocator alignment {} is not a power of two", alignment));

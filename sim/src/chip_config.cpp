@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -217,11 +218,19 @@ nlohmann::ordered_json get_as_json(const ChipConfig& config, const Field& field)
 }
 
 ChipConfig load_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open preset file " + path.string());
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return parse_preset(text, path.string());
+}
+
+}  // namespace
+
+ChipConfig parse_preset(const std::string& text, const std::string& origin) {
+  const std::filesystem::path path(origin);
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(in);
+    doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error("preset file " + path.string() + " is not valid JSON: " + e.what());
   }
@@ -270,6 +279,8 @@ ChipConfig load_file(const std::filesystem::path& path) {
   }
   return config;
 }
+
+namespace {
 
 std::string join(const std::vector<std::string>& v) {
   std::string out;

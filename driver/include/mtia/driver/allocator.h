@@ -56,7 +56,7 @@ class Allocator {
     uint64_t bytes;           // as requested
   };
   mutable std::mutex mu_;
-  uint64_t base_, size_, alignment_;
+  uint64_t size_, alignment_;
   std::map<uint64_t, uint64_t> free_;   // start -> bytes
   std::map<uint64_t, Block> live_;      // user address -> block
   std::map<uint64_t, uint64_t> freed_;  // recently freed user addresses -> bytes (for messages)

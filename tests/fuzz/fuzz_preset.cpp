@@ -1,0 +1,44 @@
+// Chip presets: a preset file's text, then override assignments ("key=value", one a line),
+// as `--set` and MTIA_EMU_SET pass them. Bad input must end in an exception naming what is
+// wrong; a configuration that validates must print as JSON (the trace and config.json do).
+#include <cstdint>
+#include <exception>
+#include <sstream>
+#include <string>
+
+#include "fuzz_check.h"
+#include "mtia/sim/chip_config.h"
+
+namespace sim = mtia::sim;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string input(reinterpret_cast<const char*>(data), size);
+  // The preset's text, a NUL, then the overrides.
+  const size_t nul = input.find('\0');
+  const std::string text = input.substr(0, nul);
+  const std::string overrides = nul == std::string::npos ? "" : input.substr(nul + 1);
+
+  sim::ChipConfig config;
+  try {
+    config = sim::parse_preset(text, "fuzz.json");
+  } catch (const std::runtime_error& e) {
+    FUZZ_CHECK(std::string(e.what()).find("fuzz.json") != std::string::npos);
+    // A preset that does not parse: overrides go onto a real one.
+    config = sim::load_preset("mtia-v2");
+  }
+  std::istringstream lines(overrides);
+  for (std::string line; std::getline(lines, line);) {
+    try {
+      sim::apply_override(config, line);
+    } catch (const std::invalid_argument& e) {
+      FUZZ_CHECK(e.what()[0] != '\0');
+    }
+  }
+  try {
+    sim::validate(config);
+  } catch (const std::invalid_argument&) {
+    return 0;
+  }
+  FUZZ_CHECK(!sim::to_json(config).empty());
+  return 0;
+}
