@@ -78,6 +78,25 @@ std::optional<Rejection> check_region(const char* side, const uint64_t* sizes, i
   return std::nullopt;
 }
 
+// A destination written more than once per byte: more elements than its span has room for
+// (by pigeonhole, two of them share bytes; a zero stride is the plain case). The result would
+// depend on the order of the writes, and the count is unbounded by memory: 2^60 writes to one
+// byte would keep the DMA engine busy for ever. Rejected, so work is bounded by memory size.
+std::optional<Rejection> check_destination_fits(const uint64_t* sizes, int ndims,
+                                                uint64_t elem_size, const NdRegion& dst) {
+  const auto count = element_count(sizes, ndims);
+  const auto span = region_span(sizes, ndims, elem_size, dst);
+  if (!count || !span) return std::nullopt;  // reported by the shape and region checks
+  if (count.value() > span.value().size() / elem_size) {
+    return reject(ErrorCode::kBadDims,
+                  "the destination writes " + std::to_string(count.value()) + " elements of " +
+                      std::to_string(elem_size) + " bytes into a span of " +
+                      std::to_string(span.value().size()) +
+                      " bytes: it overlaps itself (a zero or too small stride)");
+  }
+  return std::nullopt;
+}
+
 std::optional<Rejection> check_header(const PacketHeader& h, Opcode expected) {
   (void)expected;
   if (h.version != kPacketVersion) {
@@ -107,7 +126,8 @@ std::optional<Rejection> check_body(const DmaCopyPacket& p) {
   }
   if (auto r = check_shape(p.sizes, p.ndims)) return r;
   if (auto r = check_region("source", p.sizes, p.ndims, p.elem_size, p.src)) return r;
-  return check_region("destination", p.sizes, p.ndims, p.elem_size, p.dst);
+  if (auto r = check_region("destination", p.sizes, p.ndims, p.elem_size, p.dst)) return r;
+  return check_destination_fits(p.sizes, p.ndims, p.elem_size, p.dst);
 }
 
 std::optional<Rejection> check_body(const FillPacket& p) {
@@ -122,7 +142,8 @@ std::optional<Rejection> check_body(const FillPacket& p) {
     return reject(ErrorCode::kReservedNotZero, "pattern has bits above its pattern size");
   }
   if (auto r = check_shape(p.sizes, p.ndims)) return r;
-  return check_region("destination", p.sizes, p.ndims, p.pattern_size, p.dst);
+  if (auto r = check_region("destination", p.sizes, p.ndims, p.pattern_size, p.dst)) return r;
+  return check_destination_fits(p.sizes, p.ndims, p.pattern_size, p.dst);
 }
 
 std::optional<Rejection> check_body(const SignalPacket& p) {

@@ -253,3 +253,32 @@ TEST_CASE("every error code has a name", "[isa]") {
     CHECK(std::string(error_code_name(static_cast<ErrorCode>(c))) != "unknown error code");
   }
 }
+
+TEST_CASE("a destination that would be written more than once per byte is rejected", "[isa]") {
+  // 10^18 writes to one byte were a valid packet that kept the DMA engine busy for ever.
+  DmaCopyPacket p = transposed_copy();
+  p.dst.strides[0] = 0;  // all 3 rows onto one
+  CHECK(rejection_of(encode(p)) == ErrorCode::kBadDims);
+  auto r = decode_packet(encode(p).bytes, kPacketSlotBytes);
+  CHECK_THAT(r.error().reason, Catch::Contains("overlaps itself") &&
+                                   Catch::Contains("15 elements of 4 bytes into a span of 20"));
+  p.dst.strides[0] = 4;  // rows 4 bytes apart, each 5 elements long: they overlap
+  p.dst.strides[1] = 4;
+  CHECK(rejection_of(encode(p)) == ErrorCode::kBadDims);
+  p.dst.strides[0] = 20;  // dense again; a broadcast source (stride 0) is fine
+  p.src.strides[0] = 0;
+  p.src.strides[1] = 0;
+  CHECK(decode_packet(encode(p).bytes, kPacketSlotBytes).ok());
+
+  FillPacket f{};
+  f.header = header(Opcode::kFill);
+  f.ndims = 2;
+  f.pattern_size = 8;
+  f.sizes[0] = 1ull << 30;
+  f.sizes[1] = 1ull << 30;
+  f.dst = {0x1000, static_cast<uint8_t>(AddressSpace::kDevice), {}, {0, 8}};
+  CHECK(rejection_of(encode(f)) == ErrorCode::kBadDims);
+  f.sizes[0] = 2;
+  f.dst.strides[0] = 8ull << 30;
+  CHECK(decode_packet(encode(f).bytes, kPacketSlotBytes).ok());
+}
