@@ -346,26 +346,25 @@ class DeviceImpl final : public Device {
   }
 
   std::string lost_reason() const override {
-    std::lock_guard lock(lost_mu_);
-    return lost_why_;
+    return lost_.load(std::memory_order_acquire) ? lost_why_ : std::string();
   }
 
   // The backend says the device is gone: every packet in flight fails (callbacks run, waits
   // return), and later submissions are refused. Runs on the backend's thread, once.
   void on_lost(const std::string& why) {
-    {
-      std::lock_guard lock(lost_mu_);
-      lost_why_ = why.empty() ? "the device stopped answering" : why;
-    }
-    lost_ = true;  // before any queue lock: a submit that sees it not set is failed below
-    logger()->error("device lost: {}", lost_reason());
+    if (lost_) return;  // backends report a loss once; a second report changes nothing
+    lost_why_ = why.empty() ? "the device stopped answering" : why;
+    // Published after the reason; before any queue lock, so a submit that does not see it
+    // is failed below.
+    lost_.store(true, std::memory_order_release);
+    logger()->error("device lost: {}", lost_why_);
+    const std::string suffix = " did not complete: the device was lost: " + lost_why_;
     for (auto& qp : queues_) {
       Queue& q = *qp;
       std::vector<std::pair<Completion, CompletionCallback>> done;
       {
         std::lock_guard lock(q.mu);
-        fail_pending(q, Ending::kLost, " did not complete: the device was lost: " + lost_reason(),
-                     done);
+        fail_pending(q, Ending::kLost, suffix, done);
       }
       run_callbacks(done);
       std::lock_guard lock(q.mu);
@@ -555,9 +554,8 @@ class DeviceImpl final : public Device {
   uint64_t all_queues_mask_ = 0;
   std::unique_ptr<Allocator> allocator_;
   std::vector<std::unique_ptr<Queue>> queues_;
-  mutable std::mutex lost_mu_;
-  std::string lost_why_;           // why the device was lost; "" while it works
-  std::atomic<bool> lost_{false};  // set once, after lost_why_
+  std::string lost_why_;           // why the device was lost; written once, before lost_
+  std::atomic<bool> lost_{false};  // set once; lost_why_ may be read after seeing it set
   // Declared last so it is destroyed first: if the constructor throws, the device (and its
   // interrupt thread) stops before the queues the handler uses are destroyed.
   std::unique_ptr<Backend> backend_;

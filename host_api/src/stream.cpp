@@ -305,22 +305,16 @@ void Device::Impl::repair_fence(std::shared_ptr<EventState> ev, uint64_t value,
     }
     cv.notify_all();
   };
-  if (!dev->lost_reason().empty()) {
-    // Nothing runs on a lost device; waiters learn of the loss from check_lost().
-    driver::Completion lost;
-    lost.ok = false;
-    lost.lost = true;
-    lost.message = "the device was lost";
-    finish(lost);
-    return;
-  }
   try {
-    dev->submit(repair_queue, sig, std::move(finish));
+    dev->submit(repair_queue, sig, finish);
   } catch (const std::exception& e) {
-    log->error("event {}: cannot submit a fence repair: {}", ev->id, e.what());
-    std::lock_guard lock(mu);
-    ev->done_value = std::max(ev->done_value, value);
-    cv.notify_all();
+    // The repair cannot run (on a lost device nothing can; waiters learn of the loss from
+    // check_lost()): the record ends failed all the same.
+    driver::Completion failed;
+    failed.ok = false;
+    failed.lost = !dev->lost_reason().empty();
+    failed.message = std::string("cannot submit a fence repair: ") + e.what();
+    finish(failed);
   }
 }
 

@@ -182,14 +182,13 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   }
   // Conjugate and negative views (torch.fft's, Tensor.conj()) come here with their bits (the
   // fallthroughs below): PyTorch's generic fallback for them would copy through this very op
-  // and never end. The bits are applied on the host, where the CPU has the kernels: self's
-  // values are made there, then stored into dst's memory as dst's bits need them.
+  // and never end. dst's stored values must be self's stored values conjugated (negated) when
+  // exactly one of the two is a conjugate (negative) view; that is applied on the host, where
+  // the CPU has the kernels.
   at::Tensor values = at::empty(self.sizes(), self.options().device(at::kCPU));
   copy_values(stored_values(self), values, false);
-  if (self.is_conj()) values.conj_physical_();
-  if (self.is_neg()) values.neg_();
-  if (dst.is_conj()) values.conj_physical_();
-  if (dst.is_neg()) values.neg_();
+  if (self.is_conj() != dst.is_conj()) values.conj_physical_();
+  if (self.is_neg() != dst.is_neg()) values.neg_();
   copy_values(values, stored_values(dst), false);
   return dst;
 }

@@ -612,17 +612,12 @@ Tensor& lerp_scalar_out(const Tensor& self, const Tensor& end, const c10::Scalar
   using namespace pw;
   const ScalarType acc = acc_dtype(dt);
   const double w = weight.toDouble();
-  if (std::abs(w) < 0.5) {
-    apply_pointwise(out, {self, end}, acc,
-                    {{MTIA_PE_SE_SUB, kT0, {kB, kA}},
-                     {MTIA_PE_SE_MUL, kT0, {kT0, kImm}, scalar_bits(w, acc)},
-                     {MTIA_PE_SE_ADD, kOut, {kA, kT0}}});
-  } else {
-    apply_pointwise(out, {self, end}, acc,
-                    {{MTIA_PE_SE_SUB, kT0, {kB, kA}},
-                     {MTIA_PE_SE_MUL, kT0, {kT0, kImm}, scalar_bits(1.0 - w, acc)},
-                     {MTIA_PE_SE_SUB, kOut, {kB, kT0}}});
-  }
+  const bool from_self = std::abs(w) < 0.5;
+  apply_pointwise(out, {self, end}, acc,
+                  {{MTIA_PE_SE_SUB, kT0, {kB, kA}},
+                   {MTIA_PE_SE_MUL, kT0, {kT0, kImm}, scalar_bits(from_self ? w : 1.0 - w, acc)},
+                   from_self ? PwStep{MTIA_PE_SE_ADD, kOut, {kA, kT0}}
+                             : PwStep{MTIA_PE_SE_SUB, kOut, {kB, kT0}}});
   return out;
 }
 

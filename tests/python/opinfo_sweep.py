@@ -56,9 +56,10 @@ dev = torch.device("mtia")
 def tree_map(x, fn):
     if isinstance(x, torch.Tensor):
         return fn(x)
+    if isinstance(x, tuple) and hasattr(x, "_fields"):  # a named tuple
+        return type(x)(*(tree_map(v, fn) for v in x))
     if isinstance(x, (list, tuple)):
-        return type(x)(tree_map(v, fn) for v in x) if not hasattr(x, "_fields") else \
-            type(x)(*[tree_map(v, fn) for v in x])
+        return type(x)(tree_map(v, fn) for v in x)
     if isinstance(x, dict):
         return {k: tree_map(v, fn) for k, v in x.items()}
     return x

@@ -10,15 +10,17 @@ import torch
 
 from conftest import DEVICE, run_child
 
-FFTS = {
-    "ifft": lambda t: torch.fft.ifft(t),
-    "hfft": lambda t: torch.fft.hfft(t),
-    "hfft2": lambda t: torch.fft.hfft2(t.reshape(4, 6)),
-    "hfftn": lambda t: torch.fft.hfftn(t.reshape(2, 3, 4)),
-    "ihfft": lambda t: torch.fft.ihfft(t.real),
-    "ihfft2": lambda t: torch.fft.ihfft2(t.real.reshape(4, 6)),
-    "ihfftn": lambda t: torch.fft.ihfftn(t.real.reshape(2, 3, 4)),
+# The ffts as source text, so that a child interpreter can run the very same calls.
+FFT_SOURCES = {
+    "ifft": "lambda t: torch.fft.ifft(t)",
+    "hfft": "lambda t: torch.fft.hfft(t)",
+    "hfft2": "lambda t: torch.fft.hfft2(t.reshape(4, 6))",
+    "hfftn": "lambda t: torch.fft.hfftn(t.reshape(2, 3, 4))",
+    "ihfft": "lambda t: torch.fft.ihfft(t.real)",
+    "ihfft2": "lambda t: torch.fft.ihfft2(t.real.reshape(4, 6))",
+    "ihfftn": "lambda t: torch.fft.ihfftn(t.real.reshape(2, 3, 4))",
 }
+FFTS = {name: eval(source) for name, source in FFT_SOURCES.items()}
 
 
 def _values(t):
@@ -31,23 +33,11 @@ def test_ffts_that_make_conjugate_views_do_not_crash(name):
         import warnings, torch
         warnings.simplefilter("ignore")
         x = torch.arange(24, dtype=torch.float32).to(torch.complex64) / 7
-        print(*({_source(name)})(x.to("mtia")).cpu().shape)
+        print(*({FFT_SOURCES[name]})(x.to("mtia")).cpu().shape)
     """)
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
     x = torch.arange(24, dtype=torch.float32).to(torch.complex64) / 7
     assert [int(n) for n in r.stdout.split()] == list(FFTS[name](x).shape)
-
-
-def _source(name):
-    return {
-        "ifft": "lambda t: torch.fft.ifft(t)",
-        "hfft": "lambda t: torch.fft.hfft(t)",
-        "hfft2": "lambda t: torch.fft.hfft2(t.reshape(4, 6))",
-        "hfftn": "lambda t: torch.fft.hfftn(t.reshape(2, 3, 4))",
-        "ihfft": "lambda t: torch.fft.ihfft(t.real)",
-        "ihfft2": "lambda t: torch.fft.ihfft2(t.real.reshape(4, 6))",
-        "ihfftn": "lambda t: torch.fft.ihfftn(t.real.reshape(2, 3, 4))",
-    }[name]
 
 
 @pytest.mark.parametrize("name", sorted(FFTS))
