@@ -4,14 +4,20 @@
 //     the same run (targets: contiguous >= 0.5, transposed >= 0.25);
 //  2. the simulated time of the same copies against the preset's PCIe bandwidth;
 //  3. the host round trip of a small async copy plus synchronize (target < 20 us).
+//
+// Usage: bench_copy [preset] [--round-trip] [--trips N] [--wait auto|spin|yield|block]
+//   --round-trip  only the round trip (3.), skipping the 64 MiB copies
+//   --wait        the device's wait policy (default: $MTIA_EMU_WAIT, else auto)
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,14 +40,51 @@ double best_seconds(int reps, const std::function<void()>& fn) {
 
 }  // namespace
 
-static void bench_preset(const std::string& preset) {
+struct Options {
+  std::string preset = "mtia-v2";
+  bool round_trip_only = false;
+  int trips = 2000;
+  std::optional<mtia::WaitPolicy> wait;
+};
+
+static void round_trip(mtia::Device& device, mtia::DevicePtr dev, void* host, int trips) {
+  // A 256-byte async copy from pinned memory plus stream synchronize.
+  std::vector<double> us(trips);
+  mtia::Stream stream = device.create_stream();
+  for (int i = 0; i < trips; ++i) {
+    auto t0 = Clock::now();
+    device.copy_async(dev, host, 256, stream);
+    device.synchronize(stream);
+    us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  std::sort(us.begin(), us.end());
+  std::printf(
+      "small async copy + synchronize round trip (wait %s): median %.1f us, p90 %.1f us, "
+      "min %.1f us (%d trips)\n",
+      mtia::wait_policy_name(device.properties().wait), us[trips / 2], us[trips * 9 / 10], us[0],
+      trips);
+  device.destroy_stream(stream);
+}
+
+static void bench_preset(const Options& o) {
+  const std::string& preset = o.preset;
+  mtia::DeviceOptions options;
+  options.preset = preset;
+  options.wait = o.wait;
+  mtia::Device device = mtia::Device::open(options);
+  if (o.round_trip_only) {
+    mtia::DevicePtr dev = device.malloc(4096);
+    void* host = device.host_alloc(4096);
+    std::memset(host, 0, 4096);
+    round_trip(device, dev, host, o.trips);
+    device.free(dev);
+    device.host_free(host);
+    return;
+  }
   const int64_t n = 4096;  // 4096 x 4096 fp32 = 64 MiB
   const uint64_t bytes = n * n * sizeof(float);
   const int reps = 5;
 
-  mtia::DeviceOptions options;
-  options.preset = preset;
-  mtia::Device device = mtia::Device::open(options);
   const auto config = nlohmann::json::parse(device.config_json());
   const double h2d_GBps = config["pcie_h2d_bandwidth_GBps"]["value"].get<double>();
   const double d2h_GBps = config["pcie_d2h_bandwidth_GBps"]["value"].get<double>();
@@ -81,23 +124,9 @@ static void bench_preset(const std::string& preset) {
   run("d2h contiguous", d2h_GBps, [&] { device.copy(host2, contiguous, dev, contiguous); });
   run("d2h transposed", d2h_GBps, [&] { device.copy(host2, transposed, dev, contiguous); });
 
-  // Round trip: a 256-byte async copy from pinned memory plus stream synchronize.
-  const int trips = 2000;
-  std::vector<double> us(trips);
-  mtia::Stream stream = device.create_stream();
-  for (int i = 0; i < trips; ++i) {
-    auto t0 = Clock::now();
-    device.copy_async(dev, host, 256, stream);
-    device.synchronize(stream);
-    us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-  }
-  std::sort(us.begin(), us.end());
-  std::printf(
-      "\nsmall async copy + synchronize round trip: median %.1f us, p90 %.1f us, "
-      "min %.1f us (%d trips)\n",
-      us[trips / 2], us[trips * 9 / 10], us[0], trips);
+  std::printf("\n");
+  round_trip(device, dev, host, o.trips);
 
-  device.destroy_stream(stream);
   device.destroy_event(e0);
   device.destroy_event(e1);
   device.free(dev);
@@ -106,8 +135,30 @@ static void bench_preset(const std::string& preset) {
 }
 
 int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--round-trip") {
+      o.round_trip_only = true;
+    } else if (a == "--trips" && i + 1 < argc) {
+      o.trips = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--wait" && i + 1 < argc) {
+      o.wait = mtia::parse_wait_policy(argv[++i]);
+      if (!o.wait) {
+        std::fprintf(stderr, "bench_copy: --wait takes auto, spin, yield or block\n");
+        return 2;
+      }
+    } else if (!a.empty() && a[0] != '-') {
+      o.preset = a;
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_copy [preset] [--round-trip] [--trips N] "
+                   "[--wait auto|spin|yield|block]\n");
+      return 2;
+    }
+  }
   try {
-    bench_preset(argc > 1 ? argv[1] : "mtia-v2");
+    bench_preset(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_copy: %s\n", e.what());
     return 1;

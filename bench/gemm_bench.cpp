@@ -11,10 +11,12 @@
 //     max(FLOPs / peak fp32 FLOP/s, bytes / DRAM bandwidth);
 //  3. the largest error of the device's C against the BLAS result, relative to the largest
 //     |C| of its row (a plain element-wise ratio blows up where sums cancel to near zero).
-// Usage: bench_gemm [--trace DIR] [--size N]... [--reps N] [preset...]   (run from the build
-// tree; the kernel library path is baked in). --size replaces the default sizes; --reps the
-// default 3 runs of each side (more, to profile the launches); --trace writes each preset's
-// trace, stats and configuration to DIR/PRESET.
+// Usage: bench_gemm [--trace DIR] [--size N]... [--reps N] [preset...]. The kernel library is
+// $MTIA_EMU_KERNELS, else ../share/mtia-emu/ beside the executable, else the build tree's
+// (tools/kernel_library.h); presets come from $MTIA_EMU_PRESET_DIR, else the source tree's
+// presets/, so a copied binary runs elsewhere with both set. --size replaces the default sizes;
+// --reps the default 3 runs of each side (more, to profile the launches); --trace writes each
+// preset's trace, stats and configuration to DIR/PRESET.
 #include <cblas.h>
 
 #include <CLI/CLI.hpp>
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "cpu_time.h"
+#include "kernel_library.h"
 #include "mtia/device.h"
 
 namespace {
@@ -95,7 +98,7 @@ void run_preset(const std::string& preset, const std::vector<int64_t>& sizes, in
   const double peak_flops = static_cast<double>(pes) * dpe_fp32_macs_per_cycle(props.generation) *
                             2.0 * static_cast<double>(props.clock_hz);
 
-  mtia::KernelModule lib = device.load_module(MTIA_KERNEL_LIBRARY_ELF);
+  mtia::KernelModule lib = device.load_module(mtia::tools::kernel_library_path());
   const mtia::Kernel& matmul = lib.kernel("matmul");
 
   std::printf(

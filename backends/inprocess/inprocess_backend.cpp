@@ -114,7 +114,7 @@ class InProcessBackend final : public driver::Backend {
   explicit InProcessBackend(const driver::BackendOptions& options)
       : device_(
             make_config(options), host_memory_, [this](uint64_t mask) { deliver_interrupt(mask); },
-            trace_options(options.trace)) {
+            trace_options(options.trace), options.wait) {
     logger()->debug("in-process device '{}' started (timing {})", device_.config().name,
                     device_.config().timing ? "on" : "off");
   }

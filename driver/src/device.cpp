@@ -30,6 +30,7 @@
 #include "mtia/isa/address_map.h"
 #include "mtia/isa/error_record.h"
 #include "mtia/isa/registers.h"
+#include "mtia/isa/wait.h"
 
 namespace mtia::driver {
 namespace {
@@ -80,6 +81,9 @@ struct Queue {
   // Packets complete in order on a queue, so "done" is a prefix of the seqs: every seq up to
   // done_through has completed and its callback has run.
   uint64_t done_through = 0;
+  // done_through published for waiters that poll without the lock (isa/wait.h); stored under
+  // the lock after done_through.
+  std::atomic<uint64_t> done_published{0};
   std::map<uint64_t, Completion> recent;    // the last kKeepCompletions completions
   std::map<uint64_t, Completion> failures;  // the last kKeepFailures failed or aborted ones
   uint64_t resets = 0;
@@ -111,7 +115,8 @@ std::string describe_error(isa::ErrorCode error, uint64_t arg0, uint64_t arg1) {
 
 class DeviceImpl final : public Device {
  public:
-  explicit DeviceImpl(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {
+  DeviceImpl(std::unique_ptr<Backend> backend, isa::WaitPolicy wait)
+      : wait_(wait), backend_(std::move(backend)) {
     be_ = backend_.get();
     read_info();
     layout_queues();
@@ -208,6 +213,7 @@ class DeviceImpl final : public Device {
     q.slots[index % kRingSlots] = Pending{seq, opcode, std::move(on_complete)};
     q.last_seq = seq;
     q.tail = index + 1;
+    if (wait_ == isa::WaitPolicy::kAuto) isa::note_cpu(isa::WaitSide::kHost);
     be_->write_register(isa::reg::queue_reg(q.id, isa::reg::kQueueTail), q.tail);
     return seq;
   }
@@ -217,9 +223,18 @@ class DeviceImpl final : public Device {
     std::unique_lock lock(q.mu);
     check_seq(q, seq);
     if (q.done_through < seq) {
-      const auto me = q.waiting.insert(seq);
-      q.done_cv.wait(lock, [&] { return q.done_through >= seq; });
-      q.waiting.erase(me);
+      // Spin or yield first (the wait policy), so that a short wait costs no scheduler
+      // wake-up on either side; then sleep until the completion wakes us.
+      lock.unlock();
+      const bool done = isa::poll_before_block(wait_, isa::WaitSide::kHost, [&] {
+        return q.done_published.load(std::memory_order_acquire) >= seq;
+      });
+      lock.lock();
+      if (!done && q.done_through < seq) {
+        const auto me = q.waiting.insert(seq);
+        q.done_cv.wait(lock, [&] { return q.done_through >= seq; });
+        q.waiting.erase(me);
+      }
     }
     if (auto it = q.recent.find(seq); it != q.recent.end()) return it->second;
     if (auto it = q.failures.find(seq); it != q.failures.end()) return it->second;
@@ -373,6 +388,7 @@ class DeviceImpl final : public Device {
         if (q.failures.size() > kKeepFailures) q.failures.erase(q.failures.begin());
       }
       q.done_through = q.last_seq;
+      q.done_published.store(q.done_through, std::memory_order_release);
       q.space_cv.notify_all();
       q.done_cv.notify_all();
     }
@@ -427,17 +443,23 @@ class DeviceImpl final : public Device {
     if (done.empty()) return;  // spurious or coalesced interrupt: nothing new
 
     run_callbacks(done);
-    std::lock_guard lock(q.mu);
-    for (auto& [c, cb] : done) {
-      if (!c.ok) {
-        q.failures[c.seq] = c;
-        if (q.failures.size() > kKeepFailures) q.failures.erase(q.failures.begin());
+    bool wake = false;
+    {
+      std::lock_guard lock(q.mu);
+      for (auto& [c, cb] : done) {
+        if (!c.ok) {
+          q.failures[c.seq] = c;
+          if (q.failures.size() > kKeepFailures) q.failures.erase(q.failures.begin());
+        }
+        q.recent[c.seq] = std::move(c);
       }
-      q.recent[c.seq] = std::move(c);
+      while (q.recent.size() > kKeepCompletions) q.recent.erase(q.recent.begin());
+      q.done_through = std::max(q.done_through, done.back().first.seq);
+      q.done_published.store(q.done_through, std::memory_order_release);
+      wake = !q.waiting.empty() && *q.waiting.begin() <= q.done_through;
     }
-    while (q.recent.size() > kKeepCompletions) q.recent.erase(q.recent.begin());
-    q.done_through = std::max(q.done_through, done.back().first.seq);
-    if (!q.waiting.empty() && *q.waiting.begin() <= q.done_through) q.done_cv.notify_all();
+    // After the unlock, so the woken thread does not run straight into the held lock.
+    if (wake) q.done_cv.notify_all();
   }
 
   Completion to_completion(const Queue& q, const Pending& p, const uint8_t* rec) {
@@ -548,6 +570,7 @@ class DeviceImpl final : public Device {
     }
   }
 
+  const isa::WaitPolicy wait_;
   Backend* be_ = nullptr;  // backend_.get(), also valid while backend_.reset() runs
   DeviceInfo info_;
   uint64_t reserved_end_ = 0;
@@ -565,7 +588,7 @@ class DeviceImpl final : public Device {
 
 std::unique_ptr<Device> Device::open(const std::string& backend_name,
                                      const BackendOptions& options) {
-  return std::make_unique<DeviceImpl>(create_backend(backend_name, options));
+  return std::make_unique<DeviceImpl>(create_backend(backend_name, options), options.wait);
 }
 
 }  // namespace mtia::driver

@@ -50,6 +50,25 @@ uint64_t resolve_trace_max_events(const DeviceOptions& o) {
   return n;
 }
 
+// DeviceOptions::wait, else $MTIA_EMU_WAIT, else auto.
+WaitPolicy resolve_wait_policy(const DeviceOptions& o) {
+  if (o.wait) {
+    const auto p = static_cast<uint8_t>(*o.wait);
+    if (p > static_cast<uint8_t>(WaitPolicy::kBlock)) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("DeviceOptions::wait = {} is not a wait policy; use "
+                              "WaitPolicy::kAuto, kSpin, kYield or kBlock",
+                              p));
+    }
+    return *o.wait;
+  }
+  try {
+    return isa::wait_policy_from_environment();
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorKind::kInvalidArgument, e.what());
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<spdlog::logger> host_api_logger() {
@@ -79,6 +98,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   const TraceLevel trace_level = resolve_trace_level(o);
   bo.trace.level = static_cast<driver::TraceLevel>(trace_level);
   bo.trace.max_events = resolve_trace_max_events(o);
+  bo.wait = resolve_wait_policy(o);
   try {
     dev = driver::Device::open(o.backend, bo);
   } catch (const std::invalid_argument& e) {
@@ -103,6 +123,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   props.dma_engines = info.dma_engines;
   props.hardware_queues = info.num_queues;
   props.timing = o.timing;
+  props.wait = bo.wait;
 
   // Queue 0: default stream. The last queue: fence repairs only, so a repair never waits
   // behind user work. The rest: created streams, round-robin.

@@ -8,6 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -68,8 +69,10 @@ struct EventState {
   uint32_t stream_id = 0;   // stream of the latest record
   uint64_t value = 0;       // fence value of the latest record
   uint64_t done_value = 0;  // highest record value whose fence write has happened
-  uint64_t time_ps = 0;     // simulated end time of the latest completed record
-  bool failed = false;      // the latest completed record's stream faulted before it
+  // done_value for waiters that poll without `mu` (the wait policy); stored under `mu`.
+  std::atomic<uint64_t> done_published{0};
+  uint64_t time_ps = 0;  // simulated end time of the latest completed record
+  bool failed = false;   // the latest completed record's stream faulted before it
   std::string failure;
 };
 
@@ -118,6 +121,9 @@ struct Device::Impl {
   // Back to the cache, or released if the cache is full. Safe from completion callbacks.
   void return_staging(const std::shared_ptr<HostRegion>& r);
   FenceSlot take_fence_slot();
+  // A device block for a launch's argument block of `bytes` (at most 512), and back.
+  uint64_t take_arg_block(uint64_t bytes);
+  void give_arg_block(uint64_t addr);
   void record(Event e, Stream s);
   void repair_fence(std::shared_ptr<EventState> ev, uint64_t value, std::string failure);
 
@@ -157,6 +163,12 @@ struct Device::Impl {
   std::map<uint32_t, std::shared_ptr<EventState>> events;
   uint32_t next_event_id = 1;
   std::vector<FenceSlot> free_slots;
+
+  // Launch argument slots (kernel.cpp): a runtime block made at the first launch.
+  std::mutex args_mu;
+  std::atomic<uint64_t> arg_arena{0};  // set once, under args_mu
+  bool arg_arena_failed = false;
+  std::vector<uint32_t> arg_slots_free;
 
   std::deque<std::function<void()>> tasks;
   std::condition_variable tasks_cv;

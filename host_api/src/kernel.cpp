@@ -1,6 +1,7 @@
 // Kernel modules and launches: see mtia/kernel.h and Device::launch in mtia/device.h.
 #include <spdlog/fmt/fmt.h>
 
+#include <array>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -191,90 +192,155 @@ KernelModule Device::load_module(const void* elf, size_t bytes) {
   return KernelModule(std::move(state));
 }
 
+namespace {
+// Launch argument blocks come from a runtime arena of fixed slots (the most a launch takes:
+// 64 arguments of 8 bytes), reused as launches complete: no allocator walk, no map nodes and
+// no lock shared with malloc()/free() per launch. When every slot is in flight the block
+// comes from the allocator as before.
+constexpr uint64_t kArgSlotBytes = 8 * MTIA_KMETA_MAX_ARGS;
+constexpr uint32_t kArgSlots = 1024;  // 512 KiB: a full ring of launches on each of 2 queues
+static_assert(kArgSlotBytes == 512);
+}  // namespace
+
+uint64_t Device::Impl::take_arg_block(uint64_t bytes) {
+  {
+    std::lock_guard lock(args_mu);
+    const uint64_t arena = arg_arena.load(std::memory_order_relaxed);
+    if (!arg_slots_free.empty()) {
+      const uint32_t slot = arg_slots_free.back();
+      arg_slots_free.pop_back();
+      return arena + slot * kArgSlotBytes;
+    }
+    if (arena == 0 && !arg_arena_failed) {
+      uint64_t made = 0;
+      try {
+        made = dev->allocator().allocate(kArgSlots * kArgSlotBytes);
+      } catch (const std::exception&) {
+        arg_arena_failed = true;  // a small device: every block from the allocator
+      }
+      if (made != 0) {
+        arg_arena.store(made, std::memory_order_release);
+        arg_slots_free.reserve(kArgSlots);
+        for (uint32_t i = kArgSlots; i > 1; --i) arg_slots_free.push_back(i - 1);
+        std::lock_guard big(mu);
+        runtime_blocks.insert(made);
+        runtime_bytes += kArgSlots * kArgSlotBytes;
+        return made;  // slot 0
+      }
+    }
+  }
+  return dev->allocator().allocate(bytes);
+}
+
+void Device::Impl::give_arg_block(uint64_t addr) {
+  const uint64_t arena = arg_arena.load(std::memory_order_acquire);
+  if (arena != 0 && addr >= arena && addr < arena + kArgSlots * kArgSlotBytes) {
+    std::lock_guard lock(args_mu);
+    arg_slots_free.push_back(static_cast<uint32_t>((addr - arg_arena) / kArgSlotBytes));
+    return;
+  }
+  dev->allocator().free(addr);
+}
+
 void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& args, Stream stream,
                     uint64_t watchdog_cycles) {
   Impl& d = *impl_;
   ApiCall call(*d.trace, "launch");
-  call.set_label(kernel.name);  // names the launch in the trace and its summary
-  call.set_detail(
-      fmt::format("{} on {}x{} PEs, stream {}", kernel.name, grid.rows, grid.cols, stream.id));
+  if (call.active()) {
+    call.set_label(kernel.name);  // names the launch in the trace and its summary
+    call.set_detail(
+        fmt::format("{} on {}x{} PEs, stream {}", kernel.name, grid.rows, grid.cols, stream.id));
+  }
   const DeviceProperties& props = d.props;
-  const std::string what = "launch of " + kernel.describe();
+  // Built only for a message: describe() lists every parameter.
+  auto what = [&] { return "launch of " + kernel.describe(); };
   if (grid.rows < 1 || grid.cols < 1 || grid.rows > props.pe_rows || grid.cols > props.pe_cols) {
     throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("{}: grid {}x{} is not within 1x1 .. {}x{} PEs", what, grid.rows,
+                fmt::format("{}: grid {}x{} is not within 1x1 .. {}x{} PEs", what(), grid.rows,
                             grid.cols, props.pe_rows, props.pe_cols));
   }
   if (kernel.entry < MTIA_PE_IMAGE_BASE || kernel.image_addr == 0) {
     throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("{}: not a kernel of a loaded module", what));
+                fmt::format("{}: not a kernel of a loaded module", what()));
   }
   if (args.size() > props.max_kernel_args) {
     throw Error(
         ErrorKind::kInvalidArgument,
-        fmt::format("{}: {} arguments exceed the device limit max_kernel_args = {} by {}", what,
+        fmt::format("{}: {} arguments exceed the device limit max_kernel_args = {} by {}", what(),
                     args.size(), props.max_kernel_args, args.size() - props.max_kernel_args));
   }
   if (kernel.checked) {
     if (args.size() != kernel.params.size()) {
-      throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: takes {} arguments, {} given", what,
-                                                           kernel.params.size(), args.size()));
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{}: takes {} arguments, {} given", what(), kernel.params.size(),
+                              args.size()));
     }
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i].kind() != kernel.params[i].kind) {
         throw Error(ErrorKind::kInvalidArgument,
-                    fmt::format("{}: argument {} '{}' is {}, but a {} was given", what, i,
+                    fmt::format("{}: argument {} '{}' is {}, but a {} was given", what(), i,
                                 kernel.params[i].name, arg_kind_name(kernel.params[i].kind),
                                 arg_kind_name(args[i].kind())));
       }
     }
   }
-  // Distinct buffers: the allocations the pointer arguments point into.
-  std::set<uint64_t> buffers;
-  for (const Arg& a : args) {
-    if (a.kind() != ArgKind::kPointer) continue;
-    const auto alloc = d.dev->allocator().find(a.bits(), 1);
-    buffers.insert(alloc ? alloc->address : a.bits());
-  }
-  if (buffers.size() > props.max_kernel_buffers) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("{}: its pointer arguments touch {} distinct buffers, exceeding the "
-                            "device limit max_kernel_buffers = {} by {}",
-                            what, buffers.size(), props.max_kernel_buffers,
-                            buffers.size() - props.max_kernel_buffers));
+  // Distinct buffers: the allocations the pointer arguments point into. Fewer pointers than
+  // the limit cannot exceed it, so the allocator is asked only when there are more.
+  size_t pointers = 0;
+  for (const Arg& a : args) pointers += a.kind() == ArgKind::kPointer;
+  if (pointers > props.max_kernel_buffers) {
+    std::set<uint64_t> buffers;
+    for (const Arg& a : args) {
+      if (a.kind() != ArgKind::kPointer) continue;
+      const auto alloc = d.dev->allocator().find(a.bits(), 1);
+      buffers.insert(alloc ? alloc->address : a.bits());
+    }
+    if (buffers.size() > props.max_kernel_buffers) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{}: its pointer arguments touch {} distinct buffers, exceeding the "
+                              "device limit max_kernel_buffers = {} by {}",
+                              what(), buffers.size(), props.max_kernel_buffers,
+                              buffers.size() - props.max_kernel_buffers));
+    }
   }
   auto s = d.stream_state(stream);
 
-  // The argument block: one 8-byte little-endian slot per argument, in a runtime block freed
-  // when the launch completes.
-  std::vector<uint8_t> block(args.size() * 8);
+  // The argument block: one 8-byte little-endian slot per argument, in a runtime block given
+  // back when the launch completes.
+  std::array<uint8_t, kArgSlotBytes> block;
+  const uint64_t block_bytes = args.size() * 8;
+  if (block_bytes > block.size()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: {} arguments exceed the kernel ABI's {}", what(), args.size(),
+                            MTIA_KMETA_MAX_ARGS));
+  }
   for (size_t i = 0; i < args.size(); ++i) {
     const uint64_t bits = args[i].bits();
     std::memcpy(block.data() + 8 * i, &bits, 8);
   }
   uint64_t args_addr = 0;
-  if (!block.empty()) {
+  if (block_bytes != 0) {
     try {
-      args_addr = d.dev->allocator().allocate(block.size());
+      args_addr = d.take_arg_block(block_bytes);
     } catch (const std::exception& e) {
       throw Error(ErrorKind::kOutOfMemory,
-                  fmt::format("{}: no device memory for its argument block: {}", what, e.what()));
+                  fmt::format("{}: no device memory for its argument block: {}", what(), e.what()));
     }
-    d.dev->backend().write_memory(args_addr, block.data(), block.size());
+    d.dev->backend().write_memory(args_addr, block.data(), block_bytes);
   }
 
   isa::LaunchPacket p{};
   p.image_addr = kernel.image_addr;
   p.entry_offset = kernel.entry - MTIA_PE_IMAGE_BASE;
   p.args_addr = args_addr;
-  p.args_bytes = static_cast<uint32_t>(block.size());
+  p.args_bytes = static_cast<uint32_t>(block_bytes);
   p.grid_rows = static_cast<uint16_t>(grid.rows);
   p.grid_cols = static_cast<uint16_t>(grid.cols);
   p.watchdog_cycles = watchdog_cycles;
   const std::string name = kernel.name;
   std::weak_ptr<StreamState> weak = s;
-  d.submit(s, p, [&d, args_addr, name, grid, weak](const driver::Completion& c) {
-    if (args_addr != 0) d.dev->allocator().free(args_addr);
+  auto on_complete = [&d, args_addr, name, grid, weak](const driver::Completion& c) {
+    if (args_addr != 0) d.give_arg_block(args_addr);
     if (c.ok || c.aborted) return;
     const bool kernel_error =
         c.error == isa::ErrorCode::kKernelFault || c.error == isa::ErrorCode::kWatchdog;
@@ -304,7 +370,14 @@ void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& arg
       std::lock_guard lock(d.mu);
       if (st->has_error && st->error == c.message) st->error = std::move(error);
     }
-  });
+  };
+  try {
+    d.submit(s, p, std::move(on_complete));
+  } catch (...) {
+    // Never queued: its completion will not give the argument block back.
+    if (args_addr != 0) d.give_arg_block(args_addr);
+    throw;
+  }
 }
 
 }  // namespace mtia

@@ -265,6 +265,7 @@ Event Device::create_event() {
   auto ev = std::make_shared<EventState>();
   ev->slot = d.take_fence_slot();
   ev->value = ev->done_value = ev->slot.value;
+  ev->done_published.store(ev->done_value, std::memory_order_relaxed);
   std::lock_guard lock(d.mu);
   ev->id = d.next_event_id++;
   d.events.emplace(ev->id, ev);
@@ -298,6 +299,7 @@ void Device::Impl::repair_fence(std::shared_ptr<EventState> ev, uint64_t value,
     if (!c.ok && !c.lost) log->error("event {}: repairing its fence failed: {}", ev->id, c.message);
     std::lock_guard lock(mu);
     ev->done_value = std::max(ev->done_value, value);
+    ev->done_published.store(ev->done_value, std::memory_order_release);
     if (value == ev->value) {
       ev->time_ps = 0;
       ev->failed = true;
@@ -344,13 +346,17 @@ void Device::Impl::record(Event event, Stream stream) {
       defer([this, ev, value, msg = c.message] { repair_fence(ev, value, msg); });
       return;
     }
-    std::lock_guard lock(mu);
-    ev->done_value = std::max(ev->done_value, value);
-    if (value == ev->value) {
-      ev->time_ps = c.end_ps;
-      ev->failed = false;
-      ev->failure.clear();
+    {
+      std::lock_guard lock(mu);
+      ev->done_value = std::max(ev->done_value, value);
+      ev->done_published.store(ev->done_value, std::memory_order_release);
+      if (value == ev->value) {
+        ev->time_ps = c.end_ps;
+        ev->failed = false;
+        ev->failure.clear();
+      }
     }
+    // After the unlock, so the woken thread does not run straight into the held lock.
     cv.notify_all();
   });
 }
@@ -378,9 +384,18 @@ void Device::synchronize(Event event) {
   Impl& d = *impl_;
   ApiCall call(*d.trace, "synchronize");
   auto ev = d.event_state(event);
-  call.set_detail(fmt::format("event {}", ev->id));
+  if (call.active()) call.set_detail(fmt::format("event {}", ev->id));
   std::unique_lock lock(d.mu);
-  d.cv.wait(lock, [&] { return ev->done_value >= ev->value; });
+  if (ev->done_value < ev->value) {
+    // Spin or yield first (the wait policy), then sleep until the record's completion.
+    const uint64_t want = ev->value;
+    lock.unlock();
+    isa::poll_before_block(d.props.wait, isa::WaitSide::kHost, [&] {
+      return ev->done_published.load(std::memory_order_acquire) >= want;
+    });
+    lock.lock();
+    d.cv.wait(lock, [&] { return ev->done_value >= ev->value; });
+  }
   const uint64_t time_ps = ev->time_ps;
   lock.unlock();
   d.trace->observed(time_ps);

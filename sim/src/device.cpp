@@ -141,14 +141,13 @@ isa::Result<uint64_t> Device::Impl::call(detail::HostRequest request) {
                        "may only use read_memory / write_memory, do register accesses from "
                        "another thread");
   }
-  std::promise<isa::Result<uint64_t>> reply;
-  auto answer = reply.get_future();
+  detail::Reply reply;
   request.reply = &reply;
   if (!shared.inbox.push(std::move(request))) {
     return isa::reject(isa::ErrorCode::kBadRegister,
                        "device is not running: " + shared.inbox.closed_reason());
   }
-  return answer.get();
+  return reply.get(shared.wait);
 }
 
 void Device::Impl::run_on_sim(const std::function<void()>& fn, const char* what) {
@@ -160,7 +159,7 @@ void Device::Impl::run_on_sim(const std::function<void()>& fn, const char* what)
 }
 
 Device::Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt,
-               TraceOptions trace) {
+               TraceOptions trace, isa::WaitPolicy wait) {
   validate(config);
   bool expected = false;
   if (!g_device_alive.compare_exchange_strong(expected, true)) {
@@ -173,6 +172,7 @@ Device::Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandl
     impl_ = std::make_unique<Impl>();
     auto& s = impl_->shared;
     s.config = config;
+    s.wait = wait;
     s.memory = std::make_unique<MemorySystem>(config, host_memory);
     s.on_interrupt = std::move(on_interrupt);
     s.tracer =

@@ -48,13 +48,34 @@ void add_stat(Json& module, const char* key, Json value, const char* unit,
 
 // ---- host inbox and channel -----------------------------------------------------------------
 
+void Reply::set_value(isa::Result<uint64_t> value) {
+  // Notified under the lock: the waiter takes it before it returns and destroys the reply.
+  std::lock_guard lock(mu_);
+  value_ = std::move(value);
+  ready_.store(true, std::memory_order_release);
+  cv_.notify_one();
+}
+
+isa::Result<uint64_t> Reply::get(isa::WaitPolicy policy) {
+  if (!isa::poll_before_block(policy, isa::WaitSide::kHost,
+                              [&] { return ready_.load(std::memory_order_acquire); })) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return ready_.load(std::memory_order_acquire); });
+  }
+  // The lock orders the value before the reader even when the poll saw the flag first.
+  std::lock_guard lock(mu_);
+  return std::move(*value_);
+}
+
 bool HostInbox::push(HostRequest r) {
   std::lock_guard<std::mutex> lock(mu_);
   if (channel_ == nullptr) return false;
   queue_.push_back(std::move(r));
+  queued_.store(queue_.size(), std::memory_order_release);
   // Under the lock, so the channel cannot be destroyed in between (close() takes the lock).
-  // async_request_update takes only the kernel's own lock and never calls back into us.
-  channel_->wake();
+  // async_request_update takes only the kernel's own lock and never calls back into us. A
+  // polling bridge finds the request without it.
+  if (!polling_) channel_->wake();
   return true;
 }
 
@@ -63,7 +84,19 @@ bool HostInbox::pop(HostRequest& r) {
   if (queue_.empty()) return false;
   r = std::move(queue_.front());
   queue_.pop_front();
+  queued_.store(queue_.size(), std::memory_order_release);
   return true;
+}
+
+void HostInbox::begin_polling() {
+  std::lock_guard<std::mutex> lock(mu_);
+  polling_ = true;
+}
+
+bool HostInbox::end_polling() {
+  std::lock_guard<std::mutex> lock(mu_);
+  polling_ = false;
+  return !queue_.empty();
 }
 
 void HostInbox::open(HostChannel* channel) {
@@ -79,6 +112,7 @@ void HostInbox::close(const std::string& why) {
     channel_ = nullptr;
     closed_reason_ = why;
     dropped.swap(queue_);
+    queued_.store(0, std::memory_order_release);
   }
   for (auto& r : dropped) {
     if (r.reply != nullptr) {
@@ -113,11 +147,13 @@ void HostChannel::update() {
 // ---- command processor ------------------------------------------------------------------------
 
 CommandProcessorModule::CommandProcessorModule(sc_core::sc_module_name name, SimShared& shared,
-                                               std::vector<DmaEngine*> engines, PeGrid& grid)
+                                               std::vector<DmaEngine*> engines, PeGrid& grid,
+                                               HostChannel& channel)
     : sc_core::sc_module(name),
       shared_(shared),
       engines_(std::move(engines)),
       grid_(grid),
+      channel_(channel),
       fw_(*this, firmware_config(shared.config)),
       packet_time_(shared.config.timing ? ps(ns_to_ps(shared.config.cp_packet_ns))
                                         : sc_core::SC_ZERO_TIME),
@@ -146,6 +182,8 @@ void CommandProcessorModule::run() {
       shared_.tracer->cp_step(sc_core::sc_time_stamp().value(), packet_time_.value());
       wait(packet_time_);
     } else {
+      // Nothing to dispatch: the device may be going idle (the bridge checks).
+      channel_.device_idle.notify(sc_core::SC_ZERO_TIME);
       wait(work_);
     }
     shared_.sync_time();
@@ -448,6 +486,8 @@ Bridge::Bridge(sc_core::sc_module_name name, SimShared& shared, HostChannel& cha
   SC_HAS_PROCESS(Bridge);
   SC_THREAD(run);
   set_stack_size(kThreadStackBytes);
+  arrived_or_idle_ |= channel_.arrived;
+  arrived_or_idle_ |= channel_.device_idle;
 }
 
 void Bridge::run() {
@@ -455,10 +495,32 @@ void Bridge::run() {
     HostRequest request;
     // Checking and waiting happen in one evaluation phase; the channel's update (and so the
     // notification) comes after it, so a request pushed in between is never missed.
-    while (!shared_.inbox.pop(request)) wait(channel_.arrived);
+    while (!shared_.inbox.pop(request)) {
+      if (poll_inbox()) continue;
+      if (shared_.wait == isa::WaitPolicy::kBlock) {
+        wait(channel_.arrived);  // no poll to make when the device goes idle
+      } else {
+        wait(arrived_or_idle_);
+      }
+    }
+    // Where the device side runs now, for the host's wait policy (isa/wait.h, spin_pays).
+    if (shared_.wait == isa::WaitPolicy::kAuto) isa::note_cpu(isa::WaitSide::kDevice);
     shared_.sync_time();
     handle(request);
   }
+}
+
+bool Bridge::poll_inbox() {
+  // Only when the kernel has nothing else to do at any time: then it would suspend now, and
+  // polling in its place neither delays other processes nor lets simulated time move on, so
+  // a request found here is handled at the very simulated time it would have been.
+  if (stopping_ || shared_.wait == isa::WaitPolicy::kBlock || sc_core::sc_pending_activity()) {
+    return false;
+  }
+  shared_.inbox.begin_polling();
+  isa::poll_before_block(shared_.wait, isa::WaitSide::kDevice,
+                         [&] { return shared_.inbox.has_request(); });
+  return shared_.inbox.end_polling();
 }
 
 void Bridge::handle(HostRequest& r) {
@@ -503,6 +565,7 @@ void Bridge::handle(HostRequest& r) {
       }
       return;
     case Kind::kStop:
+      stopping_ = true;
       if (r.reply != nullptr) r.reply->set_value(uint64_t{0});
       sc_core::sc_stop();
       return;
@@ -543,7 +606,7 @@ DeviceModel::DeviceModel(sc_core::sc_module_name name, SimShared& shared)
       shared_(shared),
       engines_(make_engines(shared)),
       grid_("pe_grid", shared),
-      cp_("command_processor", shared, raw(engines_), grid_),
+      cp_("command_processor", shared, raw(engines_), grid_, channel_),
       regs_("bar0", cp_),
       bridge_("host_bridge", shared, channel_, regs_) {
   for (auto& e : engines_) e->connect(&cp_);

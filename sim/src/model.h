@@ -18,6 +18,7 @@
 #include <tlm>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -33,6 +34,7 @@
 #include "mtia/firmware/command_processor.h"
 #include "mtia/firmware/platform.h"
 #include "mtia/isa/result.h"
+#include "mtia/isa/wait.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/device.h"
 #include "mtia/sim/memory_system.h"
@@ -46,6 +48,8 @@ using Json = nlohmann::ordered_json;
 // Adds {"value", "unit", "description"} under `key`.
 void add_stat(Json& module, const char* key, Json value, const char* unit, const char* description);
 
+class Reply;
+
 // A host thread's request to the simulator.
 struct HostRequest {
   enum class Kind { kWriteRegister, kReadRegister, kCall, kStop };
@@ -56,7 +60,20 @@ struct HostRequest {
   // Answered when the request has been handled (reads: the value; others: 0), or with a
   // rejection if the simulator stopped first. Owned by the waiting host thread; null for
   // posted writes.
-  std::promise<isa::Result<uint64_t>>* reply = nullptr;
+  Reply* reply = nullptr;
+};
+
+// The answer to a host request, waited for with the device's wait policy (isa/wait.h).
+class Reply {
+ public:
+  void set_value(isa::Result<uint64_t> value);  // once, from the simulator thread
+  isa::Result<uint64_t> get(isa::WaitPolicy policy);
+
+ private:
+  std::atomic<bool> ready_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<isa::Result<uint64_t>> value_;
 };
 
 class HostChannel;
@@ -69,6 +86,13 @@ class HostInbox {
   bool push(HostRequest r);
   // Simulator thread: the oldest request, if any.
   bool pop(HostRequest& r);
+  // Simulator thread: whether a request is queued, without the lock (for polling).
+  bool has_request() const { return queued_.load(std::memory_order_acquire) != 0; }
+  // Simulator thread, around a poll of has_request(): while polling, push() does not wake the
+  // kernel, which is running the poll (that saves the host the wake-up). end_polling() says
+  // whether a request came meanwhile; after false, push() wakes the kernel again.
+  void begin_polling();
+  bool end_polling();
   // Simulator thread: starts / stops accepting. close() answers every queued request with a
   // rejection carrying `why`.
   void open(HostChannel* channel);
@@ -78,6 +102,8 @@ class HostInbox {
  private:
   mutable std::mutex mu_;
   std::deque<HostRequest> queue_;
+  std::atomic<size_t> queued_{0};  // queue_.size(), for has_request()
+  bool polling_ = false;
   HostChannel* channel_ = nullptr;
   std::string closed_reason_ = "the simulator has not started";
 };
@@ -90,6 +116,8 @@ struct SimShared {
   std::atomic<uint64_t> now_ps{0};
   HostInbox inbox;
   std::unique_ptr<Tracer> tracer;
+  // How the simulator thread waits for host requests and host threads for its answers.
+  isa::WaitPolicy wait = isa::WaitPolicy::kAuto;
 
   // Publishes the simulator's current time to host threads (simulator thread only).
   void sync_time();
@@ -103,6 +131,9 @@ class HostChannel : public sc_core::sc_prim_channel {
   ~HostChannel() override;
   void wake() { async_request_update(); }  // any thread
   sc_core::sc_event arrived;
+  // The command processor ran out of work: the bridge looks whether the whole kernel is idle,
+  // and if so polls the inbox before the kernel suspends (Bridge::run).
+  sc_core::sc_event device_idle;
 
  private:
   void update() override;
@@ -114,7 +145,7 @@ class DmaEngine;
 class CommandProcessorModule : public sc_core::sc_module, public firmware::Platform {
  public:
   CommandProcessorModule(sc_core::sc_module_name name, SimShared& shared,
-                         std::vector<DmaEngine*> engines, PeGrid& grid);
+                         std::vector<DmaEngine*> engines, PeGrid& grid, HostChannel& channel);
 
   // Something the firmware may react to happened (register write, DMA completion).
   void notify_work();
@@ -148,6 +179,7 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   SimShared& shared_;
   std::vector<DmaEngine*> engines_;  // before fw_: its constructor asks for the engine count
   PeGrid& grid_;
+  HostChannel& channel_;
   firmware::CommandProcessor fw_;
   sc_core::sc_event work_;
   sc_core::sc_time packet_time_;
@@ -222,10 +254,17 @@ class Bridge : public sc_core::sc_module {
  private:
   void run();
   void handle(HostRequest& request);
+  // With nothing else pending in the kernel, polls the inbox per the wait policy; true when a
+  // request came (then the kernel never suspended).
+  bool poll_inbox();
 
   SimShared& shared_;
   HostChannel& channel_;
   RegisterFile& regs_;
+  // A request or the device going idle. Built once and owned here: the temporary list that
+  // `a | b` allocates is freed only when the wait returns, and the last wait never does.
+  sc_core::sc_event_or_list arrived_or_idle_;
+  bool stopping_ = false;
   uint64_t reads_ = 0;
   uint64_t writes_ = 0;
   uint64_t rejected_ = 0;

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "model.h"
 #include "mtia/isa/address_map.h"
+#include "mtia/isa/wait.h"
 #include "mtia/sim/pe/descriptors.h"
 #include "mtia/sim/pe/elf.h"
 #include "mtia/sim/pe/unit_workers.h"
@@ -619,7 +620,17 @@ void PeGrid::run() {
     shared_.sync_time();
     const uint64_t begin = sc_core::sc_time_stamp().value();
     const isa::LaunchPacket launch = *job_;
-    const std::optional<Failure> failure = execute(launch);
+    // The helper threads may work during the launch: the host's wait policy counts them.
+    const int helpers = static_cast<int>(params_.unit_threads);
+    isa::add_busy_threads(helpers);
+    std::optional<Failure> failure;
+    try {
+      failure = execute(launch);
+    } catch (...) {
+      isa::add_busy_threads(-helpers);
+      throw;
+    }
+    isa::add_busy_threads(-helpers);
     ++stats_.launches;
     stats_.busy_ps += sc_core::sc_time_stamp().value() - begin;
     firmware::LaunchStatus status;

@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -74,6 +75,34 @@ TEST_CASE("work posted without waking a helper still runs, in order, by join at 
   for (int i = 0; i < 20; ++i) CHECK(seen[i] == i);
   workers.join_all();
   CHECK(other == 1);
+}
+
+TEST_CASE("idle helpers sleep: a trickle of small work costs little more CPU than the work",
+          "[pe][workers]") {
+  auto cpu_seconds = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  };
+  constexpr uint32_t kPes = 8;
+  UnitWorkers workers(6, kPes);
+  std::atomic<int> ran{0};
+  // One tiny operation every 300 us, each to an idle PE: helpers that spun for every post (or
+  // all woke for it) would burn several cores' worth of the wall time in between.
+  const auto wall0 = std::chrono::steady_clock::now();
+  const double cpu0 = cpu_seconds();
+  constexpr int kPosts = 200;
+  for (int i = 0; i < kPosts; ++i) {
+    workers.post(static_cast<uint32_t>(i) % kPes, [&] { ran.fetch_add(1); });
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+  }
+  workers.join_all();
+  const double cpu = cpu_seconds() - cpu0;
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  CHECK(ran.load() == kPosts);
+  INFO("CPU " << cpu * 1e3 << " ms over " << wall * 1e3 << " ms of wall time");
+  CHECK(cpu < 0.5 * wall);
 }
 
 TEST_CASE("a PE with more work queued than its ring holds still runs it all, in order",

@@ -6,9 +6,17 @@
 #include <string>
 #include <vector>
 
+#include "mtia/isa/wait.h"
 #include "mtia/trace.h"
 
 namespace mtia {
+
+// How a host thread waits for the device (synchronize, synchronous copies, event waits) and
+// the simulator thread for the host: auto, spin, yield or block, like CUDA's scheduling
+// flags. Each spins and/or yields for a bounded time, then blocks; see mtia/isa/wait.h.
+using WaitPolicy = isa::WaitPolicy;
+using isa::parse_wait_policy;
+using isa::wait_policy_name;
 
 // How to open a device.
 struct DeviceOptions {
@@ -20,6 +28,8 @@ struct DeviceOptions {
   std::optional<TraceLevel> trace;
   // Trace events kept at most; 0: $MTIA_EMU_TRACE_MAX_EVENTS, else kDefaultTraceMaxEvents.
   uint64_t trace_max_events = 0;
+  // How waits are done. Unset: $MTIA_EMU_WAIT (auto, spin, yield or block), else auto.
+  std::optional<WaitPolicy> wait;
 };
 
 struct DeviceProperties {
@@ -34,8 +44,9 @@ struct DeviceProperties {
   uint32_t pe_cols = 0;
   uint64_t clock_hz = 0;  // PE clock, Hz
   uint32_t dma_engines = 0;
-  uint32_t hardware_queues = 0;  // command queues the firmware serves
-  bool timing = true;            // whether the timing model is on
+  uint32_t hardware_queues = 0;         // command queues the firmware serves
+  bool timing = true;                   // whether the timing model is on
+  WaitPolicy wait = WaitPolicy::kAuto;  // the wait policy in effect (DeviceOptions::wait)
   // Launch limits (Device::launch). The argument block holds one 8-byte slot per argument:
   // at most 64, the kernel metadata's limit (kernel_meta.h, MTIA_KMETA_MAX_ARGS).
   uint32_t max_kernel_args = 64;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "mtia/isa/wait.h"
+
 namespace mtia::driver {
 
 // The device's performance trace (docs/architecture.md, "Traces"): how much it records.
@@ -49,6 +51,9 @@ struct BackendOptions {
   std::vector<std::string> overrides;  // "key=value" preset overrides, applied in order
   bool timing = true;                  // false: functional only, simulated time stays 0
   TraceOptions trace;
+  // How host threads wait for completions and the device's thread for host requests
+  // (isa/wait.h); a backend without a thread of its own uses it for the host side only.
+  isa::WaitPolicy wait = isa::WaitPolicy::kAuto;
 };
 
 class Backend {

@@ -1,8 +1,9 @@
 // The userspace driver's device: memory allocator, hardware queues and completions.
 //
 // Thread-safe: any number of host threads may allocate, submit and wait at once. Completions
-// arrive by interrupt on the backend's thread, which wakes the waiting host threads; nothing
-// here busy-waits.
+// arrive by interrupt on the backend's thread, which wakes the waiting host threads. A waiting
+// thread first spins or yields for a bounded time as BackendOptions::wait says (isa/wait.h),
+// then sleeps.
 #pragma once
 
 #include <cstdint>

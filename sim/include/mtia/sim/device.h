@@ -12,6 +12,7 @@
 #include <string>
 
 #include "mtia/isa/result.h"
+#include "mtia/isa/wait.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/host_memory.h"
 #include "mtia/sim/trace_types.h"
@@ -30,9 +31,10 @@ class Device {
  public:
   // Builds the model for `config` and starts the simulator thread. Only one Device may exist
   // per process at a time (SystemC has one global simulation context); a second one throws.
-  // `trace` sets what the trace records (docs/architecture.md, "Traces").
+  // `trace` sets what the trace records (docs/architecture.md, "Traces"); `wait` how the
+  // simulator thread waits for host requests and host threads for its answers (isa/wait.h).
   Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt,
-         TraceOptions trace = {});
+         TraceOptions trace = {}, isa::WaitPolicy wait = isa::WaitPolicy::kAuto);
   ~Device();  // stops the simulator thread and releases device memory
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;

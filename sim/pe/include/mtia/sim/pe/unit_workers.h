@@ -11,9 +11,15 @@
 //
 // Operations are small (a few microseconds on mtia-v1's tiles), so handing one over must cost
 // much less than that: each PE has a ring that only the simulator thread fills, a thread
-// claims a PE (an atomic flag) and runs everything queued on it, and threads that run out of
-// work look for more for a while before they sleep; no lock is taken on the way unless a
-// thread sleeps.
+// claims a PE (an atomic flag) and runs everything queued on it; no lock is taken on the way
+// unless a thread sleeps.
+//
+// Idle threads spin only where it pays and costs no one: at most one helper looks for work at a
+// time (a post wakes a sleeper only when none does; the one that finds work wakes a sleeper
+// to look in its place, so that posts rarely pay for a wake-up), only while the machine has a core
+// free (no more runnable tasks than cores), and each helper spins only as long as its recent idle
+// gaps suggest work is coming soon (halving the spin after every long gap). So helpers that
+// have nothing to do sleep, and the process's CPU time stays near the work it does.
 #pragma once
 
 #include <atomic>
@@ -71,20 +77,32 @@ class UnitWorkers {
   // Runs some PE's queued operations (`prefer` first if it has any, then round robin from
   // `cursor`): the PE, or -1 if none could be run.
   int64_t run_any(int64_t prefer, uint32_t& cursor);
-  // Counts a post or a finished batch, and wakes the sleepers if `wake`.
-  void note_progress(bool wake);
-  // Returns once `progress_` has moved past `seen`, or on stop: looks for a while, then sleeps.
-  void idle(uint64_t seen);
+  // Counts a post (wakes one sleeping helper if `wake` and none is looking for work).
+  void note_posted(bool wake);
+  // Counts a finished batch (wakes the simulator thread if it sleeps in join()).
+  void note_done();
+  // A helper with nothing to run: returns once work has been posted since `seen` (of
+  // `posted_seq_`), or on stop. `spin_ns` is the helper's spin budget, adapted here.
+  void helper_idle(uint64_t seen, int64_t& spin_ns);
+  // The simulator thread in join(): returns once a batch has finished since `seen` (of
+  // `done_seq_`).
+  void join_idle(uint64_t seen);
   void worker(unsigned index);
 
   std::unique_ptr<Queue[]> queues_;
   uint32_t pes_;
   uint64_t posted_ = 0;
-  std::atomic<uint64_t> progress_{0};  // bumped whenever work is posted or finished
-  std::atomic<unsigned> sleepers_{0};  // threads asleep (or about to be) on wake_cv_
+  std::atomic<uint64_t> posted_seq_{0};     // bumped when work is posted to an idle PE
+  std::atomic<uint64_t> done_seq_{0};       // bumped when a batch of work has finished
+  std::atomic<uint64_t> handoff_seq_{0};    // bumped when a helper wakes another to look
+  std::atomic<unsigned> sleepers_{0};       // helpers asleep (or about to be) on helper_cv_
+  std::atomic<unsigned> spinners_{0};       // helpers looking for work (at most one)
+  std::atomic<bool> joiner_asleep_{false};  // the simulator thread sleeps on join_cv_
   std::atomic<bool> stop_{false};
+  unsigned cores_;  // host cores this process may run on
   std::mutex sleep_mu_;
-  std::condition_variable wake_cv_;
+  std::condition_variable helper_cv_;
+  std::condition_variable join_cv_;
   std::vector<std::thread> threads_;
 };
 
