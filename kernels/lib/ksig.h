@@ -11,84 +11,27 @@
 
 /* The output dtype of SE op `op` on inputs of dtype `dt` with `arity` operands, or 0 when the
  * op is not one of that arity (*status = MTIA_KSTATUS_BAD_OP) or does not take that dtype
- * (*status = MTIA_KSTATUS_BAD_DTYPE). Mirrors the table in docs/pe-isa.md. */
+ * (*status = MTIA_KSTATUS_BAD_DTYPE). Reads the table of isa/pe/se_ops.h. */
 static inline uint8_t kse_out_dtype(uint64_t op, uint64_t dt, int arity, int* status) {
-  enum { kNumeric, kFloat, kAny, kIntOrBool } in_class;
-  int bool_out = 0;
-  int op_arity;
-  switch (op) {
-    case MTIA_PE_SE_ADD:
-    case MTIA_PE_SE_SUB:
-    case MTIA_PE_SE_MUL:
-    case MTIA_PE_SE_DIV:
-    case MTIA_PE_SE_MIN:
-    case MTIA_PE_SE_MAX:
-      op_arity = 2;
-      in_class = kNumeric;
-      break;
-    case MTIA_PE_SE_ABS:
-    case MTIA_PE_SE_NEG:
-    case MTIA_PE_SE_RELU:
-      op_arity = 1;
-      in_class = kNumeric;
-      break;
-    case MTIA_PE_SE_EXP:
-    case MTIA_PE_SE_LOG:
-    case MTIA_PE_SE_SQRT:
-    case MTIA_PE_SE_RSQRT:
-    case MTIA_PE_SE_TANH:
-    case MTIA_PE_SE_ERF:
-    case MTIA_PE_SE_SIGMOID:
-    case MTIA_PE_SE_SILU:
-      op_arity = 1;
-      in_class = kFloat;
-      break;
-    case MTIA_PE_SE_EQ:
-    case MTIA_PE_SE_NE:
-    case MTIA_PE_SE_LT:
-    case MTIA_PE_SE_LE:
-    case MTIA_PE_SE_GT:
-    case MTIA_PE_SE_GE:
-    case MTIA_PE_SE_LAND:
-    case MTIA_PE_SE_LOR:
-    case MTIA_PE_SE_LXOR:
-      op_arity = 2;
-      in_class = kAny;
-      bool_out = 1;
-      break;
-    case MTIA_PE_SE_LNOT:
-      op_arity = 1;
-      in_class = kAny;
-      bool_out = 1;
-      break;
-    case MTIA_PE_SE_BAND:
-    case MTIA_PE_SE_BOR:
-    case MTIA_PE_SE_BXOR:
-      op_arity = 2;
-      in_class = kIntOrBool;
-      break;
-    case MTIA_PE_SE_BNOT:
-      op_arity = 1;
-      in_class = kIntOrBool;
-      break;
-    default:
-      *status = MTIA_KSTATUS_BAD_OP;
-      return 0;
-  }
-  if (op_arity != arity) {
+  const mtia_pe_se_op_info info = mtia_pe_se_info(op);
+  /* SELECT and CAST have kernels of their own (where, cast); they are not unary/binary ops. */
+  if (info.arity != arity || op == MTIA_PE_SE_SELECT || op == MTIA_PE_SE_CAST) {
     *status = MTIA_KSTATUS_BAD_OP;
     return 0;
   }
   int ok;
-  switch (in_class) {
-    case kNumeric:
+  switch (info.in_class) {
+    case MTIA_PE_SE_IN_NUMERIC:
       ok = kdt_is_float(dt) || kdt_is_int(dt);
       break;
-    case kFloat:
+    case MTIA_PE_SE_IN_FLOAT:
       ok = kdt_is_float(dt);
       break;
-    case kIntOrBool:
+    case MTIA_PE_SE_IN_INT_OR_BOOL:
       ok = kdt_is_int(dt) || dt == MTIA_PE_DT_BOOL;
+      break;
+    case MTIA_PE_SE_IN_INT:
+      ok = kdt_is_int(dt);
       break;
     default:
       ok = kdt_size(dt) != 0;
@@ -99,7 +42,7 @@ static inline uint8_t kse_out_dtype(uint64_t op, uint64_t dt, int arity, int* st
     return 0;
   }
   *status = MTIA_KSTATUS_OK;
-  return bool_out ? (uint8_t)MTIA_PE_DT_BOOL : (uint8_t)dt;
+  return info.out_rule == MTIA_PE_SE_OUT_BOOL ? (uint8_t)MTIA_PE_DT_BOOL : (uint8_t)dt;
 }
 
 #endif /* MTIA_KERNELS_KSIG_H_ */

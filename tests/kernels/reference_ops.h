@@ -332,40 +332,35 @@ inline void check_view(const HostView& out, const std::function<double(const Sha
 
 // --- elementwise ops (docs/pe-isa.md semantics, written independently of the units' code) ----
 
+// Which dtypes an SE op takes and whether it writes bool: the table of isa/pe/se_ops.h.
 inline bool se_op_takes(uint8_t op, uint8_t dt) {
   const bool f = dt_float(dt), i = dt_int(dt), b = dt == kBool;
-  switch (op) {
-    case MTIA_PE_SE_ADD:
-    case MTIA_PE_SE_SUB:
-    case MTIA_PE_SE_MUL:
-    case MTIA_PE_SE_DIV:
-    case MTIA_PE_SE_MIN:
-    case MTIA_PE_SE_MAX:
-    case MTIA_PE_SE_ABS:
-    case MTIA_PE_SE_NEG:
-    case MTIA_PE_SE_RELU:
+  switch (mtia_pe_se_info(op).in_class) {
+    case MTIA_PE_SE_IN_NUMERIC:
       return f || i;
-    case MTIA_PE_SE_EXP:
-    case MTIA_PE_SE_LOG:
-    case MTIA_PE_SE_SQRT:
-    case MTIA_PE_SE_RSQRT:
-    case MTIA_PE_SE_TANH:
-    case MTIA_PE_SE_ERF:
-    case MTIA_PE_SE_SIGMOID:
-    case MTIA_PE_SE_SILU:
+    case MTIA_PE_SE_IN_FLOAT:
       return f;
-    case MTIA_PE_SE_BAND:
-    case MTIA_PE_SE_BOR:
-    case MTIA_PE_SE_BXOR:
-    case MTIA_PE_SE_BNOT:
+    case MTIA_PE_SE_IN_INT_OR_BOOL:
       return i || b;
+    case MTIA_PE_SE_IN_INT:
+      return i;
     default:
-      return true;  // comparisons and logical ops take every dtype
+      return true;
   }
 }
 
 inline bool se_op_bool_out(uint8_t op) {
-  return op >= MTIA_PE_SE_EQ && op <= MTIA_PE_SE_LNOT;
+  return mtia_pe_se_info(op).out_rule == MTIA_PE_SE_OUT_BOOL;
+}
+
+// The SE ops of one arity that the unary and binary kernels take (not select, clamp, cast).
+inline std::vector<uint8_t> se_ops_of_arity(int arity) {
+  std::vector<uint8_t> ops;
+  for (uint8_t op = 1; op < MTIA_PE_SE_OP_COUNT; ++op) {
+    if (op == MTIA_PE_SE_CAST) continue;
+    if (mtia_pe_se_info(op).arity == arity) ops.push_back(op);
+  }
+  return ops;
 }
 
 inline double ref_cast(uint8_t from, uint8_t to, double v) {
@@ -419,8 +414,104 @@ inline double ref_unary(uint8_t op, uint8_t dt, double a) {
       case MTIA_PE_SE_SILU:
         r = x / (1.0f + std::exp(-x));
         break;
-      default:
-        throw std::logic_error("no reference for unary op " + std::to_string(op));
+      default: {
+        // The rest in double, rounded once.
+        const double d = x;
+        double v;
+        switch (op) {
+          case MTIA_PE_SE_SIN:
+            v = std::sin(d);
+            break;
+          case MTIA_PE_SE_COS:
+            v = std::cos(d);
+            break;
+          case MTIA_PE_SE_TAN:
+            v = std::tan(d);
+            break;
+          case MTIA_PE_SE_ASIN:
+            v = std::asin(d);
+            break;
+          case MTIA_PE_SE_ACOS:
+            v = std::acos(d);
+            break;
+          case MTIA_PE_SE_ATAN:
+            v = std::atan(d);
+            break;
+          case MTIA_PE_SE_SINH:
+            v = std::sinh(d);
+            break;
+          case MTIA_PE_SE_COSH:
+            v = std::cosh(d);
+            break;
+          case MTIA_PE_SE_ASINH:
+            v = std::asinh(d);
+            break;
+          case MTIA_PE_SE_ACOSH:
+            v = std::acosh(d);
+            break;
+          case MTIA_PE_SE_ATANH:
+            v = std::atanh(d);
+            break;
+          case MTIA_PE_SE_EXPM1:
+            v = std::expm1(d);
+            break;
+          case MTIA_PE_SE_LOG1P:
+            v = std::log1p(d);
+            break;
+          case MTIA_PE_SE_LOG2:
+            v = std::log2(d);
+            break;
+          case MTIA_PE_SE_LOG10:
+            v = std::log10(d);
+            break;
+          case MTIA_PE_SE_EXP2:
+            v = std::exp2(d);
+            break;
+          case MTIA_PE_SE_ERFC:
+            v = std::erfc(d);
+            break;
+          case MTIA_PE_SE_LGAMMA:
+            v = std::lgamma(d);
+            break;
+          case MTIA_PE_SE_FLOOR:
+            v = std::floor(d);
+            break;
+          case MTIA_PE_SE_CEIL:
+            v = std::ceil(d);
+            break;
+          case MTIA_PE_SE_ROUND:
+            v = std::nearbyint(d);
+            break;
+          case MTIA_PE_SE_TRUNC:
+            v = std::trunc(d);
+            break;
+          case MTIA_PE_SE_RECIPROCAL:
+            v = 1.0 / d;
+            break;
+          case MTIA_PE_SE_SIGN:
+            v = std::isnan(d) ? d : (d > 0) - (d < 0);
+            break;
+          case MTIA_PE_SE_GELU:
+            v = d * 0.5 * (1.0 + std::erf(d / std::sqrt(2.0)));
+            break;
+          case MTIA_PE_SE_GELU_TANH:
+            v = 0.5 * d * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (d + 0.044715 * d * d * d)));
+            break;
+          case MTIA_PE_SE_GELU_GRAD:
+            v = 0.5 * (1.0 + std::erf(d / std::sqrt(2.0))) +
+                d * std::exp(-0.5 * d * d) / std::sqrt(2.0 * M_PI);
+            break;
+          case MTIA_PE_SE_GELU_TANH_GRAD: {
+            const double beta = std::sqrt(2.0 / M_PI), kappa = 0.044715;
+            const double th = std::tanh(beta * (d + kappa * d * d * d));
+            v = 0.5 * (1.0 + th) + 0.5 * d * (1.0 - th * th) * beta * (1.0 + 3.0 * kappa * d * d);
+            break;
+          }
+          default:
+            throw std::logic_error("no reference for unary op " + std::to_string(op));
+        }
+        return round_to(dt, v);
+      }
     }
     return round_to(dt, r);
   }
@@ -434,6 +525,8 @@ inline double ref_unary(uint8_t op, uint8_t dt, double a) {
       return v > 0 ? static_cast<double>(v) : 0;
     case MTIA_PE_SE_BNOT:
       return dt == kBool ? (v == 0 ? 1 : 0) : wrap(dt, ~v);
+    case MTIA_PE_SE_SIGN:
+      return static_cast<double>((v > 0) - (v < 0));
     default:
       throw std::logic_error("no reference for unary op " + std::to_string(op));
   }
@@ -484,8 +577,36 @@ inline double ref_binary(uint8_t op, uint8_t dt, double a, double b) {
       case MTIA_PE_SE_MAX:
         r = std::max(x, y);
         break;
-      default:
-        throw std::logic_error("no reference for binary op " + std::to_string(op));
+      default: {
+        const double p = x, q = y;
+        double v;
+        switch (op) {
+          case MTIA_PE_SE_POW:
+            v = std::pow(p, q);
+            break;
+          case MTIA_PE_SE_ATAN2:
+            v = std::atan2(p, q);
+            break;
+          case MTIA_PE_SE_HYPOT:
+            v = std::hypot(p, q);
+            break;
+          case MTIA_PE_SE_COPYSIGN:
+            v = std::copysign(p, q);
+            break;
+          case MTIA_PE_SE_FMOD:
+            v = std::fmod(p, q);
+            break;
+          case MTIA_PE_SE_REMAINDER:
+            v = p - q * std::floor(p / q);
+            break;
+          case MTIA_PE_SE_FLOOR_DIV:
+            v = std::floor(p / q);
+            break;
+          default:
+            throw std::logic_error("no reference for binary op " + std::to_string(op));
+        }
+        return round_to(dt, v);
+      }
     }
     return round_to(dt, r);
   }
@@ -509,6 +630,22 @@ inline double ref_binary(uint8_t op, uint8_t dt, double a, double b) {
       return static_cast<double>(x | y);
     case MTIA_PE_SE_BXOR:
       return static_cast<double>(x ^ y);
+    case MTIA_PE_SE_FMOD:
+      return y == 0 ? 0 : static_cast<double>(x % y);
+    case MTIA_PE_SE_REMAINDER: {
+      if (y == 0) return 0;
+      const int64_t m = x % y;
+      return static_cast<double>(m != 0 && ((m < 0) != (y < 0)) ? m + y : m);
+    }
+    case MTIA_PE_SE_FLOOR_DIV: {
+      if (y == 0) return 0;
+      const int64_t q = x / y;
+      return wrap(dt, (x % y != 0 && ((x < 0) != (y < 0))) ? q - 1 : q);
+    }
+    case MTIA_PE_SE_SHL:
+      return y < 0 || y >= 64 ? 0 : wrap(dt, static_cast<int64_t>(static_cast<uint64_t>(x) << y));
+    case MTIA_PE_SE_SHR:
+      return y < 0 || y >= 64 ? (x < 0 ? -1 : 0) : static_cast<double>(x >> y);
     default:
       throw std::logic_error("no reference for binary op " + std::to_string(op));
   }

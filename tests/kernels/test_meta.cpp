@@ -18,6 +18,67 @@ namespace {
 // The signatures as docs/kernels.md lists them, one letter per argument:
 // p ptr, i i64, f f32, d f64, t dtype. Written by hand, not derived from the sources.
 const std::map<std::string, std::string> kExpected = {
+    // index.c
+    {"index_gather",
+     "pppppptt"
+     "iii"
+     "iiii"
+     "iiii"
+     "i"
+     "iii"
+     "iii"
+     "iii"},
+    {"index_put",
+     "ppppppptt"
+     "iiii"
+     "iiii"
+     "iiii"
+     "i"
+     "iii"
+     "iii"
+     "iii"},
+    {"embedding_bag",
+     "pppppppptt"
+     "iiiiiiiiii"},
+    {"gather_lines",
+     "ppptt"
+     "iiii"
+     "i"
+     "iiii"
+     "iiii"
+     "iiii"},
+    {"scatter_lines",
+     "ppptt"
+     "iii"
+     "iiii"
+     "i"
+     "iiii"
+     "iiii"
+     "iiii"},
+    {"cumsum",
+     "pptt"
+     "iii"
+     "iii"
+     "iii"},
+    {"tri",
+     "ppt"
+     "iiiii"
+     "iii"
+     "iii"},
+    {"compact",
+     "ppppt"
+     "ii"
+     "iiii"
+     "iiii"
+     "iiii"},
+    // sort.c
+    {"sort",
+     "ppppt"
+     "iiii"
+     "iiii"
+     "iiii"
+     "iiii"
+     "iiii"},
     {"fill",
      "pti"
      "iiii"
@@ -135,6 +196,33 @@ const std::map<std::string, std::string> kExpected = {
      "iii"
      "ff"
      "iiiiiiii"},
+    {"im2col",
+     "ppt"
+     "ii"
+     "iii"
+     "iiiii"
+     "iiiiiiiiiiiiiii"},
+    {"pool2d",
+     "pppt"
+     "iiiiiiiiiiiiiiiii"
+     "iiii"
+     "iiii"
+     "iiii"},
+    {"pool2d_backward",
+     "pppt"
+     "iiiiiiiiiiiiiiiii"
+     "iiii"
+     "iiii"
+     "iiii"},
+    {"channel_moments",
+     "pppt"
+     "iii"
+     "iii"},
+    {"channel_grad_sums",
+     "pppppt"
+     "iiii"
+     "iii"
+     "iii"},
 };
 
 char letter(KernelArgKind k) {

@@ -98,103 +98,21 @@ Check bad_dtype(const char* what, uint8_t dt) {
               fmt::format("{} dtype {} ({}) is not allowed here", what, dt, dtype_name(dt)));
 }
 
-// The SE operations: operand count, which input dtypes, which output dtype.
-enum class InClass : uint8_t { kAny, kNumeric, kFloat, kIntOrBool };
-enum class OutRule : uint8_t { kSame, kBool, kAny };
-struct SeRule {
-  uint8_t arity;
-  InClass in;
-  OutRule out;
-  const char* name;
-};
-
-SeRule se_rule(uint8_t op) {
-  switch (op) {
-    case MTIA_PE_SE_ADD:
-      return {2, InClass::kNumeric, OutRule::kSame, "add"};
-    case MTIA_PE_SE_SUB:
-      return {2, InClass::kNumeric, OutRule::kSame, "sub"};
-    case MTIA_PE_SE_MUL:
-      return {2, InClass::kNumeric, OutRule::kSame, "mul"};
-    case MTIA_PE_SE_DIV:
-      return {2, InClass::kNumeric, OutRule::kSame, "div"};
-    case MTIA_PE_SE_MIN:
-      return {2, InClass::kNumeric, OutRule::kSame, "min"};
-    case MTIA_PE_SE_MAX:
-      return {2, InClass::kNumeric, OutRule::kSame, "max"};
-    case MTIA_PE_SE_ABS:
-      return {1, InClass::kNumeric, OutRule::kSame, "abs"};
-    case MTIA_PE_SE_NEG:
-      return {1, InClass::kNumeric, OutRule::kSame, "neg"};
-    case MTIA_PE_SE_EXP:
-      return {1, InClass::kFloat, OutRule::kSame, "exp"};
-    case MTIA_PE_SE_LOG:
-      return {1, InClass::kFloat, OutRule::kSame, "log"};
-    case MTIA_PE_SE_SQRT:
-      return {1, InClass::kFloat, OutRule::kSame, "sqrt"};
-    case MTIA_PE_SE_RSQRT:
-      return {1, InClass::kFloat, OutRule::kSame, "rsqrt"};
-    case MTIA_PE_SE_TANH:
-      return {1, InClass::kFloat, OutRule::kSame, "tanh"};
-    case MTIA_PE_SE_ERF:
-      return {1, InClass::kFloat, OutRule::kSame, "erf"};
-    case MTIA_PE_SE_SIGMOID:
-      return {1, InClass::kFloat, OutRule::kSame, "sigmoid"};
-    case MTIA_PE_SE_RELU:
-      return {1, InClass::kNumeric, OutRule::kSame, "relu"};
-    case MTIA_PE_SE_SILU:
-      return {1, InClass::kFloat, OutRule::kSame, "silu"};
-    case MTIA_PE_SE_EQ:
-      return {2, InClass::kAny, OutRule::kBool, "eq"};
-    case MTIA_PE_SE_NE:
-      return {2, InClass::kAny, OutRule::kBool, "ne"};
-    case MTIA_PE_SE_LT:
-      return {2, InClass::kAny, OutRule::kBool, "lt"};
-    case MTIA_PE_SE_LE:
-      return {2, InClass::kAny, OutRule::kBool, "le"};
-    case MTIA_PE_SE_GT:
-      return {2, InClass::kAny, OutRule::kBool, "gt"};
-    case MTIA_PE_SE_GE:
-      return {2, InClass::kAny, OutRule::kBool, "ge"};
-    case MTIA_PE_SE_LAND:
-      return {2, InClass::kAny, OutRule::kBool, "logical_and"};
-    case MTIA_PE_SE_LOR:
-      return {2, InClass::kAny, OutRule::kBool, "logical_or"};
-    case MTIA_PE_SE_LXOR:
-      return {2, InClass::kAny, OutRule::kBool, "logical_xor"};
-    case MTIA_PE_SE_LNOT:
-      return {1, InClass::kAny, OutRule::kBool, "logical_not"};
-    case MTIA_PE_SE_BAND:
-      return {2, InClass::kIntOrBool, OutRule::kSame, "bitwise_and"};
-    case MTIA_PE_SE_BOR:
-      return {2, InClass::kIntOrBool, OutRule::kSame, "bitwise_or"};
-    case MTIA_PE_SE_BXOR:
-      return {2, InClass::kIntOrBool, OutRule::kSame, "bitwise_xor"};
-    case MTIA_PE_SE_BNOT:
-      return {1, InClass::kIntOrBool, OutRule::kSame, "bitwise_not"};
-    case MTIA_PE_SE_SELECT:
-      return {3, InClass::kAny, OutRule::kSame, "select"};
-    case MTIA_PE_SE_CLAMP:
-      return {3, InClass::kNumeric, OutRule::kSame, "clamp"};
-    case MTIA_PE_SE_CAST:
-      return {1, InClass::kAny, OutRule::kAny, "cast"};
-    default:
-      return {0, InClass::kAny, OutRule::kAny, nullptr};
-  }
-}
-
-bool in_class_accepts(InClass c, uint8_t dt) {
+bool in_class_accepts(uint8_t c, uint8_t dt) {
   switch (c) {
-    case InClass::kAny:
+    case MTIA_PE_SE_IN_ANY:
       return true;
-    case InClass::kNumeric:
+    case MTIA_PE_SE_IN_NUMERIC:
       return is_float(dt) || is_int(dt);
-    case InClass::kFloat:
+    case MTIA_PE_SE_IN_FLOAT:
       return is_float(dt);
-    case InClass::kIntOrBool:
+    case MTIA_PE_SE_IN_INT_OR_BOOL:
       return is_int(dt) || dt == MTIA_PE_DT_BOOL;
+    case MTIA_PE_SE_IN_INT:
+      return is_int(dt);
+    default:
+      return false;
   }
-  return false;
 }
 
 }  // namespace
@@ -359,16 +277,16 @@ Check validate(const mtia_pe_se_desc& d, uint64_t ls_bytes) {
   for (uint8_t b : d.reserved1) {
     if (auto c = reserved_zero("SE descriptor reserved1", b)) return c;
   }
-  const SeRule rule = se_rule(d.op);
+  const mtia_pe_se_op_info rule = mtia_pe_se_info(d.op);
   if (rule.name == nullptr) {
     return fail(ErrorCode::kBadOpcode, fmt::format("SE op {} is not defined", d.op));
   }
-  if (dtype_bytes(d.in_dtype) == 0 || !in_class_accepts(rule.in, d.in_dtype)) {
+  if (dtype_bytes(d.in_dtype) == 0 || !in_class_accepts(rule.in_class, d.in_dtype)) {
     return bad_dtype(fmt::format("SE {} input", rule.name).c_str(), d.in_dtype);
   }
-  const bool out_ok = rule.out == OutRule::kSame   ? d.out_dtype == d.in_dtype
-                      : rule.out == OutRule::kBool ? d.out_dtype == MTIA_PE_DT_BOOL
-                                                   : dtype_bytes(d.out_dtype) != 0;
+  const bool out_ok = rule.out_rule == MTIA_PE_SE_OUT_SAME   ? d.out_dtype == d.in_dtype
+                      : rule.out_rule == MTIA_PE_SE_OUT_BOOL ? d.out_dtype == MTIA_PE_DT_BOOL
+                                                             : dtype_bytes(d.out_dtype) != 0;
   if (!out_ok) return bad_dtype(fmt::format("SE {} output", rule.name).c_str(), d.out_dtype);
   if (d.count == 0) return fail(ErrorCode::kBadDims, "SE count is zero");
 

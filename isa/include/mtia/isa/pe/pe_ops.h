@@ -36,6 +36,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "se_ops.h"
+
 #ifdef __cplusplus
 #define MTIA_PE_STATIC_ASSERT(cond, name) static_assert(cond, #name)
 #else
@@ -76,19 +78,19 @@
 #define MTIA_PE_F7_V1 0
 
 /* pe.info fields, selected by funct7. The core answers these itself (no unit involved). */
-#define MTIA_PE_INFO_PE_ID 0      /* this PE's index in the launch: pe_row * grid_cols + pe_col */
-#define MTIA_PE_INFO_GRID_ROWS 1  /* PE rows in the launch, 1..8 */
-#define MTIA_PE_INFO_GRID_COLS 2  /* PE columns in the launch, 1..8 */
-#define MTIA_PE_INFO_PE_ROW 3     /* this PE's row in the launch grid */
-#define MTIA_PE_INFO_PE_COL 4     /* this PE's column in the launch grid */
-#define MTIA_PE_INFO_NUM_PES 5    /* grid_rows * grid_cols */
-#define MTIA_PE_INFO_ARGS_PTR 6   /* core address of the argument block (MTIA_PE_ARGS_BASE) */
-#define MTIA_PE_INFO_ARGS_BYTES 7 /* size of the argument block in bytes */
-#define MTIA_PE_INFO_LS_BASE 8    /* MTIA_PE_LS_BASE */
-#define MTIA_PE_INFO_LS_BYTES 9   /* local-store bytes of this chip preset */
-#define MTIA_PE_INFO_CYCLES 10    /* core cycles since the launch started on this PE */
-#define MTIA_PE_INFO_INSTRET 11   /* instructions retired since the launch started */
-#define MTIA_PE_INFO_SRAM_BASE 12 /* device address of the on-chip SRAM (launch scratch) */
+#define MTIA_PE_INFO_PE_ID 0       /* this PE's index in the launch: pe_row * grid_cols + pe_col */
+#define MTIA_PE_INFO_GRID_ROWS 1   /* PE rows in the launch, 1..8 */
+#define MTIA_PE_INFO_GRID_COLS 2   /* PE columns in the launch, 1..8 */
+#define MTIA_PE_INFO_PE_ROW 3      /* this PE's row in the launch grid */
+#define MTIA_PE_INFO_PE_COL 4      /* this PE's column in the launch grid */
+#define MTIA_PE_INFO_NUM_PES 5     /* grid_rows * grid_cols */
+#define MTIA_PE_INFO_ARGS_PTR 6    /* core address of the argument block (MTIA_PE_ARGS_BASE) */
+#define MTIA_PE_INFO_ARGS_BYTES 7  /* size of the argument block in bytes */
+#define MTIA_PE_INFO_LS_BASE 8     /* MTIA_PE_LS_BASE */
+#define MTIA_PE_INFO_LS_BYTES 9    /* local-store bytes of this chip preset */
+#define MTIA_PE_INFO_CYCLES 10     /* core cycles since the launch started on this PE */
+#define MTIA_PE_INFO_INSTRET 11    /* instructions retired since the launch started */
+#define MTIA_PE_INFO_SRAM_BASE 12  /* device address of the on-chip SRAM (launch scratch) */
 #define MTIA_PE_INFO_SRAM_BYTES 13 /* on-chip SRAM bytes of this chip preset */
 #define MTIA_PE_INFO_COUNT 14
 
@@ -176,52 +178,14 @@ MTIA_PE_STATIC_ASSERT(sizeof(mtia_pe_matmul_desc) == 64, matmul_desc_size);
 MTIA_PE_STATIC_ASSERT(offsetof(mtia_pe_matmul_desc, m) == 16, matmul_desc_m_offset);
 MTIA_PE_STATIC_ASSERT(offsetof(mtia_pe_matmul_desc, a) == 40, matmul_desc_a_offset);
 
-/* -- SE: out[i] = op(a[i], b[i], c[i]) for i < count. */
+/* -- SE: out[i] = op(a[i], b[i], c[i]) for i < count. The ops, their operands and dtypes are
+ *    the table of se_ops.h. */
 enum mtia_pe_se_op {
   MTIA_PE_SE_INVALID = 0,
-  /* arithmetic: out dtype = in dtype; integers wrap */
-  MTIA_PE_SE_ADD = 1,
-  MTIA_PE_SE_SUB = 2,
-  MTIA_PE_SE_MUL = 3,
-  MTIA_PE_SE_DIV = 4,
-  MTIA_PE_SE_MIN = 5,
-  MTIA_PE_SE_MAX = 6,
-  MTIA_PE_SE_ABS = 7,
-  MTIA_PE_SE_NEG = 8,
-  /* transcendental and activation functions: floating dtypes only (RELU: any numeric) */
-  MTIA_PE_SE_EXP = 9,
-  MTIA_PE_SE_LOG = 10,
-  MTIA_PE_SE_SQRT = 11,
-  MTIA_PE_SE_RSQRT = 12,
-  MTIA_PE_SE_TANH = 13,
-  MTIA_PE_SE_ERF = 14,
-  MTIA_PE_SE_SIGMOID = 15,
-  MTIA_PE_SE_RELU = 16,
-  MTIA_PE_SE_SILU = 17,
-  /* comparisons: out dtype bool */
-  MTIA_PE_SE_EQ = 18,
-  MTIA_PE_SE_NE = 19,
-  MTIA_PE_SE_LT = 20,
-  MTIA_PE_SE_LE = 21,
-  MTIA_PE_SE_GT = 22,
-  MTIA_PE_SE_GE = 23,
-  /* logical (operands are true when non-zero): out dtype bool */
-  MTIA_PE_SE_LAND = 24,
-  MTIA_PE_SE_LOR = 25,
-  MTIA_PE_SE_LXOR = 26,
-  MTIA_PE_SE_LNOT = 27,
-  /* bitwise: integer and bool dtypes; out dtype = in dtype */
-  MTIA_PE_SE_BAND = 28,
-  MTIA_PE_SE_BOR = 29,
-  MTIA_PE_SE_BXOR = 30,
-  MTIA_PE_SE_BNOT = 31,
-  /* out = a ? b : c, where a is bool and b, c have in_dtype */
-  MTIA_PE_SE_SELECT = 32,
-  /* out = min(max(a, b), c): b is the lower bound, c the upper */
-  MTIA_PE_SE_CLAMP = 33,
-  /* out = (out_dtype)a */
-  MTIA_PE_SE_CAST = 34,
-  MTIA_PE_SE_OP_COUNT
+#define MTIA_PE_SE_ENUM(NAME_, code_, arity_, in_, out_, cost_, name_) MTIA_PE_SE_##NAME_ = code_,
+  MTIA_PE_SE_OPS(MTIA_PE_SE_ENUM)
+#undef MTIA_PE_SE_ENUM
+      MTIA_PE_SE_OP_COUNT /* one past the highest code; the codes are 1..COUNT-1 */
 };
 
 /* How each of the operands a, b, c is supplied. */
