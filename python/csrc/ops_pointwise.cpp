@@ -28,7 +28,6 @@
 #include <ATen/ops/gt_meta.h>
 #include <ATen/ops/le_meta.h>
 #include <ATen/ops/lerp_meta.h>
-#include <ATen/ops/log2_meta.h>
 #include <ATen/ops/log_meta.h>
 #include <ATen/ops/logical_and_ops.h>
 #include <ATen/ops/logical_not_ops.h>
@@ -41,7 +40,6 @@
 #include <ATen/ops/mul_meta.h>
 #include <ATen/ops/ne_meta.h>
 #include <ATen/ops/neg_meta.h>
-#include <ATen/ops/reciprocal_meta.h>
 #include <ATen/ops/relu_ops.h>
 #include <ATen/ops/rsqrt_meta.h>
 #include <ATen/ops/sigmoid_backward_meta.h>
@@ -162,31 +160,6 @@ Tensor& relu_(Tensor& self) {
   return self;
 }
 
-Tensor& reciprocal_out(const Tensor& self, Tensor& out) {
-  OutOf<at::meta::structured_reciprocal> m(out);
-  m.meta(self);
-  const ScalarType dt = m.common_dtype();
-  if (!is_kernel_float(dt)) {
-    return run_on_cpu<ATEN_OP2(reciprocal, out)>(dtype_reason(dt), self, out);
-  }
-  apply_binary(MTIA_PE_SE_DIV, out, at::scalar_tensor(1.0, at::kDouble), m.input(0), dt, dt);
-  return out;
-}
-
-Tensor& log2_out(const Tensor& self, Tensor& out) {
-  OutOf<at::meta::structured_log2> m(out);
-  m.meta(self);
-  const ScalarType dt = m.common_dtype();
-  if (!is_kernel_float(dt)) return run_on_cpu<ATEN_OP2(log2, out)>(dtype_reason(dt), self, out);
-  // log2(x) = log(x) / ln 2, in float32 for the narrow dtypes.
-  const ScalarType acc = acc_dtype(dt);
-  Tensor ln = empty_like_dtype(out, acc);
-  apply_unary(MTIA_PE_SE_LOG, ln, m.input(0), acc, acc);
-  apply_binary_scalar(MTIA_PE_SE_DIV, ln, ln, std::log(2.0), acc);
-  write_into(out, ln);
-  return out;
-}
-
 // --- binary --------------------------------------------------------------------------------
 
 // a + alpha * b (sub: a - alpha * b): one pointwise launch when the dtype computes in itself
@@ -294,14 +267,6 @@ MTIA_BITWISE(bitwise_and, MTIA_PE_SE_BAND)
 MTIA_BITWISE(bitwise_or, MTIA_PE_SE_BOR)
 MTIA_BITWISE(bitwise_xor, MTIA_PE_SE_BXOR)
 #undef MTIA_BITWISE
-
-Tensor& div_mode_out(const Tensor& self, const Tensor& other, c10::optional<c10::string_view> mode,
-                     Tensor& out) {
-  if (!mode.has_value()) return div_out(self, other, out);
-  // Rounded division needs floor/trunc, which the SE does not have.
-  return run_on_cpu<ATEN_OP2(div, out_mode)>("rounding_mode=" + std::string(*mode), self, other,
-                                             mode, out);
-}
 
 // Comparisons: out bool (or a cast of it), compared in the common dtype.
 #define MTIA_COMPARE(name, se_op)                                                        \
@@ -810,15 +775,12 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("logical_not.out", TORCH_FN(logical_not_out));
   m.impl("relu", TORCH_FN(relu));
   m.impl("relu_", TORCH_FN(relu_));
-  m.impl("reciprocal.out", TORCH_FN(reciprocal_out));
-  m.impl("log2.out", TORCH_FN(log2_out));
 
   m.impl("add.out", TORCH_FN(add_out));
   m.impl("sub.out", TORCH_FN(sub_out));
   m.impl("rsub.Tensor", TORCH_FN(rsub));
   m.impl("mul.out", TORCH_FN(mul_out));
   m.impl("div.out", TORCH_FN(div_out));
-  m.impl("div.out_mode", TORCH_FN(div_mode_out));
   m.impl("maximum.out", TORCH_FN(maximum_out));
   m.impl("minimum.out", TORCH_FN(minimum_out));
   m.impl("bitwise_and.Tensor_out", TORCH_FN(bitwise_and_out));

@@ -101,3 +101,21 @@ def test_init_rejects_a_bad_trace_level():
     """)
     assert r.returncode == 0, r.stderr
     assert "rejected" in r.stdout
+
+
+def test_demo_trains_a_zoo_model(tmp_path):
+    r = run_demo(tmp_path, "--model", "dlrm", "--steps", "3", "--trace", "kernels")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "demo: training dlrm" in r.stdout and "demo: PASS" in r.stdout
+    losses = json.loads((tmp_path / "losses.json").read_text())
+    assert losses["model"] == "dlrm" and losses["fallbacks"] == {}
+    for d, c in zip(losses["device"], losses["cpu"]):
+        assert abs(d - c) <= 1e-4
+    assert losses["kernel_launches"].get("embedding_bag", 0) >= 3 * 3  # 3 bags a step
+    assert (tmp_path / "trace.json").stat().st_size > 0
+
+
+def test_demo_rejects_an_unknown_model(tmp_path):
+    r = run_demo(tmp_path, "--model", "alexnet")
+    assert r.returncode == 2
+    assert "invalid choice: 'alexnet'" in r.stderr

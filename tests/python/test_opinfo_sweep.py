@@ -3,6 +3,7 @@ a wrong answer or kill the interpreter. The suite runs one sample an op (about 4
 cores); MTIA_EMU_SWEEP_SAMPLES=N runs more, and `.venv/bin/python tests/python/opinfo_sweep.py
 --samples 8` is the full sweep by hand."""
 import os
+import re
 
 import opinfo_sweep
 
@@ -14,7 +15,10 @@ def test_every_op_answers_like_the_cpu_or_raises(capsys):
     print(out)
     assert "0 wrong, 0 crashed" in out, out
     assert status == 0
-    assert "on device kernels:" in out
+    # At least 60% of the ops that run take device kernels alone (67.9% measured with 2
+    # samples, 2026-11-25).
+    share = re.search(r"on device kernels: \d+ of \d+ ops that ran \(([\d.]+)%\)", out)
+    assert share and float(share.group(1)) >= 60.0, out
 
 
 def test_the_sweep_reports_a_wrong_answer(monkeypatch, capsys):
