@@ -1,6 +1,4 @@
 // mtia-emu: run workloads on the emulated MTIA device and inspect its presets.
-#include <spdlog/spdlog.h>
-
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +6,7 @@
 
 #include "commands.h"
 #include "mtia/error.h"
+#include "mtia/log/logger.h"
 
 namespace mtia::tools {
 
@@ -43,10 +42,19 @@ DeviceOptions DeviceFlags::options() const {
 int main(int argc, char** argv) {
   CLI::App app{"mtia-emu: an emulator of Meta's MTIA accelerator"};
   app.require_subcommand(1);
-  std::string log_level = "warn";
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
-      ->capture_default_str();
-  app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
+  std::string log_level;
+  app.add_option("--log-level", log_level,
+                 "trace, debug, info, warn, error or off (default: $MTIA_EMU_LOG_LEVEL, else warn)")
+      ->check([](const std::string& name) {
+        spdlog::level::level_enum level;
+        return mtia::log::parse_level(name, level)
+                   ? std::string()
+                   : "not a level: use trace, debug, info, warn, error or off";
+      });
+  app.parse_complete_callback([&] {
+    spdlog::level::level_enum level;
+    if (!log_level.empty() && mtia::log::parse_level(log_level, level)) mtia::log::set_level(level);
+  });
   mtia::tools::add_info_command(app);
   mtia::tools::add_demo_command(app);
   mtia::tools::add_trace_command(app);

@@ -4,7 +4,6 @@
 // backend "inprocess" from a static registrar; the library is linked as a whole archive (see
 // backends/CMakeLists.txt) so the registrar is kept even though nothing references it.
 #include <spdlog/fmt/fmt.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <map>
@@ -13,6 +12,7 @@
 #include <stdexcept>
 
 #include "mtia/driver/backend.h"
+#include "mtia/log/logger.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/device.h"
 #include "mtia/sim/host_memory.h"
@@ -21,10 +21,7 @@ namespace mtia::backends {
 namespace {
 
 std::shared_ptr<spdlog::logger> logger() {
-  static std::shared_ptr<spdlog::logger> log = [] {
-    auto l = spdlog::get("backend.inprocess");
-    return l ? l : spdlog::stdout_color_mt("backend.inprocess");
-  }();
+  static const std::shared_ptr<spdlog::logger> log = mtia::log::get("backend.inprocess");
   return log;
 }
 

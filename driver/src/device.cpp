@@ -13,7 +13,6 @@
 #include "mtia/driver/device.h"
 
 #include <spdlog/fmt/fmt.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -31,6 +30,7 @@
 #include "mtia/isa/error_record.h"
 #include "mtia/isa/registers.h"
 #include "mtia/isa/wait.h"
+#include "mtia/log/logger.h"
 
 namespace mtia::driver {
 namespace {
@@ -43,10 +43,7 @@ constexpr size_t kKeepFailures = 4096;               // failures kept per queue 
 constexpr uint64_t kRecordBatch = 16;                // completion records read at once
 
 std::shared_ptr<spdlog::logger> logger() {
-  static std::shared_ptr<spdlog::logger> log = [] {
-    auto l = spdlog::get("driver");
-    return l ? l : spdlog::stdout_color_mt("driver");
-  }();
+  static const std::shared_ptr<spdlog::logger> log = mtia::log::get("driver");
   return log;
 }
 

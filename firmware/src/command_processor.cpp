@@ -1,9 +1,7 @@
 // The command processor: see command_processor.h and isa/registers.h for the protocol.
 #include "mtia/firmware/command_processor.h"
 
-#include <spdlog/fmt/fmt.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 
 #include <bit>
 #include <cassert>
@@ -11,6 +9,7 @@
 #include <memory>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 
 #include "mtia/isa/error_record.h"
 
@@ -30,17 +29,13 @@ constexpr uint64_t kRingAlign = isa::kPacketSlotBytes;
 constexpr uint64_t kCompletionAlign = isa::kCompletionRecordBytes;
 constexpr size_t kPresetNameBytes = 16;
 
-std::shared_ptr<spdlog::logger> logger() {
-  // Function-local static: created once, thread-safe, shared by every CommandProcessor.
-  static const std::shared_ptr<spdlog::logger> log = [] {
-    if (auto existing = spdlog::get("firmware")) return existing;
-    try {
-      return spdlog::stdout_color_mt("firmware");
-    } catch (const spdlog::spdlog_ex&) {
-      return spdlog::get("firmware");  // another thread registered it first
-    }
-  }();
-  return log;
+// Logs through the platform, formatting only when the platform wants the level.
+template <typename... Args>
+void log_message(Platform& platform, LogLevel level, fmt::format_string<Args...> format,
+                 Args&&... args) {
+  if (platform.log_enabled(level)) {
+    platform.log(level, fmt::format(format, std::forward<Args>(args)...));
+  }
 }
 
 Rejection bad_register(uint64_t offset, const char* what) {
@@ -239,8 +234,9 @@ isa::Result<bool> CommandProcessor::write_queue_register(uint32_t q, uint64_t fi
                              fmt::format("queue {}: cannot enable: {}", q, problem));
         }
         queue.state = QueueState::kRunning;
-        logger()->debug("queue {} enabled: ring 0x{:x} x {} slots, completions at 0x{:x}", q,
-                        queue.base, queue.size, queue.completion);
+        log_message(platform_, LogLevel::kDebug,
+                    "queue {} enabled: ring 0x{:x} x {} slots, completions at 0x{:x}", q,
+                    queue.base, queue.size, queue.completion);
       }
       return true;
     }
@@ -470,14 +466,16 @@ bool CommandProcessor::poll_wait(uint32_t q) {
 void CommandProcessor::on_dma_done(unsigned engine, const DmaStatus& status) {
   if (engine >= engine_busy_.size() || !engine_busy_[engine]) {
     // A platform bug, not a user error: report it loudly but keep the device alive.
-    logger()->error("DMA completion from engine {} which has no job running; ignored", engine);
+    log_message(platform_, LogLevel::kError,
+                "DMA completion from engine {} which has no job running; ignored", engine);
     return;
   }
   engine_busy_[engine] = false;
   const std::optional<uint32_t> owner = engine_owner_[engine];
   engine_owner_[engine].reset();
   if (!owner) {
-    logger()->debug("DMA engine {} finished a job of a queue that was reset; dropped", engine);
+    log_message(platform_, LogLevel::kDebug,
+                "DMA engine {} finished a job of a queue that was reset; dropped", engine);
     return;
   }
   complete(*owner, status.error, status.arg0, status.arg1);
@@ -485,14 +483,16 @@ void CommandProcessor::on_dma_done(unsigned engine, const DmaStatus& status) {
 
 void CommandProcessor::on_launch_done(const LaunchStatus& status) {
   if (!launch_busy_) {
-    logger()->error("launch completion while no launch is running; ignored");
+    log_message(platform_, LogLevel::kError,
+                "launch completion while no launch is running; ignored");
     return;
   }
   launch_busy_ = false;
   const std::optional<uint32_t> owner = launch_owner_;
   launch_owner_.reset();
   if (!owner) {
-    logger()->debug("a launch of a queue that was reset has finished; dropped");
+    log_message(platform_, LogLevel::kDebug,
+                "a launch of a queue that was reset has finished; dropped");
     return;
   }
   complete(*owner, status.error, status.arg0, status.arg1, status.message, status.exit_status);
@@ -524,8 +524,9 @@ void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0,
     const isa::ErrorRecord why =
         isa::make_error_record(record.seq, index, record.opcode, error, detail, exit_status);
     if (!platform_.write_device(queue.error_record, &why, sizeof why)) {
-      logger()->error("queue {} packet {}: cannot write its error record at 0x{:x}", q, index,
-                      queue.error_record);
+      log_message(platform_, LogLevel::kError,
+                  "queue {} packet {}: cannot write its error record at 0x{:x}", q, index,
+                  queue.error_record);
     }
   }
   const uint64_t record_addr =
@@ -534,15 +535,16 @@ void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0,
   if (!written) {
     // The driver cannot learn the outcome from the ring; the error state (and the interrupt,
     // if enabled) is how it finds out. `completed` stays put: there is no record to read.
-    logger()->error(
-        "queue {} packet {}: cannot write its completion record at 0x{:x}; queue halted", q, index,
-        record_addr);
+    log_message(platform_, LogLevel::kError,
+                "queue {} packet {}: cannot write its completion record at 0x{:x}; queue halted", q,
+                index, record_addr);
     queue.state = QueueState::kError;
     ++stats_.packets_failed;
   } else {
     ++queue.completed;
     if (failed) {
-      logger()->warn(
+      log_message(
+          platform_, LogLevel::kWarn,
           "queue {} packet {} ({}) failed: {}{}{} (arg0 0x{:x}, arg1 {}); queue halted until "
           "reset",
           q, index, isa::opcode_name(static_cast<isa::Opcode>(record.opcode)),

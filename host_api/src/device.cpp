@@ -1,6 +1,5 @@
 // mtia::Device: opening and closing, properties, device and pinned host memory.
 #include <spdlog/fmt/fmt.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,6 +9,7 @@
 #include <stdexcept>
 
 #include "device_impl.h"
+#include "mtia/log/logger.h"
 #include "mtia/runtime.h"
 
 namespace mtia {
@@ -72,10 +72,7 @@ WaitPolicy resolve_wait_policy(const DeviceOptions& o) {
 }  // namespace
 
 std::shared_ptr<spdlog::logger> host_api_logger() {
-  static std::shared_ptr<spdlog::logger> log = [] {
-    auto l = spdlog::get("host_api");
-    return l ? l : spdlog::stdout_color_mt("host_api");
-  }();
+  static const std::shared_ptr<spdlog::logger> log = mtia::log::get("host_api");
   return log;
 }
 

@@ -1,20 +1,15 @@
 #include "log.h"
 
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include <memory>
+
+#include "mtia/log/logger.h"
 
 namespace mtia::torch_backend::log {
 
 namespace {
 
 spdlog::logger& logger() {
-  static const std::shared_ptr<spdlog::logger> log = [] {
-    auto l = spdlog::get("torch");
-    if (!l) l = spdlog::stderr_color_mt("torch");
-    return l;
-  }();
+  static const std::shared_ptr<spdlog::logger> log = ::mtia::log::get("torch");
   return *log;
 }
 

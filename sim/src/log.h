@@ -1,15 +1,15 @@
-// One named spdlog logger per component ("sim.dma", "sim.cp", ...), created once.
+// The simulator's loggers: one per component ("sim.dma", "sim.cp", ...), from mtia/log.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include <spdlog/spdlog.h>
+#include "mtia/log/logger.h"
 
 namespace mtia::sim::detail {
 
-// The logger called `name`, created on first use (thread-safe). New loggers log warnings and
-// errors only unless MTIA_EMU_LOG_LEVEL names another level (trace, debug, info, ...).
-std::shared_ptr<spdlog::logger> logger(const std::string& name);
+inline std::shared_ptr<spdlog::logger> logger(const std::string& name) {
+  return mtia::log::get(name);
+}
 
 }  // namespace mtia::sim::detail

@@ -315,6 +315,37 @@ void CommandProcessorModule::raise_interrupt(uint64_t queue_mask) {
   }
 }
 
+namespace {
+
+spdlog::level::level_enum spdlog_level(firmware::LogLevel level) {
+  switch (level) {
+    case firmware::LogLevel::kDebug:
+      return spdlog::level::debug;
+    case firmware::LogLevel::kInfo:
+      return spdlog::level::info;
+    case firmware::LogLevel::kWarn:
+      return spdlog::level::warn;
+    case firmware::LogLevel::kError:
+      return spdlog::level::err;
+  }
+  return spdlog::level::err;
+}
+
+const std::shared_ptr<spdlog::logger>& firmware_logger() {
+  static const std::shared_ptr<spdlog::logger> log = logger("firmware");
+  return log;
+}
+
+}  // namespace
+
+bool CommandProcessorModule::log_enabled(firmware::LogLevel level) const {
+  return firmware_logger()->should_log(spdlog_level(level));
+}
+
+void CommandProcessorModule::log(firmware::LogLevel level, std::string_view message) {
+  firmware_logger()->log(spdlog_level(level), "{}", message);
+}
+
 Json CommandProcessorModule::stats_json() const {
   Json m = Json::object();
   const auto& fs = fw_.stats();

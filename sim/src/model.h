@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -169,6 +170,8 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   void launch_start(const isa::LaunchPacket& launch) override;
   uint64_t now_ps() const override;
   void raise_interrupt(uint64_t queue_mask) override;
+  bool log_enabled(firmware::LogLevel level) const override;
+  void log(firmware::LogLevel level, std::string_view message) override;
 
  private:
   void run();

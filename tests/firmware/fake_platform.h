@@ -5,6 +5,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,6 +38,10 @@ class FakePlatform : public Platform {
   std::vector<uint64_t> interrupts;         // every raise_interrupt mask, in order
   std::vector<isa::LaunchPacket> launches;  // every launch_start, in order
   std::vector<uint64_t> device_writes;      // the address of every write_device, in order
+  // Log messages at or above log_level, in order; nothing is logged when log_level is nullopt.
+  std::optional<LogLevel> log_level = LogLevel::kDebug;
+  std::vector<std::pair<LogLevel, std::string>> logs;
+  uint64_t log_queries = 0;  // log_enabled calls
 
   bool device_backed(uint64_t addr, uint64_t bytes) const {
     if (addr > kDeviceBytes || bytes > kDeviceBytes - addr) return false;
@@ -73,6 +80,13 @@ class FakePlatform : public Platform {
   void launch_start(const isa::LaunchPacket& launch) override { launches.push_back(launch); }
   uint64_t now_ps() const override { return time_ps; }
   void raise_interrupt(uint64_t queue_mask) override { interrupts.push_back(queue_mask); }
+  bool log_enabled(LogLevel level) const override {
+    ++const_cast<FakePlatform*>(this)->log_queries;
+    return log_level.has_value() && level >= *log_level;
+  }
+  void log(LogLevel level, std::string_view message) override {
+    logs.emplace_back(level, std::string(message));
+  }
 
   uint64_t read_u64(uint64_t device_addr) const {
     uint64_t v = 0;

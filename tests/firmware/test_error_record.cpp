@@ -191,3 +191,38 @@ TEST_CASE("each failure after a reset gets its own record", "[firmware][exec][er
   CHECK(e.index == 0);  // indices restart with the reset; seq tells the records apart
   CHECK(e.error == static_cast<uint16_t>(isa::ErrorCode::kReservedNotZero));
 }
+
+TEST_CASE("the firmware logs a failed packet through its platform, and only at wanted levels",
+          "[firmware][exec][log]") {
+  Harness h;
+  isa::NopPacket bad = nop(3);
+  bad.header.version = 9;
+
+  SECTION("warnings wanted: the failure is logged once, naming the queue and the reason") {
+    h.platform.log_level = LogLevel::kWarn;
+    h.setup_queue(0);  // enabling a queue logs at debug only: not wanted here
+    CHECK(h.platform.logs.empty());
+    h.submit(0, bad);
+    h.run();
+    REQUIRE(h.platform.logs.size() == 1);
+    CHECK(h.platform.logs[0].first == LogLevel::kWarn);
+    CHECK_THAT(h.platform.logs[0].second, Catch::Contains("queue 0 packet 0"));
+    CHECK_THAT(h.platform.logs[0].second, Catch::Contains("version 9"));
+    CHECK_THAT(h.platform.logs[0].second, Catch::Contains("queue halted until reset"));
+  }
+  SECTION("debug wanted: enabling a queue is logged too") {
+    h.platform.log_level = LogLevel::kDebug;
+    h.setup_queue(0);
+    REQUIRE(h.platform.logs.size() == 1);
+    CHECK(h.platform.logs[0].first == LogLevel::kDebug);
+    CHECK_THAT(h.platform.logs[0].second, Catch::Contains("queue 0 enabled"));
+  }
+  SECTION("nothing wanted: the platform is asked, and nothing is logged") {
+    h.platform.log_level = std::nullopt;
+    h.setup_queue(0);
+    h.submit(0, bad);
+    h.run();
+    CHECK(h.platform.log_queries >= 2);
+    CHECK(h.platform.logs.empty());
+  }
+}

@@ -1,14 +1,15 @@
-// The PE model's logger ("sim.pe"), created once.
+// The PE model's logger ("sim.pe"), from mtia/log.
 #pragma once
 
 #include <memory>
 
-#include <spdlog/spdlog.h>
+#include "mtia/log/logger.h"
 
 namespace mtia::sim::pe::detail {
 
-// Logs warnings and errors only unless MTIA_EMU_LOG_LEVEL names another level, like the
-// other sim loggers.
-std::shared_ptr<spdlog::logger> logger();
+inline std::shared_ptr<spdlog::logger> logger() {
+  static const std::shared_ptr<spdlog::logger> log = mtia::log::get("sim.pe");
+  return log;
+}
 
 }  // namespace mtia::sim::pe::detail

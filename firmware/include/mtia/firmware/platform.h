@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "mtia/isa/packets.h"
 
@@ -40,6 +41,9 @@ struct LaunchStatus {
   std::optional<int64_t> exit_status = std::nullopt;
 };
 
+// How much a firmware log message matters (Platform::log).
+enum class LogLevel { kDebug, kInfo, kWarn, kError };
+
 class Platform {
  public:
   virtual ~Platform() = default;
@@ -68,6 +72,11 @@ class Platform {
   virtual uint64_t now_ps() const = 0;
   // Assert the host interrupt for the queues in `queue_mask`.
   virtual void raise_interrupt(uint64_t queue_mask) = 0;
+
+  // Log messages for people. The firmware builds a message only when log_enabled says its
+  // level is wanted, so a platform that logs nothing (the default) costs nothing.
+  virtual bool log_enabled(LogLevel /*level*/) const { return false; }
+  virtual void log(LogLevel /*level*/, std::string_view /*message*/) {}
 };
 
 }  // namespace mtia::firmware
