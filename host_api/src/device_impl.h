@@ -50,6 +50,9 @@ struct StreamState {
   uint32_t id = 0;
   uint32_t queue = 0;
   uint64_t last_seq = 0;  // latest packet submitted for this stream on its queue
+  // Latest of its packets whose completion has been handled here, set before the packet's own
+  // callback runs: an event recorded on the stream is seen done only after the work before it.
+  std::atomic<uint64_t> done_seq{0};
   bool has_error = false;
   std::string error;  // sticky device error, reported once
 };

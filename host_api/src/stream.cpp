@@ -58,6 +58,13 @@ uint64_t Device::Impl::submit(const std::shared_ptr<StreamState>& s, const isa::
         s->error = c.message;
       }
     }
+    // The driver marks a seq done only after its callback ran; a thread that sees an event
+    // done (set in that callback) must also see the stream done, so the stream's own mark
+    // goes first.
+    uint64_t seen = s->done_seq.load(std::memory_order_relaxed);
+    while (seen < c.seq &&
+           !s->done_seq.compare_exchange_weak(seen, c.seq, std::memory_order_release)) {
+    }
     if (extra) extra(c);
   };
   uint64_t seq = 0;
@@ -163,7 +170,8 @@ bool Device::query(Stream stream) {
     std::lock_guard lock(d.mu);
     last = s->last_seq;
   }
-  if (last != 0 && !d.dev->is_done(s->queue, last)) return false;
+  const bool handled = s->done_seq.load(std::memory_order_acquire) >= last;
+  if (last != 0 && !handled && !d.dev->is_done(s->queue, last)) return false;
   if (last != 0 && call.active()) d.trace->observed(d.dev->wait(s->queue, last).end_ps);
   d.throw_pending(*s);
   return true;

@@ -419,3 +419,24 @@ TEST_CASE("overlapping pageable copies from two threads fall back to bounce buff
   dev.free(d_odd);
   dev.free(d_all);
 }
+
+TEST_CASE("a stream whose last event has completed is complete", "[streams][events]") {
+  // The event is marked done in its packet's completion callback, which runs before the driver
+  // marks the packet done on its queue; a thread that sees the event done must still find the
+  // stream done. Many rounds, so the window between the two is hit if it is open.
+  Device dev = Device::open(test::functional_options());
+  Stream s = dev.create_stream();
+  Event e = dev.create_event();
+  DevicePtr buf = dev.malloc(256);
+  std::vector<uint8_t> host(256, 7);
+  for (int round = 0; round < 2000; ++round) {
+    dev.copy_async(buf, host.data(), host.size(), s);
+    dev.record(e, s);
+    dev.synchronize(e);
+    REQUIRE(dev.query(e));
+    REQUIRE(dev.query(s));
+  }
+  dev.free(buf);
+  dev.destroy_event(e);
+  dev.destroy_stream(s);
+}
