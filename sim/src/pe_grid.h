@@ -107,7 +107,7 @@ class PeGrid : public sc_core::sc_module {
   uint64_t cycles_to_ps(uint64_t cycles) const;
   uint64_t ps_to_cycles(uint64_t ps) const;
 
-  class Pe;  // one PE: core, units, tags (defined in pe_grid.cpp)
+  class Pe;  // one PE: core, units, tags (grid_pe.h)
 
  private:
   struct Failure {
