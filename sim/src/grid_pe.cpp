@@ -19,87 +19,20 @@ PeGrid::Pe::Pe(PeGrid& grid, uint32_t chip_index, std::span<uint8_t> local_store
       chip_index_(chip_index),
       ls_device_base_(isa::kLocalStoreBase + uint64_t{chip_index} * isa::kLocalStoreStride),
       units_(local_store, timing),
-      core_(pe::CoreConfig{}, local_store, *this) {
+      core_(pe::CoreConfig{}, local_store, *this),
+      work_(*grid.workers_, chip_index, core_,
+            DeferredWork::Params{grid.params_.inline_work_ns, grid.params_.lazy_loads},
+            grid.stats_.lazy) {
   // Unit math and DMA copies go to the grid's helper threads, in order per PE.
   units_.set_deferral([this](const Touched& touched, uint64_t host_ns, pe::UnitTask&& math) {
-    run_or_defer(touched, host_ns, std::move(math), /*device=*/false);
+    work_.run_or_defer(touched, host_ns, std::move(math), /*device=*/false);
   });
   if (grid_.params_.lazy_loads) {
     units_.set_operand_source(
         [this](uint64_t offset, uint64_t rows, uint64_t row_bytes, uint64_t ld_bytes) {
-          return operand_view(offset, rows, row_bytes, ld_bytes);
+          return work_.operand_view(offset, rows, row_bytes, ld_bytes);
         });
   }
-}
-
-void PeGrid::Pe::run_or_defer(const Touched& touched, uint64_t host_ns, pe::UnitTask&& work,
-                              bool device) {
-  for (const Extent& e : touched) materialize(e);
-  enqueue(touched, host_ns, std::move(work), device);
-}
-
-void PeGrid::Pe::enqueue(const Touched& touched, uint64_t host_ns, pe::UnitTask&& work,
-                         bool device) {
-  const bool small = host_ns < grid_.params_.inline_work_ns;
-  if (pending_.empty() && (small || grid_.workers_->threads() == 0)) {
-    work();
-    return;
-  }
-  const uint64_t number = grid_.workers_->post(chip_index_, std::move(work), /*wake=*/!small);
-  pending_.push_back({number, touched, device});
-  for (const Extent& e : touched) {
-    if (e.lo >= e.hi) continue;
-    guard_.lo = std::min(guard_.lo, e.lo);
-    guard_.hi = std::max(guard_.hi, e.hi);
-  }
-  if (guard_.lo < guard_.hi) core_.guard(guard_.lo, guard_.hi);
-}
-
-void PeGrid::Pe::settle(Extent bytes) {
-  materialize(bytes);
-  uint64_t upto = 0;
-  for (const PendingOp& op : pending_) {
-    for (const Extent& e : op.touched) {
-      if (bytes.lo < e.hi && bytes.hi > e.lo) upto = op.number;
-    }
-  }
-  join_upto(upto);
-}
-
-void PeGrid::Pe::join_upto(uint64_t upto) {
-  if (upto == 0) return;
-  grid_.workers_->join(chip_index_, upto);
-  std::erase_if(pending_, [&](const PendingOp& op) { return op.number <= upto; });
-  if (pending_.empty()) queue_drained();
-}
-
-void PeGrid::Pe::join() {
-  if (!pending_.empty()) {
-    grid_.workers_->join(chip_index_, pending_.back().number);
-    pending_.clear();
-  }
-  queue_drained();
-}
-
-void PeGrid::Pe::join_device() {
-  uint64_t upto = 0;
-  for (const PendingOp& op : pending_) {
-    if (op.device) upto = op.number;
-  }
-  join_upto(upto);
-}
-
-void PeGrid::Pe::flush() {
-  copy_loads();
-  join();
-}
-
-bool PeGrid::Pe::reads_device(uint64_t lo, uint64_t hi) const {
-  if (lo >= loads_src_.hi || hi <= loads_src_.lo) return false;
-  for (const LazyLoad& l : loads_) {
-    if (lo < l.src_hi && hi > l.src_lo) return true;
-  }
-  return false;
 }
 
 void PeGrid::Pe::begin(uint64_t t0_ps) {
@@ -147,8 +80,8 @@ UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
       // The math queues behind the PE's deferred work (run_or_defer); the descriptor is
       // read now, so the bytes it sits in must be settled.
       const uint64_t desc = r.rs1 - MTIA_PE_LS_BASE;
-      settle({desc, desc + std::max({sizeof(mtia_pe_matmul_desc), sizeof(mtia_pe_se_desc),
-                                     sizeof(mtia_pe_re_desc), sizeof(mtia_pe_mlu_desc)})});
+      work_.settle({desc, desc + std::max({sizeof(mtia_pe_matmul_desc), sizeof(mtia_pe_se_desc),
+                                           sizeof(mtia_pe_re_desc), sizeof(mtia_pe_mlu_desc)})});
       auto outcome = units_.execute(core, r);
       if (!outcome.ok()) return UnitResponse::fault(outcome.error().reason);
       const auto kind = pe::FunctionalUnits::unit_of(r.op);
@@ -212,7 +145,7 @@ PeGrid::Pe::Extent PeGrid::Pe::dma_side(uint8_t space, uint64_t addr, const uint
 
 UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   const uint64_t at = r.rs1 - MTIA_PE_LS_BASE;
-  settle({at, at + sizeof(mtia_pe_dma_desc)});
+  work_.settle({at, at + sizeof(mtia_pe_dma_desc)});
   auto desc = pe::read_descriptor<mtia_pe_dma_desc>(core, r.rs1);
   if (!desc.ok()) return UnitResponse::fault("dma.start rejected: " + desc.error().reason);
   const mtia_pe_dma_desc& d = desc.value();
@@ -247,8 +180,8 @@ UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
                     d.dst_space == MTIA_PE_SPACE_LOCAL ? "local" : "device", d.dst));
   }
   if (d.dst_space != MTIA_PE_SPACE_LOCAL) grid_.before_device_access(plan.dst.span, true);
-  if (!load_lazily(d, touched[1], plan, bound)) {
-    run_or_defer(
+  if (!work_.load_lazily(d, touched[1], plan, bound)) {
+    work_.run_or_defer(
         touched, plan.payload_bytes / 8, [bound] { bound.run(); }, /*device=*/true);
   }
   ++grid_.stats_.dma_ops;
@@ -257,109 +190,6 @@ UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   if (grid_.timing_ && plan.end_ps > t0_ps_) done = grid_.ps_to_cycles(plan.end_ps - t0_ps_);
   if (grid_.tracing()) grid_.trace_dma(chip_index_, plan, now);
   return UnitResponse::done(add_tag(done));
-}
-
-bool PeGrid::Pe::load_lazily(const mtia_pe_dma_desc& d, Extent ls, const DmaPlan& plan,
-                             const BoundDma& bound) {
-  if (!grid_.params_.lazy_loads || d.dst_space != MTIA_PE_SPACE_LOCAL ||
-      d.src_space == MTIA_PE_SPACE_LOCAL || bound.is_fill || plan.payload_bytes < kLazyLoadBytes ||
-      (plan.src.memory != MemoryKind::kDram && plan.src.memory != MemoryKind::kSram)) {
-    return false;
-  }
-  const uint64_t es = d.elem_size;
-  const int inner = d.ndims - 1;
-  if (d.ndims > 2 || d.src_strides[inner] != es || d.dst_strides[inner] != es) return false;
-  LazyLoad l;
-  l.run = d.sizes[inner] * es;
-  l.rows = d.ndims == 2 ? d.sizes[0] : 1;
-  l.dst_stride = d.ndims == 2 ? d.dst_strides[0] : l.run;
-  l.src_stride = d.ndims == 2 ? d.src_strides[0] : l.run;
-  if (l.rows == 0 || l.run == 0 || l.dst_stride < l.run || l.src_stride < l.run) return false;
-  const uint64_t span = (l.rows - 1) * l.dst_stride + l.run;
-  if (ls.hi - ls.lo != span) return false;  // the local side is all in this store
-  l.ls = ls;
-  l.src_lo = plan.src.span.lo;
-  l.src_hi = plan.src.span.lo + (l.rows - 1) * l.src_stride + l.run;
-  l.src = bound.src;
-  l.copy = bound;
-  // Loads into these bytes before it: the same rows again are dropped, others copied.
-  for (LazyLoad& o : loads_) {
-    if (!o.live || o.ls.hi <= ls.lo || o.ls.lo >= ls.hi) continue;
-    const bool covered = o.ls.lo == ls.lo && o.ls.hi == ls.hi && o.rows == l.rows &&
-                         o.run == l.run && o.dst_stride == l.dst_stride;
-    if (covered) {
-      o.live = false;
-    } else {
-      materialize(o);
-    }
-  }
-  if (pending_.empty()) queue_drained();  // forget the loads no longer live
-  loads_.push_back(l);
-  loads_src_.lo = std::min(loads_src_.lo, l.src_lo);
-  loads_src_.hi = std::max(loads_src_.hi, l.src_hi);
-  ++grid_.stats_.lazy_loads;
-  guard_.lo = std::min(guard_.lo, ls.lo);
-  guard_.hi = std::max(guard_.hi, ls.hi);
-  core_.guard(guard_.lo, guard_.hi);
-  return true;
-}
-
-void PeGrid::Pe::materialize(LazyLoad& l) {
-  l.live = false;
-  ++grid_.stats_.lazy_loads_copied;
-  const BoundDma copy = l.copy;
-  enqueue(
-      Touched{l.ls, Extent{}, Extent{}, Extent{}}, (l.rows * l.run) / 8, [copy] { copy.run(); },
-      /*device=*/true);
-}
-
-void PeGrid::Pe::materialize(Extent bytes) {
-  if (bytes.lo >= bytes.hi) return;
-  for (LazyLoad& l : loads_) {
-    if (l.live && bytes.lo < l.ls.hi && bytes.hi > l.ls.lo) materialize(l);
-  }
-}
-
-pe::FunctionalUnits::OperandView PeGrid::Pe::operand_view(uint64_t offset, uint64_t rows,
-                                                          uint64_t row_bytes, uint64_t ld_bytes) {
-  if (rows == 0 || row_bytes == 0) return {};
-  const uint64_t end = offset + (rows - 1) * ld_bytes + row_bytes;
-  for (const LazyLoad& l : loads_) {
-    if (!l.live || offset < l.ls.lo || end > l.ls.hi) continue;
-    const uint64_t rel = offset - l.ls.lo;
-    const uint8_t* p = nullptr;
-    uint64_t ld = 0;
-    if (l.rows == 1 || (l.dst_stride == l.run && l.src_stride == l.run)) {
-      p = l.src + rel;  // one contiguous run on both sides: any layout inside it
-      ld = ld_bytes;
-    } else {
-      const uint64_t row = rel / l.dst_stride, col = rel % l.dst_stride;
-      if (col + row_bytes > l.run || (rows > 1 && ld_bytes != l.dst_stride)) return {};
-      p = l.src + row * l.src_stride + col;
-      ld = l.src_stride;
-    }
-    if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0 || ld % sizeof(float) != 0) return {};
-    ++grid_.stats_.lazy_operand_reads;
-    return {reinterpret_cast<const float*>(p), ld / sizeof(float)};
-  }
-  return {};
-}
-
-void PeGrid::Pe::queue_drained() {
-  std::erase_if(loads_, [](const LazyLoad& l) { return !l.live; });
-  guard_ = kNoGuard;
-  loads_src_ = kNoGuard;
-  for (const LazyLoad& l : loads_) {
-    guard_.lo = std::min(guard_.lo, l.ls.lo);
-    guard_.hi = std::max(guard_.hi, l.ls.hi);
-    loads_src_.lo = std::min(loads_src_.lo, l.src_lo);
-    loads_src_.hi = std::max(loads_src_.hi, l.src_hi);
-  }
-  if (guard_.lo < guard_.hi) {
-    core_.guard(guard_.lo, guard_.hi);
-  } else {
-    core_.clear_guard();
-  }
 }
 
 }  // namespace mtia::sim::detail

@@ -454,12 +454,12 @@ Json PeGrid::stats_json() const {
   add_stat(m, "unit_ops", stats_.unit_ops, "operations", "DPE, SE, RE and MLU operations");
   add_stat(m, "dma_ops", stats_.dma_ops, "operations", "local DMA operations");
   add_stat(m, "dma_bytes", stats_.dma_bytes, "bytes", "payload bytes moved by local DMA");
-  add_stat(m, "lazy_loads", stats_.lazy_loads, "operations",
+  add_stat(m, "lazy_loads", stats_.lazy.loads, "operations",
            "local DMA loads from DRAM or SRAM left there until their bytes were needed");
-  add_stat(m, "lazy_loads_copied", stats_.lazy_loads_copied, "operations",
+  add_stat(m, "lazy_loads_copied", stats_.lazy.copied, "operations",
            "lazy loads copied into the local store after all (the others were only read by "
            "the DPE, or loaded over)");
-  add_stat(m, "lazy_operand_reads", stats_.lazy_operand_reads, "operands",
+  add_stat(m, "lazy_operand_reads", stats_.lazy.operand_reads, "operands",
            "fp32 DPE operands read where a lazy load reads from");
   add_stat(m, "barrier_releases", stats_.barriers, "barriers", "PE barriers released");
   add_stat(m, "systemc_syncs", stats_.syncs, "waits",

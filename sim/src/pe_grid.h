@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "deferred_work.h"
 #include "mtia/firmware/platform.h"
 #include "mtia/isa/packets.h"
 #include "mtia/sim/memory_system.h"
@@ -65,7 +66,7 @@ struct PeGridParams {
   uint64_t inline_work_ns = default_inline_work_ns();
   static uint64_t default_inline_work_ns();
   // Leave a DMA's load from DRAM or SRAM into a local store in device memory until its bytes
-  // are needed, and let the DPE read its operands there (PeGrid::Pe, "Loads left in device
+  // are needed, and let the DPE read its operands there (deferred_work.h, "Loads left in device
   // memory"): the copy of a tile that is only multiplied is never made. Results and
   // simulated time do not depend on it; MTIA_EMU_LAZY_LOADS=0 turns it off.
   bool lazy_loads = default_lazy_loads();
@@ -87,16 +88,14 @@ class PeGrid : public sc_core::sc_module {
     uint64_t launches = 0;
     uint64_t failed_launches = 0;
     uint64_t busy_ps = 0;
-    uint64_t pe_cycles = 0;           // sum over PEs of their final cycle counts
-    uint64_t instructions = 0;        // retired, all PEs
-    uint64_t unit_ops = 0;            // DPE/SE/RE/MLU operations
-    uint64_t dma_ops = 0;             // local DMA operations
-    uint64_t dma_bytes = 0;           // payload bytes of local DMA
-    uint64_t lazy_loads = 0;          // local DMA loads left in device memory
-    uint64_t lazy_loads_copied = 0;   // ... of which copied into the local store later
-    uint64_t lazy_operand_reads = 0;  // DPE operands read where a lazy load reads from
-    uint64_t barriers = 0;            // barrier releases
-    uint64_t syncs = 0;               // SystemC waits taken by the scheduler
+    uint64_t pe_cycles = 0;     // sum over PEs of their final cycle counts
+    uint64_t instructions = 0;  // retired, all PEs
+    uint64_t unit_ops = 0;      // DPE/SE/RE/MLU operations
+    uint64_t dma_ops = 0;       // local DMA operations
+    uint64_t dma_bytes = 0;     // payload bytes of local DMA
+    LazyLoadStats lazy;         // local DMA loads left in device memory
+    uint64_t barriers = 0;      // barrier releases
+    uint64_t syncs = 0;         // SystemC waits taken by the scheduler
     uint64_t program_cache_hits = 0;
     uint64_t program_loads = 0;
   };
