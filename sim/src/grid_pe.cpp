@@ -19,6 +19,7 @@ PeGrid::Pe::Pe(PeGrid& grid, uint32_t chip_index, std::span<uint8_t> local_store
       chip_index_(chip_index),
       ls_device_base_(isa::kLocalStoreBase + uint64_t{chip_index} * isa::kLocalStoreStride),
       units_(local_store, timing),
+      dma_(*grid.shared_.memory, ls_device_base_),
       core_(pe::CoreConfig{}, local_store, *this),
       work_(*grid.workers_, chip_index, core_,
             DeferredWork::Params{grid.params_.inline_work_ns, grid.params_.lazy_loads},
@@ -113,11 +114,6 @@ uint64_t PeGrid::Pe::add_tag(uint64_t done_cycle) {
   return tag_done_.size();
 }
 
-uint64_t PeGrid::Pe::device_address(uint8_t space, uint64_t addr) const {
-  if (space == MTIA_PE_SPACE_LOCAL) return ls_device_base_ + (addr - MTIA_PE_LS_BASE);
-  return addr;
-}
-
 PeGrid::Pe::Extent PeGrid::Pe::dma_side(uint8_t space, uint64_t addr, const uint64_t* strides,
                                         const mtia_pe_dma_desc& d) {
   __int128 lo = 0, hi = d.elem_size;
@@ -146,44 +142,17 @@ PeGrid::Pe::Extent PeGrid::Pe::dma_side(uint8_t space, uint64_t addr, const uint
 UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   const uint64_t at = r.rs1 - MTIA_PE_LS_BASE;
   work_.settle({at, at + sizeof(mtia_pe_dma_desc)});
-  auto desc = pe::read_descriptor<mtia_pe_dma_desc>(core, r.rs1);
-  if (!desc.ok()) return UnitResponse::fault("dma.start rejected: " + desc.error().reason);
+  auto desc = dma_.validate(core, r.rs1);
+  if (!desc.ok()) return UnitResponse::fault(desc.error().reason);
   const mtia_pe_dma_desc& d = desc.value();
   const Touched touched{dma_side(d.src_space, d.src, d.src_strides, d),
                         dma_side(d.dst_space, d.dst, d.dst_strides, d), Extent{}, Extent{}};
-  // The same job as a host DMA packet, so it goes through the shared memory system: its
-  // address checks, its bandwidth timelines (contention with the other PEs and the host
-  // DMA engines) and its copy loops.
-  isa::DmaCopyPacket p{};
-  p.ndims = d.ndims;
-  p.elem_size = d.elem_size;
-  for (int i = 0; i < d.ndims; ++i) {
-    p.sizes[i] = d.sizes[i];
-    p.src.strides[i] = d.src_strides[i];
-    p.dst.strides[i] = d.dst_strides[i];
-  }
-  p.src.addr = device_address(d.src_space, d.src);
-  p.dst.addr = device_address(d.dst_space, d.dst);
-  p.src.space = p.dst.space = static_cast<uint8_t>(isa::AddressSpace::kDevice);
-  MemorySystem& memory = *grid_.shared_.memory;
   const uint64_t now = t0_ps_ + grid_.cycles_to_ps(r.cycle);
-  const DmaPlan plan = memory.plan_copy(p, now);
-  DmaResult result{plan.error, plan.error_arg0, plan.error_arg1};
-  BoundDma bound;
-  if (plan.error == isa::ErrorCode::kNone) result = memory.bind(plan, bound);
-  if (result.error != isa::ErrorCode::kNone) {
-    return UnitResponse::fault(
-        fmt::format("dma.start: {}: device range 0x{:x} + {} bytes is not inside one device memory "
-                    "(source {} 0x{:x}, destination {} 0x{:x})",
-                    isa::error_code_name(result.error), result.arg0, result.arg1,
-                    d.src_space == MTIA_PE_SPACE_LOCAL ? "local" : "device", d.src,
-                    d.dst_space == MTIA_PE_SPACE_LOCAL ? "local" : "device", d.dst));
-  }
+  auto job = dma_.cost(d, now);
+  if (!job.ok()) return UnitResponse::fault(job.error().reason);
+  const DmaPlan& plan = job.value().plan;
   if (d.dst_space != MTIA_PE_SPACE_LOCAL) grid_.before_device_access(plan.dst.span, true);
-  if (!work_.load_lazily(d, touched[1], plan, bound)) {
-    work_.run_or_defer(
-        touched, plan.payload_bytes / 8, [bound] { bound.run(); }, /*device=*/true);
-  }
+  dma_.execute(d, job.value(), touched, work_);
   ++grid_.stats_.dma_ops;
   grid_.stats_.dma_bytes += plan.payload_bytes;
   uint64_t done = 0;

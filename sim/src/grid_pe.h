@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "deferred_work.h"
+#include "local_dma.h"
 #include "mtia/sim/memory_system.h"
 #include "mtia/sim/pe/riscv_core.h"
 #include "mtia/sim/pe/unit_port.h"
@@ -55,9 +56,6 @@ class PeGrid::Pe : public pe::UnitPort {
  private:
   uint64_t add_tag(uint64_t done_cycle);
 
-  // A core address in this PE's local store, as a device address (its window in DeviceMemory).
-  uint64_t device_address(uint8_t space, uint64_t addr) const;
-
   // The bytes of this PE's local store that one side of a DMA touches (empty if none). A side
   // in another PE's local store (through its device window) first finishes that PE's queued
   // work: its queue is not ordered with this one.
@@ -68,7 +66,8 @@ class PeGrid::Pe : public pe::UnitPort {
   PeGrid& grid_;
   uint32_t chip_index_;
   uint64_t ls_device_base_;
-  pe::FunctionalUnits units_;
+  pe::FunctionalUnits units_;  // DPE, SE, RE, MLU
+  LocalDma dma_;
   pe::RiscvCore core_;
   uint64_t t0_ps_ = 0;
   std::vector<uint64_t> tag_done_;  // completion cycle of tag i + 1
