@@ -32,16 +32,36 @@
 namespace mtia::sim {
 namespace {
 
-using Member = std::variant<std::string ChipConfig::*, uint32_t ChipConfig::*,
-                            uint64_t ChipConfig::*, double ChipConfig::*, bool ChipConfig::*>;
+using Member =
+    std::variant<std::string ChipConfig::*, uint32_t ChipConfig::*, uint64_t ChipConfig::*,
+                 double ChipConfig::*, bool ChipConfig::*, uint32_t pe::UnitTiming::*>;
+
+// The value a Member names in `config` (the unit fields live in ChipConfig::units).
+template <typename T>
+T& member_ref(ChipConfig& config, T ChipConfig::*member) {
+  return config.*member;
+}
+template <typename T>
+T& member_ref(ChipConfig& config, T pe::UnitTiming::*member) {
+  return config.units.*member;
+}
+template <typename T>
+const T& member_ref(const ChipConfig& config, T ChipConfig::*member) {
+  return config.*member;
+}
+template <typename T>
+const T& member_ref(const ChipConfig& config, T pe::UnitTiming::*member) {
+  return config.units.*member;
+}
 
 struct Field {
   ConfigKey key;
   Member member;
 };
 
-// One row per ChipConfig field, in the order of the struct. config_keys() and the preset
-// loader are both driven by this table, so a field cannot be overridable but not loadable.
+// One row per ChipConfig field (ChipConfig::units' included), in the order of the struct.
+// config_keys() and the preset loader are both driven by this table, so a field cannot be
+// overridable but not loadable.
 const std::vector<Field>& fields() {
   static const std::vector<Field> table = {
       {{"name", "", "preset name reported by the device (at most 16 characters are reported)"},
@@ -57,32 +77,34 @@ const std::vector<Field>& fields() {
         "store moves; private to the PE"},
        &ChipConfig::local_store_bandwidth_GBps},
       {{"dpe_int8_macs_per_cycle", "MAC/cycle", "DPE int8 multiply-accumulates per cycle per PE"},
-       &ChipConfig::dpe_int8_macs_per_cycle},
+       &pe::UnitTiming::dpe_int8_macs_per_cycle},
       {{"dpe_fp16_macs_per_cycle", "MAC/cycle",
         "DPE fp16 and bf16 multiply-accumulates per cycle per PE"},
-       &ChipConfig::dpe_fp16_macs_per_cycle},
+       &pe::UnitTiming::dpe_fp16_macs_per_cycle},
       {{"dpe_fp32_macs_per_cycle", "MAC/cycle", "DPE fp32 multiply-accumulates per cycle per PE"},
-       &ChipConfig::dpe_fp32_macs_per_cycle},
+       &pe::UnitTiming::dpe_fp32_macs_per_cycle},
       {{"dpe_issue_cycles", "cycles", "DPE fixed cost per matmul (decode, array fill and drain)"},
-       &ChipConfig::dpe_issue_cycles},
+       &pe::UnitTiming::dpe_issue_cycles},
       {{"se_vector_bytes", "bytes", "SE vector width: bytes of elements processed per cycle"},
-       &ChipConfig::se_vector_bytes},
+       &pe::UnitTiming::se_vector_bytes},
       {{"se_simple_cycles", "cycles",
         "SE cycles per vector: arithmetic, compare, logic, select, clamp, cast"},
-       &ChipConfig::se_simple_cycles},
+       &pe::UnitTiming::se_simple_cycles},
       {{"se_divide_cycles", "cycles", "SE cycles per vector: div, sqrt, rsqrt"},
-       &ChipConfig::se_divide_cycles},
+       &pe::UnitTiming::se_divide_cycles},
       {{"se_transcendental_cycles", "cycles",
         "SE cycles per vector: exp, log, tanh, erf, sigmoid, silu"},
-       &ChipConfig::se_transcendental_cycles},
-      {{"se_issue_cycles", "cycles", "SE fixed cost per operation"}, &ChipConfig::se_issue_cycles},
+       &pe::UnitTiming::se_transcendental_cycles},
+      {{"se_issue_cycles", "cycles", "SE fixed cost per operation"},
+       &pe::UnitTiming::se_issue_cycles},
       {{"re_elements_per_cycle", "elements/cycle", "RE input elements consumed per cycle"},
-       &ChipConfig::re_elements_per_cycle},
-      {{"re_issue_cycles", "cycles", "RE fixed cost per operation"}, &ChipConfig::re_issue_cycles},
+       &pe::UnitTiming::re_elements_per_cycle},
+      {{"re_issue_cycles", "cycles", "RE fixed cost per operation"},
+       &pe::UnitTiming::re_issue_cycles},
       {{"mlu_bytes_per_cycle", "bytes/cycle", "MLU bytes moved per cycle (copy and transpose)"},
-       &ChipConfig::mlu_bytes_per_cycle},
+       &pe::UnitTiming::mlu_bytes_per_cycle},
       {{"mlu_issue_cycles", "cycles", "MLU fixed cost per operation"},
-       &ChipConfig::mlu_issue_cycles},
+       &pe::UnitTiming::mlu_issue_cycles},
       {{"sram_bytes", "bytes", "on-chip SRAM shared by the PEs"}, &ChipConfig::sram_bytes},
       {{"sram_bandwidth_GBps", "GB/s",
         "on-chip SRAM bandwidth (10^9 bytes/s), shared by every DMA engine and every PE"},
@@ -187,16 +209,16 @@ void set_from_json(ChipConfig& config, const Field& field, const nlohmann::json&
                    const std::string& where) {
   std::visit(
       [&](auto member) {
-        using T = std::remove_reference_t<decltype(config.*member)>;
+        using T = std::remove_reference_t<decltype(member_ref(config, member))>;
         if constexpr (std::is_same_v<T, std::string>) {
           if (!v.is_string()) throw std::runtime_error(where + ": expected a string");
-          config.*member = v.get<std::string>();
+          member_ref(config, member) = v.get<std::string>();
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!v.is_boolean()) throw std::runtime_error(where + ": expected true or false");
-          config.*member = v.get<bool>();
+          member_ref(config, member) = v.get<bool>();
         } else if constexpr (std::is_same_v<T, double>) {
           if (!v.is_number()) throw std::runtime_error(where + ": expected a number");
-          config.*member = v.get<double>();
+          member_ref(config, member) = v.get<double>();
         } else {
           if (!v.is_number_unsigned()) {
             throw std::runtime_error(where + ": expected an unsigned integer");
@@ -206,14 +228,14 @@ void set_from_json(ChipConfig& config, const Field& field, const nlohmann::json&
             throw std::runtime_error(where + ": " + std::to_string(u) + " is too large (max " +
                                      std::to_string(std::numeric_limits<T>::max()) + ")");
           }
-          config.*member = static_cast<T>(u);
+          member_ref(config, member) = static_cast<T>(u);
         }
       },
       field.member);
 }
 
 nlohmann::ordered_json get_as_json(const ChipConfig& config, const Field& field) {
-  return std::visit([&](auto member) { return nlohmann::ordered_json(config.*member); },
+  return std::visit([&](auto member) { return nlohmann::ordered_json(member_ref(config, member)); },
                     field.member);
 }
 
@@ -388,27 +410,27 @@ void apply_override(ChipConfig& config, const std::string& assignment) {
   const std::string unit = field->key.unit.empty() ? "" : " (" + field->key.unit + ")";
   std::visit(
       [&](auto member) {
-        using T = std::remove_reference_t<decltype(config.*member)>;
+        using T = std::remove_reference_t<decltype(member_ref(config, member))>;
         if constexpr (std::is_same_v<T, std::string>) {
           if (text.empty()) throw std::invalid_argument("config key '" + key + "' needs a value");
           if (const std::string why = text_problem(text); !why.empty()) {
             throw std::invalid_argument("config key '" + key + "': the value " + why);
           }
-          config.*member = text;
+          member_ref(config, member) = text;
         } else if constexpr (std::is_same_v<T, bool>) {
           bool v = false;
           if (!parse_bool(text, v)) {
             throw std::invalid_argument("config key '" + key + "' expects true or false, got '" +
                                         text + "'");
           }
-          config.*member = v;
+          member_ref(config, member) = v;
         } else if constexpr (std::is_same_v<T, double>) {
           double v = 0;
           if (!parse_double(text, v)) {
             throw std::invalid_argument("config key '" + key + "' expects a number" + unit +
                                         ", got '" + text + "'");
           }
-          config.*member = v;
+          member_ref(config, member) = v;
         } else {
           T v = 0;
           if (!parse_unsigned(text, v)) {
@@ -416,7 +438,7 @@ void apply_override(ChipConfig& config, const std::string& assignment) {
                 "config key '" + key + "' expects an unsigned integer" + unit + " no larger than " +
                 std::to_string(std::numeric_limits<T>::max()) + ", got '" + text + "'");
           }
-          config.*member = v;
+          member_ref(config, member) = v;
         }
       },
       field->member);
@@ -487,15 +509,15 @@ void validate(const ChipConfig& c) {
   }
   // Unit rates divide work; fixed costs may be 0.
   const std::pair<const char*, uint32_t> rates[] = {
-      {"dpe_int8_macs_per_cycle", c.dpe_int8_macs_per_cycle},
-      {"dpe_fp16_macs_per_cycle", c.dpe_fp16_macs_per_cycle},
-      {"dpe_fp32_macs_per_cycle", c.dpe_fp32_macs_per_cycle},
-      {"se_vector_bytes", c.se_vector_bytes},
-      {"se_simple_cycles", c.se_simple_cycles},
-      {"se_divide_cycles", c.se_divide_cycles},
-      {"se_transcendental_cycles", c.se_transcendental_cycles},
-      {"re_elements_per_cycle", c.re_elements_per_cycle},
-      {"mlu_bytes_per_cycle", c.mlu_bytes_per_cycle},
+      {"dpe_int8_macs_per_cycle", c.units.dpe_int8_macs_per_cycle},
+      {"dpe_fp16_macs_per_cycle", c.units.dpe_fp16_macs_per_cycle},
+      {"dpe_fp32_macs_per_cycle", c.units.dpe_fp32_macs_per_cycle},
+      {"se_vector_bytes", c.units.se_vector_bytes},
+      {"se_simple_cycles", c.units.se_simple_cycles},
+      {"se_divide_cycles", c.units.se_divide_cycles},
+      {"se_transcendental_cycles", c.units.se_transcendental_cycles},
+      {"re_elements_per_cycle", c.units.re_elements_per_cycle},
+      {"mlu_bytes_per_cycle", c.units.mlu_bytes_per_cycle},
   };
   for (const auto& [key, v] : rates) {
     if (v < 1 || v > (1u << 20)) {

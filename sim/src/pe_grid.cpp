@@ -30,34 +30,12 @@ T read_le(const uint8_t* p) {
   return v;
 }
 
-pe::UnitTiming unit_timing(const ChipConfig& c) {
-  pe::UnitTiming t;
-  t.dpe_int8_macs_per_cycle = c.dpe_int8_macs_per_cycle;
-  t.dpe_fp16_macs_per_cycle = c.dpe_fp16_macs_per_cycle;
-  t.dpe_fp32_macs_per_cycle = c.dpe_fp32_macs_per_cycle;
-  t.dpe_issue_cycles = c.dpe_issue_cycles;
-  t.se_vector_bytes = c.se_vector_bytes;
-  t.se_simple_cycles = c.se_simple_cycles;
-  t.se_divide_cycles = c.se_divide_cycles;
-  t.se_transcendental_cycles = c.se_transcendental_cycles;
-  t.se_issue_cycles = c.se_issue_cycles;
-  t.re_elements_per_cycle = c.re_elements_per_cycle;
-  t.re_issue_cycles = c.re_issue_cycles;
-  t.mlu_bytes_per_cycle = c.mlu_bytes_per_cycle;
-  t.mlu_issue_cycles = c.mlu_issue_cycles;
-  return t;
-}
-
 }  // namespace
 
 // ---- the grid -------------------------------------------------------------------------------
 
 PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared, PeGridParams params)
-    : sc_core::sc_module(name),
-      shared_(shared),
-      params_(params),
-      timing_(shared.config.timing),
-      unit_timing_(unit_timing(shared.config)) {
+    : sc_core::sc_module(name), shared_(shared), params_(params), timing_(shared.config.timing) {
   pes_.resize(size_t{shared.config.pe_rows} * shared.config.pe_cols);
   workers_ =
       std::make_unique<pe::UnitWorkers>(params_.unit_threads, static_cast<uint32_t>(pes_.size()));
@@ -332,8 +310,9 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
             isa::kLocalStoreBase + uint64_t{chip} * isa::kLocalStoreStride,
             shared_.config.local_store_bytes);
         assert(ls != nullptr && "DeviceMemory maps every PE's local store");
-        slot = std::make_unique<Pe>(
-            *this, chip, std::span<uint8_t>(ls, shared_.config.local_store_bytes), unit_timing_);
+        slot = std::make_unique<Pe>(*this, chip,
+                                    std::span<uint8_t>(ls, shared_.config.local_store_bytes),
+                                    shared_.config.units);
       }
       slot->begin(t0);
       pe::LaunchContext ctx;

@@ -147,7 +147,6 @@ class PeGrid : public sc_core::sc_module {
   SimShared& shared_;
   PeGridParams params_;
   bool timing_;
-  sim::pe::UnitTiming unit_timing_;
   CommandProcessorModule* cp_ = nullptr;
   std::optional<isa::LaunchPacket> job_;
   sc_core::sc_event start_;
