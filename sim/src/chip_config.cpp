@@ -57,6 +57,7 @@ const T& member_ref(const ChipConfig& config, T pe::UnitTiming::*member) {
 struct Field {
   ConfigKey key;
   Member member;
+  bool optional = false;  // a preset file may leave it out (fields added later: old files load)
 };
 
 // One row per ChipConfig field (ChipConfig::units' included), in the order of the struct.
@@ -140,6 +141,23 @@ const std::vector<Field>& fields() {
        &ChipConfig::num_queues},
       {{"cp_packet_ns", "ns", "firmware time to fetch, decode and dispatch one packet"},
        &ChipConfig::cp_packet_ns},
+      {{"pe_quantum_cycles", "cycles",
+        "PE grid scheduler: cycles each PE core runs between SystemC waits (optional)"},
+       &ChipConfig::pe_quantum_cycles,
+       true},
+      {{"pe_slice_cycles", "cycles",
+        "PE grid scheduler: lockstep slice inside a quantum; the PEs' DMA requests reach the "
+        "memory timelines at most this far out of time order (optional)"},
+       &ChipConfig::pe_slice_cycles,
+       true},
+      {{"pe_watchdog_cycles", "cycles",
+        "a launch's PE cycle limit when its packet gives none (optional)"},
+       &ChipConfig::pe_watchdog_cycles,
+       true},
+      {{"kernel_image_max_bytes", "bytes",
+        "largest kernel image (ELF file) a launch accepts (optional)"},
+       &ChipConfig::kernel_image_max_bytes,
+       true},
       {{"timing", "", "false: functional only, every duration is zero"}, &ChipConfig::timing},
   };
   return table;
@@ -289,7 +307,7 @@ ChipConfig parse_preset(const std::string& text, const std::string& origin) {
     set_from_json(config, *field, entry["value"], where);
   }
   for (const auto& f : fields()) {
-    if (!doc.contains(f.key.key)) {
+    if (!f.optional && !doc.contains(f.key.key)) {
       throw std::runtime_error("preset file " + path.string() + " lacks field '" + f.key.key +
                                "' (every field must be given, with its source)");
     }
@@ -524,6 +542,19 @@ void validate(const ChipConfig& c) {
       fail(std::string(key) + " is " + std::to_string(v) + "; must be 1.." +
            std::to_string(1u << 20));
     }
+  }
+  if (c.pe_quantum_cycles < 1 || c.pe_quantum_cycles > (uint64_t{1} << 32)) {
+    fail("pe_quantum_cycles is " + std::to_string(c.pe_quantum_cycles) + "; must be 1.." +
+         std::to_string(uint64_t{1} << 32));
+  }
+  if (c.pe_slice_cycles < 1 || c.pe_slice_cycles > c.pe_quantum_cycles) {
+    fail("pe_slice_cycles is " + std::to_string(c.pe_slice_cycles) +
+         "; must be 1..pe_quantum_cycles (" + std::to_string(c.pe_quantum_cycles) + ")");
+  }
+  if (c.pe_watchdog_cycles < 1) fail("pe_watchdog_cycles is 0; must be at least 1");
+  if (c.kernel_image_max_bytes < 64 || c.kernel_image_max_bytes > (uint64_t{1} << 30)) {
+    fail("kernel_image_max_bytes is " + std::to_string(c.kernel_image_max_bytes) +
+         "; must be 64.." + std::to_string(uint64_t{1} << 30) + " (an ELF header to 1 GiB)");
   }
   if (c.dma_engines < 1 || c.dma_engines > 64) {
     fail("dma_engines is " + std::to_string(c.dma_engines) + "; must be 1..64");

@@ -4,9 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cstdlib>
 #include <cstring>
-#include <thread>
 
 #include "grid_pe.h"
 #include "log.h"
@@ -34,8 +32,23 @@ T read_le(const uint8_t* p) {
 
 // ---- the grid -------------------------------------------------------------------------------
 
-PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared, PeGridParams params)
-    : sc_core::sc_module(name), shared_(shared), params_(params), timing_(shared.config.timing) {
+PeGridParams PeGridParams::from(const ChipConfig& config, const PeGridHostSettings& host) {
+  PeGridParams p;
+  p.quantum_cycles = config.pe_quantum_cycles;
+  p.slice_cycles = config.pe_slice_cycles;
+  p.default_watchdog_cycles = config.pe_watchdog_cycles;
+  p.max_image_bytes = config.kernel_image_max_bytes;
+  p.unit_threads = host.unit_threads;
+  p.inline_work_ns = host.inline_work_ns;
+  p.lazy_loads = host.lazy_loads;
+  return p;
+}
+
+PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared)
+    : sc_core::sc_module(name),
+      shared_(shared),
+      params_(PeGridParams::from(shared.config, shared.grid_host)),
+      timing_(shared.config.timing) {
   pes_.resize(size_t{shared.config.pe_rows} * shared.config.pe_cols);
   workers_ =
       std::make_unique<pe::UnitWorkers>(params_.unit_threads, static_cast<uint32_t>(pes_.size()));
@@ -48,35 +61,6 @@ PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared, PeGridParams par
 
 PeGrid::~PeGrid() {
   shared_.memory->set_device_access_observer({});
-}
-
-namespace {
-
-// A whole number from the environment variable `name` in [0, max], or `fallback` when it is
-// unset (or not such a number, with a warning).
-uint64_t env_number(const char* name, uint64_t max, uint64_t fallback) {
-  const char* env = std::getenv(name);
-  if (env == nullptr || *env == 0) return fallback;
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(env, &end, 10);
-  if (end != nullptr && *end == 0 && *env != '-' && n <= max) return n;
-  logger("sim.pe")->warn("{}={} is not a whole number in 0..{}; ignored", name, env, max);
-  return fallback;
-}
-
-}  // namespace
-
-unsigned PeGridParams::default_unit_threads() {
-  const unsigned cores = std::thread::hardware_concurrency();
-  return static_cast<unsigned>(env_number("MTIA_EMU_UNIT_THREADS", 256, cores > 1 ? cores - 1 : 0));
-}
-
-uint64_t PeGridParams::default_inline_work_ns() {
-  return env_number("MTIA_EMU_INLINE_WORK_NS", 1'000'000'000, 5'000);
-}
-
-bool PeGridParams::default_lazy_loads() {
-  return env_number("MTIA_EMU_LAZY_LOADS", 1, 1) != 0;
 }
 
 void PeGrid::before_device_access(isa::ByteSpan span, bool write) {

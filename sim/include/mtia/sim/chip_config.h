@@ -52,6 +52,16 @@ struct ChipConfig {
   uint32_t num_queues = 8;    // hardware queues served by the firmware
   double cp_packet_ns = 200;  // firmware time to fetch, decode and dispatch a packet
 
+  // The PE grid's scheduler: emulator settings, not chip figures, optional in a preset file
+  // (docs/architecture.md, "Scheduling"). Each launch's cores run round-robin up to a common
+  // horizon, then simulated time catches up one quantum at once.
+  uint64_t pe_quantum_cycles = 10'000;  // PE cycles each core runs between SystemC waits
+  // Inside a quantum the cores advance in lockstep slices of this many PE cycles, so their DMA
+  // requests reach the shared memory timelines at most one slice out of time order.
+  uint64_t pe_slice_cycles = 256;
+  uint64_t pe_watchdog_cycles = 1'000'000'000;    // a launch's limit when its packet gives 0
+  uint64_t kernel_image_max_bytes = 16ull << 20;  // a larger kernel image (ELF) is rejected
+
   // false: functional only; every duration is zero and simulated time never advances.
   bool timing = true;
 };
