@@ -62,7 +62,7 @@ Seconds best_seconds(int reps, const std::function<void()>& fn) {
 }
 
 // DPE fp32 multiply-accumulates per cycle per PE by chip generation. The simulator's
-// UnitTiming (sim/pe/include/mtia/sim/pe/units.h, mtia_v1()/mtia_v2()) holds these; programs
+// UnitTiming (sim/pe/include/mtia/sim/pe/unit_timing.h, mtia_v1()/mtia_v2()) holds these; programs
 // never see simulator headers, so they are restated here and must be kept in step.
 uint32_t dpe_fp32_macs_per_cycle(uint32_t generation) {
   return generation == 1 ? 128 : 256;

@@ -15,6 +15,7 @@
 #include "mtia/log/logger.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/device.h"
+#include "mtia/sim/grid_options.h"
 #include "mtia/sim/host_memory.h"
 
 namespace mtia::backends {
@@ -106,12 +107,20 @@ sim::TraceOptions trace_options(const driver::TraceOptions& t) {
   return o;
 }
 
+sim::PeGridHostOptions grid_options(const driver::BackendOptions& options) {
+  sim::PeGridHostOptions o;
+  o.unit_threads = options.unit_threads;
+  o.inline_work_ns = options.inline_work_ns;
+  o.lazy_loads = options.lazy_loads;
+  return o;
+}
+
 class InProcessBackend final : public driver::Backend {
  public:
   explicit InProcessBackend(const driver::BackendOptions& options)
       : device_(
             make_config(options), host_memory_, [this](uint64_t mask) { deliver_interrupt(mask); },
-            trace_options(options.trace), options.wait) {
+            trace_options(options.trace), options.wait, grid_options(options)) {
     logger()->debug("in-process device '{}' started (timing {})", device_.config().name,
                     device_.config().timing ? "on" : "off");
   }

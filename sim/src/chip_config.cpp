@@ -32,16 +32,37 @@
 namespace mtia::sim {
 namespace {
 
-using Member = std::variant<std::string ChipConfig::*, uint32_t ChipConfig::*,
-                            uint64_t ChipConfig::*, double ChipConfig::*, bool ChipConfig::*>;
+using Member =
+    std::variant<std::string ChipConfig::*, uint32_t ChipConfig::*, uint64_t ChipConfig::*,
+                 double ChipConfig::*, bool ChipConfig::*, uint32_t pe::UnitTiming::*>;
+
+// The value a Member names in `config` (the unit fields live in ChipConfig::units).
+template <typename T>
+T& member_ref(ChipConfig& config, T ChipConfig::*member) {
+  return config.*member;
+}
+template <typename T>
+T& member_ref(ChipConfig& config, T pe::UnitTiming::*member) {
+  return config.units.*member;
+}
+template <typename T>
+const T& member_ref(const ChipConfig& config, T ChipConfig::*member) {
+  return config.*member;
+}
+template <typename T>
+const T& member_ref(const ChipConfig& config, T pe::UnitTiming::*member) {
+  return config.units.*member;
+}
 
 struct Field {
   ConfigKey key;
   Member member;
+  bool optional = false;  // a preset file may leave it out (fields added later: old files load)
 };
 
-// One row per ChipConfig field, in the order of the struct. config_keys() and the preset
-// loader are both driven by this table, so a field cannot be overridable but not loadable.
+// One row per ChipConfig field (ChipConfig::units' included), in the order of the struct.
+// config_keys() and the preset loader are both driven by this table, so a field cannot be
+// overridable but not loadable.
 const std::vector<Field>& fields() {
   static const std::vector<Field> table = {
       {{"name", "", "preset name reported by the device (at most 16 characters are reported)"},
@@ -57,32 +78,34 @@ const std::vector<Field>& fields() {
         "store moves; private to the PE"},
        &ChipConfig::local_store_bandwidth_GBps},
       {{"dpe_int8_macs_per_cycle", "MAC/cycle", "DPE int8 multiply-accumulates per cycle per PE"},
-       &ChipConfig::dpe_int8_macs_per_cycle},
+       &pe::UnitTiming::dpe_int8_macs_per_cycle},
       {{"dpe_fp16_macs_per_cycle", "MAC/cycle",
         "DPE fp16 and bf16 multiply-accumulates per cycle per PE"},
-       &ChipConfig::dpe_fp16_macs_per_cycle},
+       &pe::UnitTiming::dpe_fp16_macs_per_cycle},
       {{"dpe_fp32_macs_per_cycle", "MAC/cycle", "DPE fp32 multiply-accumulates per cycle per PE"},
-       &ChipConfig::dpe_fp32_macs_per_cycle},
+       &pe::UnitTiming::dpe_fp32_macs_per_cycle},
       {{"dpe_issue_cycles", "cycles", "DPE fixed cost per matmul (decode, array fill and drain)"},
-       &ChipConfig::dpe_issue_cycles},
+       &pe::UnitTiming::dpe_issue_cycles},
       {{"se_vector_bytes", "bytes", "SE vector width: bytes of elements processed per cycle"},
-       &ChipConfig::se_vector_bytes},
+       &pe::UnitTiming::se_vector_bytes},
       {{"se_simple_cycles", "cycles",
         "SE cycles per vector: arithmetic, compare, logic, select, clamp, cast"},
-       &ChipConfig::se_simple_cycles},
+       &pe::UnitTiming::se_simple_cycles},
       {{"se_divide_cycles", "cycles", "SE cycles per vector: div, sqrt, rsqrt"},
-       &ChipConfig::se_divide_cycles},
+       &pe::UnitTiming::se_divide_cycles},
       {{"se_transcendental_cycles", "cycles",
         "SE cycles per vector: exp, log, tanh, erf, sigmoid, silu"},
-       &ChipConfig::se_transcendental_cycles},
-      {{"se_issue_cycles", "cycles", "SE fixed cost per operation"}, &ChipConfig::se_issue_cycles},
+       &pe::UnitTiming::se_transcendental_cycles},
+      {{"se_issue_cycles", "cycles", "SE fixed cost per operation"},
+       &pe::UnitTiming::se_issue_cycles},
       {{"re_elements_per_cycle", "elements/cycle", "RE input elements consumed per cycle"},
-       &ChipConfig::re_elements_per_cycle},
-      {{"re_issue_cycles", "cycles", "RE fixed cost per operation"}, &ChipConfig::re_issue_cycles},
+       &pe::UnitTiming::re_elements_per_cycle},
+      {{"re_issue_cycles", "cycles", "RE fixed cost per operation"},
+       &pe::UnitTiming::re_issue_cycles},
       {{"mlu_bytes_per_cycle", "bytes/cycle", "MLU bytes moved per cycle (copy and transpose)"},
-       &ChipConfig::mlu_bytes_per_cycle},
+       &pe::UnitTiming::mlu_bytes_per_cycle},
       {{"mlu_issue_cycles", "cycles", "MLU fixed cost per operation"},
-       &ChipConfig::mlu_issue_cycles},
+       &pe::UnitTiming::mlu_issue_cycles},
       {{"sram_bytes", "bytes", "on-chip SRAM shared by the PEs"}, &ChipConfig::sram_bytes},
       {{"sram_bandwidth_GBps", "GB/s",
         "on-chip SRAM bandwidth (10^9 bytes/s), shared by every DMA engine and every PE"},
@@ -118,6 +141,23 @@ const std::vector<Field>& fields() {
        &ChipConfig::num_queues},
       {{"cp_packet_ns", "ns", "firmware time to fetch, decode and dispatch one packet"},
        &ChipConfig::cp_packet_ns},
+      {{"pe_quantum_cycles", "cycles",
+        "PE grid scheduler: cycles each PE core runs between SystemC waits (optional)"},
+       &ChipConfig::pe_quantum_cycles,
+       true},
+      {{"pe_slice_cycles", "cycles",
+        "PE grid scheduler: lockstep slice inside a quantum; the PEs' DMA requests reach the "
+        "memory timelines at most this far out of time order (optional)"},
+       &ChipConfig::pe_slice_cycles,
+       true},
+      {{"pe_watchdog_cycles", "cycles",
+        "a launch's PE cycle limit when its packet gives none (optional)"},
+       &ChipConfig::pe_watchdog_cycles,
+       true},
+      {{"kernel_image_max_bytes", "bytes",
+        "largest kernel image (ELF file) a launch accepts (optional)"},
+       &ChipConfig::kernel_image_max_bytes,
+       true},
       {{"timing", "", "false: functional only, every duration is zero"}, &ChipConfig::timing},
   };
   return table;
@@ -187,16 +227,16 @@ void set_from_json(ChipConfig& config, const Field& field, const nlohmann::json&
                    const std::string& where) {
   std::visit(
       [&](auto member) {
-        using T = std::remove_reference_t<decltype(config.*member)>;
+        using T = std::remove_reference_t<decltype(member_ref(config, member))>;
         if constexpr (std::is_same_v<T, std::string>) {
           if (!v.is_string()) throw std::runtime_error(where + ": expected a string");
-          config.*member = v.get<std::string>();
+          member_ref(config, member) = v.get<std::string>();
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!v.is_boolean()) throw std::runtime_error(where + ": expected true or false");
-          config.*member = v.get<bool>();
+          member_ref(config, member) = v.get<bool>();
         } else if constexpr (std::is_same_v<T, double>) {
           if (!v.is_number()) throw std::runtime_error(where + ": expected a number");
-          config.*member = v.get<double>();
+          member_ref(config, member) = v.get<double>();
         } else {
           if (!v.is_number_unsigned()) {
             throw std::runtime_error(where + ": expected an unsigned integer");
@@ -206,14 +246,14 @@ void set_from_json(ChipConfig& config, const Field& field, const nlohmann::json&
             throw std::runtime_error(where + ": " + std::to_string(u) + " is too large (max " +
                                      std::to_string(std::numeric_limits<T>::max()) + ")");
           }
-          config.*member = static_cast<T>(u);
+          member_ref(config, member) = static_cast<T>(u);
         }
       },
       field.member);
 }
 
 nlohmann::ordered_json get_as_json(const ChipConfig& config, const Field& field) {
-  return std::visit([&](auto member) { return nlohmann::ordered_json(config.*member); },
+  return std::visit([&](auto member) { return nlohmann::ordered_json(member_ref(config, member)); },
                     field.member);
 }
 
@@ -267,7 +307,7 @@ ChipConfig parse_preset(const std::string& text, const std::string& origin) {
     set_from_json(config, *field, entry["value"], where);
   }
   for (const auto& f : fields()) {
-    if (!doc.contains(f.key.key)) {
+    if (!f.optional && !doc.contains(f.key.key)) {
       throw std::runtime_error("preset file " + path.string() + " lacks field '" + f.key.key +
                                "' (every field must be given, with its source)");
     }
@@ -388,27 +428,27 @@ void apply_override(ChipConfig& config, const std::string& assignment) {
   const std::string unit = field->key.unit.empty() ? "" : " (" + field->key.unit + ")";
   std::visit(
       [&](auto member) {
-        using T = std::remove_reference_t<decltype(config.*member)>;
+        using T = std::remove_reference_t<decltype(member_ref(config, member))>;
         if constexpr (std::is_same_v<T, std::string>) {
           if (text.empty()) throw std::invalid_argument("config key '" + key + "' needs a value");
           if (const std::string why = text_problem(text); !why.empty()) {
             throw std::invalid_argument("config key '" + key + "': the value " + why);
           }
-          config.*member = text;
+          member_ref(config, member) = text;
         } else if constexpr (std::is_same_v<T, bool>) {
           bool v = false;
           if (!parse_bool(text, v)) {
             throw std::invalid_argument("config key '" + key + "' expects true or false, got '" +
                                         text + "'");
           }
-          config.*member = v;
+          member_ref(config, member) = v;
         } else if constexpr (std::is_same_v<T, double>) {
           double v = 0;
           if (!parse_double(text, v)) {
             throw std::invalid_argument("config key '" + key + "' expects a number" + unit +
                                         ", got '" + text + "'");
           }
-          config.*member = v;
+          member_ref(config, member) = v;
         } else {
           T v = 0;
           if (!parse_unsigned(text, v)) {
@@ -416,7 +456,7 @@ void apply_override(ChipConfig& config, const std::string& assignment) {
                 "config key '" + key + "' expects an unsigned integer" + unit + " no larger than " +
                 std::to_string(std::numeric_limits<T>::max()) + ", got '" + text + "'");
           }
-          config.*member = v;
+          member_ref(config, member) = v;
         }
       },
       field->member);
@@ -487,21 +527,34 @@ void validate(const ChipConfig& c) {
   }
   // Unit rates divide work; fixed costs may be 0.
   const std::pair<const char*, uint32_t> rates[] = {
-      {"dpe_int8_macs_per_cycle", c.dpe_int8_macs_per_cycle},
-      {"dpe_fp16_macs_per_cycle", c.dpe_fp16_macs_per_cycle},
-      {"dpe_fp32_macs_per_cycle", c.dpe_fp32_macs_per_cycle},
-      {"se_vector_bytes", c.se_vector_bytes},
-      {"se_simple_cycles", c.se_simple_cycles},
-      {"se_divide_cycles", c.se_divide_cycles},
-      {"se_transcendental_cycles", c.se_transcendental_cycles},
-      {"re_elements_per_cycle", c.re_elements_per_cycle},
-      {"mlu_bytes_per_cycle", c.mlu_bytes_per_cycle},
+      {"dpe_int8_macs_per_cycle", c.units.dpe_int8_macs_per_cycle},
+      {"dpe_fp16_macs_per_cycle", c.units.dpe_fp16_macs_per_cycle},
+      {"dpe_fp32_macs_per_cycle", c.units.dpe_fp32_macs_per_cycle},
+      {"se_vector_bytes", c.units.se_vector_bytes},
+      {"se_simple_cycles", c.units.se_simple_cycles},
+      {"se_divide_cycles", c.units.se_divide_cycles},
+      {"se_transcendental_cycles", c.units.se_transcendental_cycles},
+      {"re_elements_per_cycle", c.units.re_elements_per_cycle},
+      {"mlu_bytes_per_cycle", c.units.mlu_bytes_per_cycle},
   };
   for (const auto& [key, v] : rates) {
     if (v < 1 || v > (1u << 20)) {
       fail(std::string(key) + " is " + std::to_string(v) + "; must be 1.." +
            std::to_string(1u << 20));
     }
+  }
+  if (c.pe_quantum_cycles < 1 || c.pe_quantum_cycles > (uint64_t{1} << 32)) {
+    fail("pe_quantum_cycles is " + std::to_string(c.pe_quantum_cycles) + "; must be 1.." +
+         std::to_string(uint64_t{1} << 32));
+  }
+  if (c.pe_slice_cycles < 1 || c.pe_slice_cycles > c.pe_quantum_cycles) {
+    fail("pe_slice_cycles is " + std::to_string(c.pe_slice_cycles) +
+         "; must be 1..pe_quantum_cycles (" + std::to_string(c.pe_quantum_cycles) + ")");
+  }
+  if (c.pe_watchdog_cycles < 1) fail("pe_watchdog_cycles is 0; must be at least 1");
+  if (c.kernel_image_max_bytes < 64 || c.kernel_image_max_bytes > (uint64_t{1} << 30)) {
+    fail("kernel_image_max_bytes is " + std::to_string(c.kernel_image_max_bytes) +
+         "; must be 64.." + std::to_string(uint64_t{1} << 30) + " (an ELF header to 1 GiB)");
   }
   if (c.dma_engines < 1 || c.dma_engines > 64) {
     fail("dma_engines is " + std::to_string(c.dma_engines) + "; must be 1..64");

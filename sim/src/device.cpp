@@ -159,8 +159,9 @@ void Device::Impl::run_on_sim(const std::function<void()>& fn, const char* what)
 }
 
 Device::Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt,
-               TraceOptions trace, isa::WaitPolicy wait) {
+               TraceOptions trace, isa::WaitPolicy wait, const PeGridHostOptions& grid) {
   validate(config);
+  const PeGridHostSettings grid_host = resolve(grid);
   bool expected = false;
   if (!g_device_alive.compare_exchange_strong(expected, true)) {
     throw std::runtime_error(
@@ -173,6 +174,7 @@ Device::Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandl
     auto& s = impl_->shared;
     s.config = config;
     s.wait = wait;
+    s.grid_host = grid_host;
     s.memory = std::make_unique<MemorySystem>(config, host_memory);
     s.on_interrupt = std::move(on_interrupt);
     s.tracer =

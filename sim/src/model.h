@@ -38,6 +38,7 @@
 #include "mtia/isa/wait.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/device.h"
+#include "mtia/sim/grid_options.h"
 #include "mtia/sim/memory_system.h"
 #include "pe_grid.h"
 #include "trace.h"
@@ -119,6 +120,8 @@ struct SimShared {
   std::unique_ptr<Tracer> tracer;
   // How the simulator thread waits for host requests and host threads for its answers.
   isa::WaitPolicy wait = isa::WaitPolicy::kAuto;
+  // How the PE grid uses the host (threads, hand-off threshold, lazy loads).
+  PeGridHostSettings grid_host;
 
   // Publishes the simulator's current time to host threads (simulator thread only).
   void sync_time();

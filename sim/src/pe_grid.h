@@ -30,8 +30,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "deferred_work.h"
 #include "mtia/firmware/platform.h"
 #include "mtia/isa/packets.h"
+#include "mtia/sim/chip_config.h"
+#include "mtia/sim/grid_options.h"
 #include "mtia/sim/memory_system.h"
 #include "mtia/sim/pe/program.h"
 #include "mtia/sim/pe/riscv_core.h"
@@ -43,7 +46,8 @@ namespace mtia::sim::detail {
 struct SimShared;
 class CommandProcessorModule;
 
-// Parameters of the grid's scheduler.
+// Parameters of the grid: the preset's scheduler fields (ChipConfig::pe_*) and how it uses the
+// host (PeGridHostSettings, grid_options.h).
 struct PeGridParams {
   uint64_t quantum_cycles = 10'000;  // cycles each core runs between SystemC syncs
   // Inside a quantum the cores advance in lockstep slices of this many cycles, so their DMA
@@ -53,28 +57,24 @@ struct PeGridParams {
   uint64_t max_image_bytes = 16ull << 20;            // a larger ELF is rejected
   size_t max_cached_programs = 16;                   // decoded images kept (cleared when full)
   // Host threads that run the units' math and the local DMA copies beside the simulator
-  // thread (pe::UnitWorkers); the default leaves one host core to the simulator thread, and
-  // the environment variable MTIA_EMU_UNIT_THREADS overrides it. 0 runs it all on that thread.
-  // Results and simulated time do not depend on it, only wall time does.
-  unsigned unit_threads = default_unit_threads();
-  static unsigned default_unit_threads();
+  // thread (pe::UnitWorkers); 0 runs it all on that thread.
+  unsigned unit_threads = 0;
   // An operation estimated to take the host less than this (nanoseconds) runs on the
   // simulator thread when its PE has nothing queued: handing it over (and its bytes to another
-  // core's cache) would cost more. MTIA_EMU_INLINE_WORK_NS overrides it; 0 hands every
-  // operation to the helpers.
-  uint64_t inline_work_ns = default_inline_work_ns();
-  static uint64_t default_inline_work_ns();
+  // core's cache) would cost more. 0 hands every operation to the helpers.
+  uint64_t inline_work_ns = 5'000;
   // Leave a DMA's load from DRAM or SRAM into a local store in device memory until its bytes
-  // are needed, and let the DPE read its operands there (PeGrid::Pe, "Loads left in device
-  // memory"): the copy of a tile that is only multiplied is never made. Results and
-  // simulated time do not depend on it; MTIA_EMU_LAZY_LOADS=0 turns it off.
-  bool lazy_loads = default_lazy_loads();
-  static bool default_lazy_loads();
+  // are needed, and let the DPE read its operands there (deferred_work.h, "Loads left in device
+  // memory"): the copy of a tile that is only multiplied is never made.
+  bool lazy_loads = true;
+
+  static PeGridParams from(const ChipConfig& config, const PeGridHostSettings& host);
 };
 
 class PeGrid : public sc_core::sc_module {
  public:
-  PeGrid(sc_core::sc_module_name name, SimShared& shared, PeGridParams params = {});
+  // Its parameters are PeGridParams::from(shared.config, shared.grid_host).
+  PeGrid(sc_core::sc_module_name name, SimShared& shared);
   ~PeGrid() override;
   void connect(CommandProcessorModule* cp) { cp_ = cp; }
 
@@ -87,16 +87,14 @@ class PeGrid : public sc_core::sc_module {
     uint64_t launches = 0;
     uint64_t failed_launches = 0;
     uint64_t busy_ps = 0;
-    uint64_t pe_cycles = 0;           // sum over PEs of their final cycle counts
-    uint64_t instructions = 0;        // retired, all PEs
-    uint64_t unit_ops = 0;            // DPE/SE/RE/MLU operations
-    uint64_t dma_ops = 0;             // local DMA operations
-    uint64_t dma_bytes = 0;           // payload bytes of local DMA
-    uint64_t lazy_loads = 0;          // local DMA loads left in device memory
-    uint64_t lazy_loads_copied = 0;   // ... of which copied into the local store later
-    uint64_t lazy_operand_reads = 0;  // DPE operands read where a lazy load reads from
-    uint64_t barriers = 0;            // barrier releases
-    uint64_t syncs = 0;               // SystemC waits taken by the scheduler
+    uint64_t pe_cycles = 0;     // sum over PEs of their final cycle counts
+    uint64_t instructions = 0;  // retired, all PEs
+    uint64_t unit_ops = 0;      // DPE/SE/RE/MLU operations
+    uint64_t dma_ops = 0;       // local DMA operations
+    uint64_t dma_bytes = 0;     // payload bytes of local DMA
+    LazyLoadStats lazy;         // local DMA loads left in device memory
+    uint64_t barriers = 0;      // barrier releases
+    uint64_t syncs = 0;         // SystemC waits taken by the scheduler
     uint64_t program_cache_hits = 0;
     uint64_t program_loads = 0;
   };
@@ -107,7 +105,7 @@ class PeGrid : public sc_core::sc_module {
   uint64_t cycles_to_ps(uint64_t cycles) const;
   uint64_t ps_to_cycles(uint64_t ps) const;
 
-  class Pe;  // one PE: core, units, tags (defined in pe_grid.cpp)
+  class Pe;  // one PE: core, units, tags (grid_pe.h)
 
  private:
   struct Failure {
@@ -148,7 +146,6 @@ class PeGrid : public sc_core::sc_module {
   SimShared& shared_;
   PeGridParams params_;
   bool timing_;
-  sim::pe::UnitTiming unit_timing_;
   CommandProcessorModule* cp_ = nullptr;
   std::optional<isa::LaunchPacket> job_;
   sc_core::sc_event start_;

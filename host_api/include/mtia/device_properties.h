@@ -30,6 +30,18 @@ struct DeviceOptions {
   uint64_t trace_max_events = 0;
   // How waits are done. Unset: $MTIA_EMU_WAIT (auto, spin, yield or block), else auto.
   std::optional<WaitPolicy> wait;
+  // How the emulator's PE grid uses the host machine; results and simulated times never depend
+  // on these, only wall time does.
+  // Host threads running unit math and PE DMA copies beside the simulator thread, 0..256.
+  // Unset: $MTIA_EMU_UNIT_THREADS, else host cores - 1.
+  std::optional<uint32_t> unit_threads;
+  // Operations estimated below this many ns of host work run on the simulator thread when their
+  // PE has nothing queued, 0..10^9 (0: all to the helpers). Unset: $MTIA_EMU_INLINE_WORK_NS,
+  // else 5,000.
+  std::optional<uint64_t> inline_work_ns;
+  // Leave local DMA loads in device memory until their bytes are needed. Unset:
+  // $MTIA_EMU_LAZY_LOADS (0 or 1), else on.
+  std::optional<bool> lazy_loads;
 };
 
 struct DeviceProperties {

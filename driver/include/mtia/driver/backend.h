@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,12 @@ struct BackendOptions {
   // How host threads wait for completions and the device's thread for host requests
   // (isa/wait.h); a backend without a thread of its own uses it for the host side only.
   isa::WaitPolicy wait = isa::WaitPolicy::kAuto;
+  // How a simulating backend's PE grid uses the host (no effect on results or simulated
+  // times). Unset: the backend's environment variables (MTIA_EMU_UNIT_THREADS,
+  // MTIA_EMU_INLINE_WORK_NS, MTIA_EMU_LAZY_LOADS), else its defaults.
+  std::optional<uint32_t> unit_threads;    // helper threads, 0..256
+  std::optional<uint64_t> inline_work_ns;  // ns, 0..10^9
+  std::optional<bool> lazy_loads;
 };
 
 class Backend {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "mtia/sim/pe/unit_timing.h"
+
 namespace mtia::sim {
 
 struct ChipConfig {
@@ -21,25 +23,10 @@ struct ChipConfig {
   // to the PE, so it is not shared with the others (unlike the SRAM and LPDDR).
   double local_store_bandwidth_GBps = 172.8;
 
-  // PE units (cycles are PE clock cycles). Busy cycles of one operation:
-  //   DPE  dpe_issue_cycles + ceil(m*n*k / MACs per cycle of the input dtype)
-  //   SE   se_issue_cycles + ceil(count / lanes) * cycles per vector of the op class,
-  //        lanes = se_vector_bytes / (bytes of the widest element read or written)
-  //   RE   re_issue_cycles + ceil(rows*cols / re_elements_per_cycle)
-  //   MLU  mlu_issue_cycles + ceil(rows*cols*elem_size / mlu_bytes_per_cycle)
-  uint32_t dpe_int8_macs_per_cycle = 2048;
-  uint32_t dpe_fp16_macs_per_cycle = 1024;  // fp16 and bf16
-  uint32_t dpe_fp32_macs_per_cycle = 256;
-  uint32_t dpe_issue_cycles = 16;
-  uint32_t se_vector_bytes = 128;
-  uint32_t se_simple_cycles = 1;          // arithmetic, compare, logic, select, clamp, cast
-  uint32_t se_divide_cycles = 4;          // div, sqrt, rsqrt
-  uint32_t se_transcendental_cycles = 8;  // exp, log, tanh, erf, sigmoid, silu
-  uint32_t se_issue_cycles = 8;
-  uint32_t re_elements_per_cycle = 32;
-  uint32_t re_issue_cycles = 8;
-  uint32_t mlu_bytes_per_cycle = 128;
-  uint32_t mlu_issue_cycles = 8;
+  // Throughput and latency of each PE's units (DPE, SE, RE, MLU), in PE clock cycles: the
+  // preset keys dpe_*, se_*, re_* and mlu_* (mtia/sim/pe/unit_timing.h gives each operation's
+  // busy cycles).
+  pe::UnitTiming units;
 
   // On-chip SRAM shared by the PEs.
   uint64_t sram_bytes = 256ull << 20;
@@ -64,6 +51,16 @@ struct ChipConfig {
   double dma_setup_ns = 100;  // descriptor fetch and start per DMA job
   uint32_t num_queues = 8;    // hardware queues served by the firmware
   double cp_packet_ns = 200;  // firmware time to fetch, decode and dispatch a packet
+
+  // The PE grid's scheduler: emulator settings, not chip figures, optional in a preset file
+  // (docs/architecture.md, "Scheduling"). Each launch's cores run round-robin up to a common
+  // horizon, then simulated time catches up one quantum at once.
+  uint64_t pe_quantum_cycles = 10'000;  // PE cycles each core runs between SystemC waits
+  // Inside a quantum the cores advance in lockstep slices of this many PE cycles, so their DMA
+  // requests reach the shared memory timelines at most one slice out of time order.
+  uint64_t pe_slice_cycles = 256;
+  uint64_t pe_watchdog_cycles = 1'000'000'000;    // a launch's limit when its packet gives 0
+  uint64_t kernel_image_max_bytes = 16ull << 20;  // a larger kernel image (ELF) is rejected
 
   // false: functional only; every duration is zero and simulated time never advances.
   bool timing = true;

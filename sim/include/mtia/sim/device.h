@@ -14,6 +14,7 @@
 #include "mtia/isa/result.h"
 #include "mtia/isa/wait.h"
 #include "mtia/sim/chip_config.h"
+#include "mtia/sim/grid_options.h"
 #include "mtia/sim/host_memory.h"
 #include "mtia/sim/trace_types.h"
 
@@ -32,9 +33,12 @@ class Device {
   // Builds the model for `config` and starts the simulator thread. Only one Device may exist
   // per process at a time (SystemC has one global simulation context); a second one throws.
   // `trace` sets what the trace records (docs/architecture.md, "Traces"); `wait` how the
-  // simulator thread waits for host requests and host threads for its answers (isa/wait.h).
+  // simulator thread waits for host requests and host threads for its answers (isa/wait.h);
+  // `grid` how the PE grid uses the host (grid_options.h: unset fields come from the
+  // environment, else the defaults; throws std::invalid_argument for one out of range).
   Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt,
-         TraceOptions trace = {}, isa::WaitPolicy wait = isa::WaitPolicy::kAuto);
+         TraceOptions trace = {}, isa::WaitPolicy wait = isa::WaitPolicy::kAuto,
+         const PeGridHostOptions& grid = {});
   ~Device();  // stops the simulator thread and releases device memory
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;

@@ -1,7 +1,7 @@
 /* The SE's operations: the one table that the kernels (C99), the simulator's descriptor checks
  * and unit model (C++20) and the tests all read. docs/pe-isa.md explains the columns.
  *
- * Adding an op is a row here plus its math: in the unit model (sim/pe/src/units.cpp) and in
+ * Adding an op is a row here plus its math: in the SE unit model (sim/pe/src/se_math.h) and in
  * the tests' independent reference (tests/kernels/reference_ops.h). Codes are part of the
  * descriptor format: never renumber a row.
  *

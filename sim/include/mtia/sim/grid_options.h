@@ -1,0 +1,42 @@
+// How the PE grid uses the host machine (docs/architecture.md, "Host threads" and "Loads left
+// in device memory"). None of these changes results or simulated times, only wall time; the
+// grid's simulated parameters are the preset's (ChipConfig::pe_*).
+//
+// Each field left unset comes from its environment variable, a documented override for
+// programs that do not set options (tests, benchmarks, the tensor layer), else its default:
+//   unit_threads    $MTIA_EMU_UNIT_THREADS    host cores - 1 (at least 0)
+//   inline_work_ns  $MTIA_EMU_INLINE_WORK_NS  5,000 ns
+//   lazy_loads      $MTIA_EMU_LAZY_LOADS      1 (on)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace mtia::sim {
+
+struct PeGridHostOptions {
+  // Host threads that run the units' math and the PEs' DMA copies beside the simulator
+  // thread, 0..256; 0 runs it all on the simulator thread.
+  std::optional<uint32_t> unit_threads;
+  // Nanoseconds, 0..10^9: an operation estimated to take the host less than this runs on the
+  // simulator thread when its PE has nothing queued (handing it over would cost more); 0 hands
+  // every operation to the helper threads.
+  std::optional<uint64_t> inline_work_ns;
+  // Leave a DMA's load into a local store in device memory until its bytes are needed, and let
+  // the DPE read its operands there; false copies every load at once.
+  std::optional<bool> lazy_loads;
+};
+
+// The values in effect.
+struct PeGridHostSettings {
+  uint32_t unit_threads = 0;
+  uint64_t inline_work_ns = 5'000;
+  bool lazy_loads = true;
+};
+
+// Each field: the option when set, else its environment variable when that holds a valid value
+// (an invalid one is ignored with a warning), else the default. Throws std::invalid_argument
+// naming the field for an option out of its range.
+PeGridHostSettings resolve(const PeGridHostOptions& options);
+
+}  // namespace mtia::sim

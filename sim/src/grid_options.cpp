@@ -1,0 +1,58 @@
+#include "mtia/sim/grid_options.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <thread>
+
+#include "log.h"
+
+namespace mtia::sim {
+namespace {
+
+constexpr uint64_t kMaxUnitThreads = 256;
+constexpr uint64_t kMaxInlineWorkNs = 1'000'000'000;
+
+// A whole number from the environment variable `name` in [0, max], or `fallback` when it is
+// unset (or not such a number, with a warning).
+uint64_t env_number(const char* name, uint64_t max, uint64_t fallback) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == 0) return fallback;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(env, &end, 10);
+  if (end != nullptr && *end == 0 && *env != '-' && n <= max) return n;
+  detail::logger("sim.pe")->warn("{}={} is not a whole number in 0..{}; ignored", name, env, max);
+  return fallback;
+}
+
+// One host core stays with the simulator thread.
+uint32_t default_unit_threads() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores > 1 ? cores - 1 : 0;
+}
+
+}  // namespace
+
+PeGridHostSettings resolve(const PeGridHostOptions& o) {
+  if (o.unit_threads && *o.unit_threads > kMaxUnitThreads) {
+    throw std::invalid_argument(fmt::format("unit_threads is {}; must be 0..{} host threads",
+                                            *o.unit_threads, kMaxUnitThreads));
+  }
+  if (o.inline_work_ns && *o.inline_work_ns > kMaxInlineWorkNs) {
+    throw std::invalid_argument(
+        fmt::format("inline_work_ns is {}; must be 0..{} ns", *o.inline_work_ns, kMaxInlineWorkNs));
+  }
+  PeGridHostSettings s;
+  s.unit_threads = o.unit_threads
+                       ? *o.unit_threads
+                       : static_cast<uint32_t>(env_number("MTIA_EMU_UNIT_THREADS", kMaxUnitThreads,
+                                                          default_unit_threads()));
+  s.inline_work_ns = o.inline_work_ns
+                         ? *o.inline_work_ns
+                         : env_number("MTIA_EMU_INLINE_WORK_NS", kMaxInlineWorkNs, 5'000);
+  s.lazy_loads = o.lazy_loads ? *o.lazy_loads : env_number("MTIA_EMU_LAZY_LOADS", 1, 1) != 0;
+  return s;
+}
+
+}  // namespace mtia::sim

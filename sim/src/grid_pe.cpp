@@ -1,0 +1,164 @@
+#include "grid_pe.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+
+#include "model.h"
+#include "mtia/isa/address_map.h"
+#include "mtia/sim/pe/descriptors.h"
+
+namespace mtia::sim::detail {
+
+using pe::UnitOp;
+using pe::UnitResponse;
+
+PeGrid::Pe::Pe(PeGrid& grid, uint32_t chip_index, std::span<uint8_t> local_store,
+               const pe::UnitTiming& timing)
+    : grid_(grid),
+      chip_index_(chip_index),
+      ls_device_base_(isa::kLocalStoreBase + uint64_t{chip_index} * isa::kLocalStoreStride),
+      units_(local_store, timing),
+      dma_(*grid.shared_.memory, ls_device_base_),
+      core_(pe::CoreConfig{}, local_store, *this),
+      work_(*grid.workers_, chip_index, core_,
+            DeferredWork::Params{grid.params_.inline_work_ns, grid.params_.lazy_loads},
+            grid.stats_.lazy) {
+  // Unit math and DMA copies go to the grid's helper threads, in order per PE.
+  units_.set_deferral([this](const Touched& touched, uint64_t host_ns, pe::UnitTask&& math) {
+    work_.run_or_defer(touched, host_ns, std::move(math), /*device=*/false);
+  });
+  if (grid_.params_.lazy_loads) {
+    units_.set_operand_source(
+        [this](uint64_t offset, uint64_t rows, uint64_t row_bytes, uint64_t ld_bytes) {
+          return work_.operand_view(offset, rows, row_bytes, ld_bytes);
+        });
+  }
+}
+
+void PeGrid::Pe::begin(uint64_t t0_ps) {
+  t0_ps_ = t0_ps;
+  tag_done_.clear();
+  all_done_ = 0;
+  std::fill(std::begin(unit_free_), std::end(unit_free_), 0);
+  at_barrier = false;
+  barrier_arrival = 0;
+}
+
+UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
+  switch (r.op) {
+    case UnitOp::kBarrier:
+      at_barrier = true;
+      barrier_arrival = r.cycle;
+      return UnitResponse::stall();
+    case UnitOp::kWait: {
+      if (r.rs1 == 0) return UnitResponse::done(0);  // tag 0 is always complete
+      if (r.rs1 > tag_done_.size()) {
+        return UnitResponse::fault(
+            fmt::format("pe.wait on tag {}, which was never issued ({} operations issued so far)",
+                        r.rs1, tag_done_.size()));
+      }
+      const uint64_t done = tag_done_[r.rs1 - 1];
+      return UnitResponse::done(0, done > r.cycle ? done - r.cycle : 0);
+    }
+    case UnitOp::kWaitAll:
+      return UnitResponse::done(0, all_done_ > r.cycle ? all_done_ - r.cycle : 0);
+    case UnitOp::kPoll: {
+      if (r.rs1 == 0) return UnitResponse::done(1);
+      if (r.rs1 > tag_done_.size()) {
+        return UnitResponse::fault(
+            fmt::format("pe.poll on tag {}, which was never issued ({} operations issued so far)",
+                        r.rs1, tag_done_.size()));
+      }
+      return UnitResponse::done(tag_done_[r.rs1 - 1] <= r.cycle ? 1 : 0);
+    }
+    case UnitOp::kDma:
+      return dma(core, r);
+    case UnitOp::kMatmul:
+    case UnitOp::kEltwise:
+    case UnitOp::kReduce:
+    case UnitOp::kLayout: {
+      // The math queues behind the PE's deferred work (run_or_defer); the descriptor is
+      // read now, so the bytes it sits in must be settled.
+      const uint64_t desc = r.rs1 - MTIA_PE_LS_BASE;
+      work_.settle({desc, desc + std::max({sizeof(mtia_pe_matmul_desc), sizeof(mtia_pe_se_desc),
+                                           sizeof(mtia_pe_re_desc), sizeof(mtia_pe_mlu_desc)})});
+      auto outcome = units_.execute(core, r);
+      if (!outcome.ok()) return UnitResponse::fault(outcome.error().reason);
+      const auto kind = pe::FunctionalUnits::unit_of(r.op);
+      uint64_t& free = unit_free_[static_cast<size_t>(kind)];
+      uint64_t done = 0;
+      uint64_t start = 0;
+      if (grid_.timing_) {
+        start = std::max(r.cycle, free);
+        done = start + outcome.value().busy_cycles;
+        free = done;
+      }
+      ++grid_.stats_.unit_ops;
+      if (grid_.tracing()) {
+        grid_.trace_unit(chip_index_, kind, t0_ps_ + grid_.cycles_to_ps(start),
+                         t0_ps_ + grid_.cycles_to_ps(done), outcome.value().work,
+                         r.op == UnitOp::kMatmul ? matmul_dtype(core, r.rs1) : 0);
+      }
+      return UnitResponse::done(add_tag(done));
+    }
+    default:
+      return UnitResponse::fault(
+          fmt::format("unit instruction {} is not implemented", pe::unit_op_name(r.op)));
+  }
+}
+
+uint64_t PeGrid::Pe::add_tag(uint64_t done_cycle) {
+  tag_done_.push_back(done_cycle);
+  all_done_ = std::max(all_done_, done_cycle);
+  return tag_done_.size();
+}
+
+PeGrid::Pe::Extent PeGrid::Pe::dma_side(uint8_t space, uint64_t addr, const uint64_t* strides,
+                                        const mtia_pe_dma_desc& d) {
+  __int128 lo = 0, hi = d.elem_size;
+  for (int i = 0; i < d.ndims && i < MTIA_PE_DMA_MAX_DIMS; ++i) {
+    if (d.sizes[i] == 0) return {};  // an empty copy touches nothing
+    const __int128 ext = static_cast<__int128>(d.sizes[i] - 1) * static_cast<int64_t>(strides[i]);
+    (ext < 0 ? lo : hi) += ext;
+  }
+  __int128 base = 0;
+  if (space == MTIA_PE_SPACE_LOCAL) {
+    base = static_cast<__int128>(addr) - MTIA_PE_LS_BASE;
+  } else {
+    if (addr < isa::kLocalStoreBase) return {};
+    const uint64_t owner = (addr - isa::kLocalStoreBase) / isa::kLocalStoreStride;
+    if (owner != chip_index_) {
+      if (owner < grid_.pes_.size() && grid_.pes_[owner]) grid_.pes_[owner]->flush();
+      return {};
+    }
+    base = static_cast<__int128>(addr) - static_cast<__int128>(ls_device_base_);
+  }
+  if (base + hi <= 0) return {};
+  const __int128 l = std::max<__int128>(0, base + lo);
+  return {static_cast<uint64_t>(l), static_cast<uint64_t>(base + hi)};
+}
+
+UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
+  const uint64_t at = r.rs1 - MTIA_PE_LS_BASE;
+  work_.settle({at, at + sizeof(mtia_pe_dma_desc)});
+  auto desc = dma_.validate(core, r.rs1);
+  if (!desc.ok()) return UnitResponse::fault(desc.error().reason);
+  const mtia_pe_dma_desc& d = desc.value();
+  const Touched touched{dma_side(d.src_space, d.src, d.src_strides, d),
+                        dma_side(d.dst_space, d.dst, d.dst_strides, d), Extent{}, Extent{}};
+  const uint64_t now = t0_ps_ + grid_.cycles_to_ps(r.cycle);
+  auto job = dma_.cost(d, now);
+  if (!job.ok()) return UnitResponse::fault(job.error().reason);
+  const DmaPlan& plan = job.value().plan;
+  if (d.dst_space != MTIA_PE_SPACE_LOCAL) grid_.before_device_access(plan.dst.span, true);
+  dma_.execute(d, job.value(), touched, work_);
+  ++grid_.stats_.dma_ops;
+  grid_.stats_.dma_bytes += plan.payload_bytes;
+  uint64_t done = 0;
+  if (grid_.timing_ && plan.end_ps > t0_ps_) done = grid_.ps_to_cycles(plan.end_ps - t0_ps_);
+  if (grid_.tracing()) grid_.trace_dma(chip_index_, plan, now);
+  return UnitResponse::done(add_tag(done));
+}
+
+}  // namespace mtia::sim::detail
