@@ -96,7 +96,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   bo.overrides = o.overrides;
   bo.timing = o.timing;
   const TraceLevel trace_level = resolve_trace_level(o);
-  bo.trace.level = static_cast<driver::TraceLevel>(trace_level);
+  bo.trace.level = trace_level;
   bo.trace.max_events = resolve_trace_max_events(o);
   bo.wait = resolve_wait_policy(o);
   try {
@@ -265,7 +265,7 @@ void Device::write_artifacts(const std::string& dir) {
 
 void Device::set_trace_level(TraceLevel level) {
   try {
-    impl_->dev->backend().set_trace_level(static_cast<driver::TraceLevel>(level));
+    impl_->dev->backend().set_trace_level(level);
   } catch (const std::exception& e) {
     throw Error(ErrorKind::kDeviceUnavailable,
                 fmt::format("cannot change the trace level: {}", e.what()));

@@ -17,25 +17,6 @@
 
 namespace mtia {
 
-const char* trace_level_name(TraceLevel level) {
-  switch (level) {
-    case TraceLevel::kOff:
-      return "off";
-    case TraceLevel::kKernels:
-      return "kernels";
-    case TraceLevel::kUnits:
-      return "units";
-  }
-  return "?";
-}
-
-std::optional<TraceLevel> parse_trace_level(std::string_view text) {
-  for (TraceLevel l : {TraceLevel::kOff, TraceLevel::kKernels, TraceLevel::kUnits}) {
-    if (text == trace_level_name(l)) return l;
-  }
-  return std::nullopt;
-}
-
 // ---- host calls ------------------------------------------------------------------------------
 
 namespace {
@@ -92,7 +73,7 @@ ApiCall::~ApiCall() {
           .count();
   if (std::uncaught_exceptions() > exceptions_) call_.error = "the call threw";
   try {
-    trace_->record(call_);
+    trace_->record(std::move(call_));
   } catch (...) {
     // Tracing never fails a call.
   }
@@ -101,7 +82,7 @@ ApiCall::~ApiCall() {
 void ApiCall::submitted(HostTrace& trace, uint32_t queue, uint64_t seq) {
   ApiCall* call = t_innermost;
   if (call == nullptr || call->trace_ != &trace) return;
-  driver::HostTracePacket p;
+  trace::HostPacket p;
   p.queue = queue;
   p.seq = seq;
   p.submit_ps = trace.clock().now_ps;

@@ -159,7 +159,7 @@ void Device::Impl::run_on_sim(const std::function<void()>& fn, const char* what)
 }
 
 Device::Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt,
-               TraceOptions trace, isa::WaitPolicy wait) {
+               trace::TraceOptions trace, isa::WaitPolicy wait) {
   validate(config);
   bool expected = false;
   if (!g_device_alive.compare_exchange_strong(expected, true)) {
@@ -291,17 +291,17 @@ void Device::write_artifacts(const std::string& dir) {
   }
 }
 
-void Device::set_trace_level(TraceLevel level) {
+void Device::set_trace_level(trace::TraceLevel level) {
   Impl* impl = impl_.get();
   impl_->run_on_sim([impl, level] { impl->shared.tracer->set_level(level); },
                     "cannot change the trace level");
 }
 
-TraceLevel Device::trace_level() const {
+trace::TraceLevel Device::trace_level() const {
   return impl_->shared.tracer->level();
 }
 
-void Device::trace_host_call(HostCall call) {
+void Device::trace_host_call(trace::HostCall call) {
   impl_->shared.tracer->host_call(std::move(call));
 }
 

@@ -13,29 +13,6 @@
 #include "mtia/isa/error_code.h"
 #include "mtia/isa/packets.h"
 
-namespace mtia::sim {
-
-const char* trace_level_name(TraceLevel level) {
-  switch (level) {
-    case TraceLevel::kOff:
-      return "off";
-    case TraceLevel::kKernels:
-      return "kernels";
-    case TraceLevel::kUnits:
-      return "units";
-  }
-  return "?";
-}
-
-std::optional<TraceLevel> parse_trace_level(std::string_view text) {
-  for (TraceLevel l : {TraceLevel::kOff, TraceLevel::kKernels, TraceLevel::kUnits}) {
-    if (text == trace_level_name(l)) return l;
-  }
-  return std::nullopt;
-}
-
-}  // namespace mtia::sim
-
 namespace mtia::sim::detail {
 namespace {
 
@@ -508,7 +485,7 @@ std::string Tracer::json(uint64_t now_ps) const {
       "observed (end times of the packets it waited for); wall_* fields are host wall-clock "
       "time\"";
   out += ",\"trace_level\":\"";
-  out += trace_level_name(level());
+  out += trace::trace_level_name(level());
   out += "\",\"max_events\":";
   append_u64(out, max_events_);
   out += ",\"events\":";

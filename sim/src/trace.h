@@ -22,9 +22,15 @@
 
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/memory_system.h"
-#include "mtia/sim/trace_types.h"
+#include "mtia/trace/host_call.h"
+#include "mtia/trace/level.h"
 
 namespace mtia::sim::detail {
+
+using trace::HostCall;
+using trace::HostPacket;
+using trace::TraceLevel;
+using trace::TraceOptions;
 
 class Tracer {
  public:

@@ -18,19 +18,17 @@
 #include <string_view>
 #include <vector>
 
+#include "mtia/trace/level.h"
+
 namespace mtia {
 
-enum class TraceLevel {
-  kOff,      // nothing is recorded (the default)
-  kKernels,  // host API calls, packets, DMA jobs, kernel launches and per-PE kernel spans,
-             // bandwidth and queue-depth counters, per-launch statistics
-  kUnits,    // plus every PE unit operation: DPE, SE, RE, MLU and local DMA
-};
-const char* trace_level_name(TraceLevel level);  // "off", "kernels", "units"
-// The inverse; nullopt for any other text.
-std::optional<TraceLevel> parse_trace_level(std::string_view text);
+// The trace level (off, kernels, units) and its names, as the device's trace layer defines
+// them (mtia/trace/level.h). mtia::TraceLevel::kOff is the default.
+using trace::parse_trace_level;
+using trace::trace_level_name;
+using trace::TraceLevel;
 
-inline constexpr uint64_t kDefaultTraceMaxEvents = 1'000'000;
+inline constexpr uint64_t kDefaultTraceMaxEvents = trace::kDefaultTraceMaxEvents;
 
 // ---- run summary ----------------------------------------------------------------------------
 

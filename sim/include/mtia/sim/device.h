@@ -15,7 +15,8 @@
 #include "mtia/isa/wait.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/host_memory.h"
-#include "mtia/sim/trace_types.h"
+#include "mtia/trace/host_call.h"
+#include "mtia/trace/level.h"
 
 namespace mtia::sim {
 
@@ -34,7 +35,7 @@ class Device {
   // `trace` sets what the trace records (docs/architecture.md, "Traces"); `wait` how the
   // simulator thread waits for host requests and host threads for its answers (isa/wait.h).
   Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt,
-         TraceOptions trace = {}, isa::WaitPolicy wait = isa::WaitPolicy::kAuto);
+         trace::TraceOptions trace = {}, isa::WaitPolicy wait = isa::WaitPolicy::kAuto);
   ~Device();  // stops the simulator thread and releases device memory
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -63,10 +64,10 @@ class Device {
   // (created if missing). Waits for the simulator thread to snapshot its state.
   void write_artifacts(const std::string& dir);
   // Changes the trace's detail from now on (waits for the simulator thread).
-  void set_trace_level(TraceLevel level);
-  TraceLevel trace_level() const;
+  void set_trace_level(trace::TraceLevel level);
+  trace::TraceLevel trace_level() const;
   // Adds a host API call to the trace (any thread; dropped when tracing is off).
-  void trace_host_call(HostCall call);
+  void trace_host_call(trace::HostCall call);
   // The statistics of every module as JSON text (units and descriptions included).
   std::string stats_json();
 
