@@ -262,24 +262,29 @@ const ChipConfig& Device::config() const {
 }
 
 void Device::write_artifacts(const std::string& dir) {
-  std::string trace;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("cannot create directory " + dir + ": " + ec.message());
+  const std::filesystem::path base(dir);
+  // The trace streams into its file on the simulator thread, which holds still meanwhile.
+  const std::filesystem::path trace_path = base / "trace.json";
+  std::ofstream trace(trace_path, std::ios::binary | std::ios::trunc);
   std::string stats;
   uint64_t dropped = 0, dropped_detail = 0;
   Impl* impl = impl_.get();
   impl_->run_on_sim(
       [impl, &trace, &stats, &dropped, &dropped_detail] {
         const detail::Tracer& tracer = *impl->shared.tracer;
-        trace = tracer.json(sc_core::sc_time_stamp().value());
+        if (trace) tracer.write_json(trace, sc_core::sc_time_stamp().value());
         stats = impl->model->stats_json();
         dropped = tracer.dropped();
         dropped_detail = tracer.dropped_detail();
       },
       "cannot snapshot the device for write_artifacts");
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw std::runtime_error("cannot create directory " + dir + ": " + ec.message());
-  const std::filesystem::path base(dir);
-  write_file(base / "trace.json", trace);
+  trace.close();
+  if (!trace) {
+    throw std::runtime_error("cannot write " + trace_path.string() + ": " + std::strerror(errno));
+  }
   write_file(base / "stats.json", stats);
   write_file(base / "config.json", to_json(impl_->shared.config));
   if (dropped > 0) {
