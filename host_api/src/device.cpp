@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <stdexcept>
 
 #include "device_impl.h"
@@ -250,16 +249,6 @@ void Device::write_artifacts(const std::string& dir) {
   } catch (const std::exception& e) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("cannot write the device's artifacts to '{}': {}", dir, e.what()));
-  }
-  // The summary is computed from the trace file alone, as `mtia-emu trace summarize` does.
-  const std::string path = dir + "/summary.json";
-  const std::string text = summarize_trace_file(dir + "/trace.json").to_json();
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
   }
 }
 

@@ -269,13 +269,15 @@ void Device::write_artifacts(const std::string& dir) {
   // The trace streams into its file on the simulator thread, which holds still meanwhile.
   const std::filesystem::path trace_path = base / "trace.json";
   std::ofstream trace(trace_path, std::ios::binary | std::ios::trunc);
-  std::string stats;
+  std::string stats, summary;
   uint64_t dropped = 0, dropped_detail = 0;
   Impl* impl = impl_.get();
   impl_->run_on_sim(
-      [impl, &trace, &stats, &dropped, &dropped_detail] {
+      [impl, &trace, &stats, &summary, &dropped, &dropped_detail] {
         const detail::Tracer& tracer = *impl->shared.tracer;
-        if (trace) tracer.write_json(trace, sc_core::sc_time_stamp().value());
+        const uint64_t now = sc_core::sc_time_stamp().value();
+        if (trace) tracer.write_json(trace, now);
+        summary = tracer.summary(now).to_json();
         stats = impl->model->stats_json();
         dropped = tracer.dropped();
         dropped_detail = tracer.dropped_detail();
@@ -286,6 +288,7 @@ void Device::write_artifacts(const std::string& dir) {
     throw std::runtime_error("cannot write " + trace_path.string() + ": " + std::strerror(errno));
   }
   write_file(base / "stats.json", stats);
+  write_file(base / "summary.json", summary);
   write_file(base / "config.json", to_json(impl_->shared.config));
   if (dropped > 0) {
     detail::logger("sim.trace")

@@ -70,4 +70,9 @@ void Tracer::write_json(std::ostream& out, uint64_t now_ps) const {
       [&](const trace::Recording& rec) { trace::write_trace_json(rec, level(), now_ps, out); });
 }
 
+trace::TraceSummary Tracer::summary(uint64_t now_ps) const {
+  return sink_.read(
+      [&](const trace::Recording& rec) { return trace::summarize(rec, level(), now_ps); });
+}
+
 }  // namespace mtia::sim::detail

@@ -1,9 +1,9 @@
 // The simulator's side of the device trace: a trace::Sink (mtia/trace/sink.h) that takes the
 // simulator's own types - its configuration, the memory system's DMA plans - and writes the
-// recording as trace.json (mtia/trace/trace_writer.h).
+// recording as trace.json and its run summary (mtia/trace/trace_writer.h, summary.h).
 //
 // Threads: as trace::Sink. The simulator thread records device events; host calls arrive from
-// any thread; json() and write_json() run on the simulator thread.
+// any thread; json(), write_json() and summary() run on the simulator thread.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include "mtia/trace/host_call.h"
 #include "mtia/trace/level.h"
 #include "mtia/trace/sink.h"
+#include "mtia/trace/summary.h"
 
 namespace mtia::sim::detail {
 
@@ -73,6 +74,8 @@ class Tracer {
   // The whole trace as JSON (`now_ps`: the simulated time reached, for the metadata).
   std::string json(uint64_t now_ps = 0) const;
   void write_json(std::ostream& out, uint64_t now_ps) const;
+  // The run summary of the recording, computed in memory (as from the trace written now).
+  trace::TraceSummary summary(uint64_t now_ps) const;
 
  private:
   trace::Sink sink_;

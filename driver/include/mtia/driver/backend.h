@@ -50,7 +50,8 @@ class Backend {
 
   // Simulated time now, picoseconds (for placing host events on the device timeline).
   virtual uint64_t now_ps() = 0;
-  // Writes the device's trace, statistics and effective configuration into `dir`.
+  // Writes the device's trace (trace.json), run summary (summary.json), statistics
+  // (stats.json) and effective configuration (config.json) into `dir`.
   virtual void write_artifacts(const std::string& dir) = 0;
   // The effective device configuration as JSON text.
   virtual std::string config_json() = 0;

@@ -60,8 +60,9 @@ class Device {
 
   const ChipConfig& config() const;
 
-  // Writes trace.json (Chrome trace events), stats.json and config.json into `dir`
-  // (created if missing). Waits for the simulator thread to snapshot its state.
+  // Writes trace.json (Chrome trace events), summary.json (the run summary, computed from the
+  // recorded events), stats.json and config.json into `dir` (created if missing). Waits for
+  // the simulator thread to snapshot its state.
   void write_artifacts(const std::string& dir);
   // Changes the trace's detail from now on (waits for the simulator thread).
   void set_trace_level(trace::TraceLevel level);
