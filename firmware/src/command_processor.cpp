@@ -346,6 +346,7 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
     queue.current_start_ps = platform_.now_ps();
     queue.busy = true;
     ++queue.head;
+    platform_.packet_dispatched(q, queue.current);
     complete(q, ErrorCode::kDeviceAddressFault, slot_addr, isa::kPacketSlotBytes);
     return true;
   }
@@ -359,6 +360,7 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
     queue.current_start_ps = platform_.now_ps();
     queue.busy = true;
     ++queue.head;
+    platform_.packet_dispatched(q, queue.current);
     complete(q, decoded.error().code, 0, 0, decoded.error().reason);
     return true;
   }
@@ -378,6 +380,7 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
   queue.current_start_ps = platform_.now_ps();
   queue.busy = true;
   ++queue.head;
+  platform_.packet_dispatched(q, queue.current);
   execute(q, packet);
   return true;
 }
@@ -541,6 +544,7 @@ void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0,
     ++stats_.packets_failed;
   } else {
     ++queue.completed;
+    platform_.packet_completed(q, record);
     if (failed) {
       logger()->warn(
           "queue {} packet {} ({}) failed: {}{}{} (arg0 0x{:x}, arg1 {}); queue halted until "
