@@ -98,15 +98,6 @@ sim::ChipConfig make_config(const driver::BackendOptions& options) {
   return config;
 }
 
-sim::TraceOptions trace_options(const driver::TraceOptions& t) {
-  static_assert(static_cast<int>(sim::TraceLevel::kUnits) ==
-                static_cast<int>(driver::TraceLevel::kUnits));
-  sim::TraceOptions o;
-  o.level = static_cast<sim::TraceLevel>(t.level);
-  o.max_events = t.max_events;
-  return o;
-}
-
 sim::PeGridHostOptions grid_options(const driver::BackendOptions& options) {
   sim::PeGridHostOptions o;
   o.unit_threads = options.unit_threads;
@@ -120,7 +111,7 @@ class InProcessBackend final : public driver::Backend {
   explicit InProcessBackend(const driver::BackendOptions& options)
       : device_(
             make_config(options), host_memory_, [this](uint64_t mask) { deliver_interrupt(mask); },
-            trace_options(options.trace), options.wait, grid_options(options)) {
+            options.trace, options.wait, grid_options(options)) {
     logger()->debug("in-process device '{}' started (timing {})", device_.config().name,
                     device_.config().timing ? "on" : "off");
   }
@@ -164,24 +155,8 @@ class InProcessBackend final : public driver::Backend {
   uint64_t now_ps() override { return device_.now_ps(); }
   void write_artifacts(const std::string& dir) override { device_.write_artifacts(dir); }
   std::string config_json() override { return sim::to_json(device_.config()); }
-  void set_trace_level(driver::TraceLevel level) override {
-    device_.set_trace_level(static_cast<sim::TraceLevel>(level));
-  }
-  void trace_host_call(const driver::HostTraceCall& c) override {
-    sim::HostCall call;
-    call.thread = c.thread;
-    call.order = c.order;
-    call.name = c.name;
-    call.detail = c.detail;
-    call.start_ps = c.start_ps;
-    call.end_ps = c.end_ps;
-    call.wall_start_us = c.wall_start_us;
-    call.wall_us = c.wall_us;
-    call.error = c.error;
-    call.packets.reserve(c.packets.size());
-    for (const auto& p : c.packets) call.packets.push_back({p.queue, p.seq, p.submit_ps, p.label});
-    device_.trace_host_call(std::move(call));
-  }
+  void set_trace_level(trace::TraceLevel level) override { device_.set_trace_level(level); }
+  void trace_host_call(trace::HostCall call) override { device_.trace_host_call(std::move(call)); }
 
   void set_lost_handler(std::function<void(const std::string&)> handler) override {
     {

@@ -342,6 +342,7 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
     queue.current_start_ps = platform_.now_ps();
     queue.busy = true;
     ++queue.head;
+    platform_.packet_dispatched(q, queue.current);
     complete(q, ErrorCode::kDeviceAddressFault, slot_addr, isa::kPacketSlotBytes);
     return true;
   }
@@ -355,6 +356,7 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
     queue.current_start_ps = platform_.now_ps();
     queue.busy = true;
     ++queue.head;
+    platform_.packet_dispatched(q, queue.current);
     complete(q, decoded.error().code, 0, 0, decoded.error().reason);
     return true;
   }
@@ -374,6 +376,7 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
   queue.current_start_ps = platform_.now_ps();
   queue.busy = true;
   ++queue.head;
+  platform_.packet_dispatched(q, queue.current);
   execute(q, packet);
   return true;
 }
@@ -542,6 +545,7 @@ void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0,
     ++stats_.packets_failed;
   } else {
     ++queue.completed;
+    platform_.packet_completed(q, record);
     if (failed) {
       log_message(
           platform_, LogLevel::kWarn,

@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <stdexcept>
 
 #include "device_impl.h"
@@ -93,7 +92,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   bo.overrides = o.overrides;
   bo.timing = o.timing;
   const TraceLevel trace_level = resolve_trace_level(o);
-  bo.trace.level = static_cast<driver::TraceLevel>(trace_level);
+  bo.trace.level = trace_level;
   bo.trace.max_events = resolve_trace_max_events(o);
   bo.wait = resolve_wait_policy(o);
   bo.unit_threads = o.unit_threads;
@@ -251,21 +250,11 @@ void Device::write_artifacts(const std::string& dir) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("cannot write the device's artifacts to '{}': {}", dir, e.what()));
   }
-  // The summary is computed from the trace file alone, as `mtia-emu trace summarize` does.
-  const std::string path = dir + "/summary.json";
-  const std::string text = summarize_trace_file(dir + "/trace.json").to_json();
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
-  }
 }
 
 void Device::set_trace_level(TraceLevel level) {
   try {
-    impl_->dev->backend().set_trace_level(static_cast<driver::TraceLevel>(level));
+    impl_->dev->backend().set_trace_level(level);
   } catch (const std::exception& e) {
     throw Error(ErrorKind::kDeviceUnavailable,
                 fmt::format("cannot change the trace level: {}", e.what()));

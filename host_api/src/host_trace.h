@@ -15,10 +15,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "mtia/driver/backend.h"
 #include "mtia/trace.h"
+#include "mtia/trace/host_call.h"
 
 namespace mtia {
 
@@ -40,7 +42,7 @@ class HostTrace {
   void observed(uint64_t end_ps);
   double wall_us() const;  // since the device opened
   uint64_t next_order() { return order_.fetch_add(1, std::memory_order_relaxed); }
-  void record(const driver::HostTraceCall& call) { backend_.trace_host_call(call); }
+  void record(trace::HostCall call) { backend_.trace_host_call(std::move(call)); }
 
  private:
   driver::Backend& backend_;
@@ -77,7 +79,7 @@ class ApiCall {
   int exceptions_ = 0;
   std::chrono::steady_clock::time_point wall_start_;
   std::string label_;
-  driver::HostTraceCall call_;
+  trace::HostCall call_;
 };
 
 }  // namespace mtia

@@ -159,7 +159,7 @@ void Device::Impl::run_on_sim(const std::function<void()>& fn, const char* what)
 }
 
 Device::Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt,
-               TraceOptions trace, isa::WaitPolicy wait, const PeGridHostOptions& grid) {
+               trace::TraceOptions trace, isa::WaitPolicy wait, const PeGridHostOptions& grid) {
   validate(config);
   const PeGridHostSettings grid_host = resolve(grid);
   bool expected = false;
@@ -264,25 +264,33 @@ const ChipConfig& Device::config() const {
 }
 
 void Device::write_artifacts(const std::string& dir) {
-  std::string trace;
-  std::string stats;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("cannot create directory " + dir + ": " + ec.message());
+  const std::filesystem::path base(dir);
+  // The trace streams into its file on the simulator thread, which holds still meanwhile.
+  const std::filesystem::path trace_path = base / "trace.json";
+  std::ofstream trace(trace_path, std::ios::binary | std::ios::trunc);
+  std::string stats, summary;
   uint64_t dropped = 0, dropped_detail = 0;
   Impl* impl = impl_.get();
   impl_->run_on_sim(
-      [impl, &trace, &stats, &dropped, &dropped_detail] {
+      [impl, &trace, &stats, &summary, &dropped, &dropped_detail] {
         const detail::Tracer& tracer = *impl->shared.tracer;
-        trace = tracer.json(sc_core::sc_time_stamp().value());
+        const uint64_t now = sc_core::sc_time_stamp().value();
+        if (trace) tracer.write_json(trace, now);
+        summary = tracer.summary(now).to_json();
         stats = impl->model->stats_json();
         dropped = tracer.dropped();
         dropped_detail = tracer.dropped_detail();
       },
       "cannot snapshot the device for write_artifacts");
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw std::runtime_error("cannot create directory " + dir + ": " + ec.message());
-  const std::filesystem::path base(dir);
-  write_file(base / "trace.json", trace);
+  trace.close();
+  if (!trace) {
+    throw std::runtime_error("cannot write " + trace_path.string() + ": " + std::strerror(errno));
+  }
   write_file(base / "stats.json", stats);
+  write_file(base / "summary.json", summary);
   write_file(base / "config.json", to_json(impl_->shared.config));
   if (dropped > 0) {
     detail::logger("sim.trace")
@@ -293,17 +301,17 @@ void Device::write_artifacts(const std::string& dir) {
   }
 }
 
-void Device::set_trace_level(TraceLevel level) {
+void Device::set_trace_level(trace::TraceLevel level) {
   Impl* impl = impl_.get();
   impl_->run_on_sim([impl, level] { impl->shared.tracer->set_level(level); },
                     "cannot change the trace level");
 }
 
-TraceLevel Device::trace_level() const {
+trace::TraceLevel Device::trace_level() const {
   return impl_->shared.tracer->level();
 }
 
-void Device::trace_host_call(HostCall call) {
+void Device::trace_host_call(trace::HostCall call) {
   impl_->shared.tracer->host_call(std::move(call));
 }
 

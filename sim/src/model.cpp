@@ -6,7 +6,6 @@
 
 #include "log.h"
 #include "mtia/isa/decode.h"
-#include "mtia/isa/registers.h"
 
 namespace mtia::sim::detail {
 namespace {
@@ -156,9 +155,7 @@ CommandProcessorModule::CommandProcessorModule(sc_core::sc_module_name name, Sim
       channel_(channel),
       fw_(*this, firmware_config(shared.config)),
       packet_time_(shared.config.timing ? ps(ns_to_ps(shared.config.cp_packet_ns))
-                                        : sc_core::SC_ZERO_TIME),
-      seen_completed_(shared.config.num_queues, 0),
-      heads_before_step_(shared.config.num_queues, 0) {
+                                        : sc_core::SC_ZERO_TIME) {
   SC_HAS_PROCESS(CommandProcessorModule);
   SC_THREAD(run);
   set_stack_size(kThreadStackBytes);
@@ -168,14 +165,7 @@ void CommandProcessorModule::run() {
   // Each step that made progress occupies the command processor for cp_packet_ns; with
   // nothing to do it sleeps until a register write or a DMA completion.
   for (;;) {
-    if (shared_.tracer->on()) {
-      for (uint32_t q = 0; q < heads_before_step_.size(); ++q) {
-        const auto head = fw_.read_register(isa::reg::queue_reg(q, isa::reg::kQueueHead));
-        heads_before_step_[q] = head ? head.value() : 0;
-      }
-    }
     const bool progressed = fw_.step();
-    observe_completions();
     if (progressed) {
       ++busy_steps_;
       busy_ps_ += packet_time_.value();
@@ -196,44 +186,7 @@ void CommandProcessorModule::notify_work() {
 
 void CommandProcessorModule::dma_done(unsigned engine, const firmware::DmaStatus& status) {
   fw_.on_dma_done(engine, status);
-  observe_completions();
   notify_work();
-}
-
-void CommandProcessorModule::observe_completions() {
-  namespace reg = isa::reg;
-  for (uint32_t q = 0; q < seen_completed_.size(); ++q) {
-    const auto completed = fw_.read_register(reg::queue_reg(q, reg::kQueueCompleted));
-    if (!completed) continue;
-    uint64_t& seen = seen_completed_[q];
-    const uint64_t now = completed.value();
-    if (now < seen) seen = 0;  // the queue was reset
-    if (now == seen) continue;
-    const auto size = fw_.read_register(reg::queue_reg(q, reg::kQueueSize));
-    const auto ring = fw_.read_register(reg::queue_reg(q, reg::kQueueCompletion));
-    if (!size || !ring || size.value() == 0) {
-      seen = now;
-      continue;
-    }
-    if (now - seen > size.value()) seen = now - size.value();  // older records overwritten
-    for (uint64_t i = seen; i < now; ++i) {
-      isa::CompletionRecord rec{};
-      const uint64_t addr = ring.value() + (i % size.value()) * isa::kCompletionRecordBytes;
-      if (!read_device(addr, &rec, sizeof rec)) continue;
-      shared_.tracer->packet(q, rec.start_ps, rec.end_ps, rec.seq, rec.index, rec.opcode,
-                             rec.status, rec.error);
-      ++records_traced_;
-    }
-    seen = now;
-  }
-}
-
-uint32_t CommandProcessorModule::dispatching_queue() const {
-  for (uint32_t q = 0; q < heads_before_step_.size(); ++q) {
-    const auto head = fw_.read_register(isa::reg::queue_reg(q, isa::reg::kQueueHead));
-    if (head && head.value() != heads_before_step_[q]) return q;
-  }
-  return Tracer::kNoQueue;
 }
 
 bool CommandProcessorModule::read_device(uint64_t addr, void* dst, size_t bytes) {
@@ -269,14 +222,14 @@ unsigned CommandProcessorModule::dma_engine_count() const {
 
 void CommandProcessorModule::dma_start(unsigned engine, const firmware::DmaJob& job) {
   assert(engine < engines_.size() && !engines_[engine]->busy());
-  engines_[engine]->submit(job, shared_.tracer->on() ? dispatching_queue() : Tracer::kNoQueue);
+  engines_[engine]->submit(job, shared_.tracer->on() ? dispatch_queue_ : Tracer::kNoQueue);
 }
 
 void CommandProcessorModule::launch_start(const isa::LaunchPacket& launch) {
   assert(!grid_.busy());
   if (shared_.tracer->on()) {
     Tracer::LaunchInfo info;
-    info.queue = dispatching_queue();
+    info.queue = dispatch_queue_;
     info.seq = launch.header.seq;
     info.image_addr = launch.image_addr;
     info.entry_offset = launch.entry_offset;
@@ -291,8 +244,19 @@ void CommandProcessorModule::launch_start(const isa::LaunchPacket& launch) {
 void CommandProcessorModule::launch_done(const firmware::LaunchStatus& status) {
   shared_.tracer->launch_end(sc_core::sc_time_stamp().value(), static_cast<uint16_t>(status.error));
   fw_.on_launch_done(status);
-  observe_completions();
   notify_work();
+}
+
+void CommandProcessorModule::packet_dispatched(uint32_t queue,
+                                               const isa::PacketHeader& /*header*/) {
+  if (!shared_.tracer->on()) return;
+  dispatch_queue_ = queue;  // the firmware dispatches one packet at a time
+}
+
+void CommandProcessorModule::packet_completed(uint32_t queue, const isa::CompletionRecord& r) {
+  if (!shared_.tracer->on()) return;
+  shared_.tracer->packet(queue, r.start_ps, r.end_ps, r.seq, r.index, r.opcode, r.status, r.error);
+  ++records_traced_;
 }
 
 uint64_t CommandProcessorModule::now_ps() const {
@@ -490,7 +454,6 @@ void RegisterFile::b_transport(tlm::tlm_generic_payload& p, sc_core::sc_time& /*
     uint64_t v = 0;
     std::memcpy(&v, p.get_data_ptr(), 8);
     auto done = cp_.firmware().write_register(offset, v);
-    cp_.observe_completions();  // a queue reset restarts its completion count
     if (!done) return reject(tlm::TLM_ADDRESS_ERROR_RESPONSE, done.error());
     cp_.notify_work();
   } else {

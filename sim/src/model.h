@@ -157,8 +157,6 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   void dma_done(unsigned engine, const firmware::DmaStatus& status);
   // The PE grid finished its launch (simulator thread, at the launch's end time).
   void launch_done(const firmware::LaunchStatus& status);
-  // Traces the completion records written since the last look.
-  void observe_completions();
 
   firmware::CommandProcessor& firmware() { return fw_; }
   Json stats_json() const;
@@ -173,14 +171,14 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   void launch_start(const isa::LaunchPacket& launch) override;
   uint64_t now_ps() const override;
   void raise_interrupt(uint64_t queue_mask) override;
+  // For the trace: nothing happens here while it is off.
+  void packet_dispatched(uint32_t queue, const isa::PacketHeader& header) override;
+  void packet_completed(uint32_t queue, const isa::CompletionRecord& record) override;
   bool log_enabled(firmware::LogLevel level) const override;
   void log(firmware::LogLevel level, std::string_view message) override;
 
  private:
   void run();
-  // The queue whose packet the firmware is dispatching: the one whose head moved since
-  // heads_before_step_ (the firmware dispatches one packet per step). For the trace only.
-  uint32_t dispatching_queue() const;
 
   SimShared& shared_;
   std::vector<DmaEngine*> engines_;  // before fw_: its constructor asks for the engine count
@@ -189,8 +187,9 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   firmware::CommandProcessor fw_;
   sc_core::sc_event work_;
   sc_core::sc_time packet_time_;
-  std::vector<uint64_t> seen_completed_;     // per queue: completion count already traced
-  std::vector<uint64_t> heads_before_step_;  // per queue: QUEUE_HEAD before this step
+  // The queue of the packet being dispatched (as the firmware reported it), which the DMA job
+  // or launch it starts works for; kept only while tracing.
+  uint32_t dispatch_queue_ = Tracer::kNoQueue;
   uint64_t busy_steps_ = 0;
   uint64_t busy_ps_ = 0;
   uint64_t interrupts_ = 0;

@@ -42,6 +42,18 @@ class FakePlatform : public Platform {
   std::optional<LogLevel> log_level = LogLevel::kDebug;
   std::vector<std::pair<LogLevel, std::string>> logs;
   uint64_t log_queries = 0;  // log_enabled calls
+  struct Dispatched {
+    uint32_t queue = 0;
+    isa::PacketHeader header{};
+  };
+  struct Completed {
+    uint32_t queue = 0;
+    isa::CompletionRecord record{};
+  };
+  std::vector<Dispatched> dispatched;  // every packet_dispatched, in order
+  std::vector<Completed> completed;    // every packet_completed, in order
+  // For each dma_start: how many packets had been reported dispatched by then.
+  std::vector<size_t> dispatched_before_start;
 
   bool device_backed(uint64_t addr, uint64_t bytes) const {
     if (addr > kDeviceBytes || bytes > kDeviceBytes - addr) return false;
@@ -75,7 +87,10 @@ class FakePlatform : public Platform {
     return true;
   }
   unsigned dma_engine_count() const override { return engines_; }
-  void dma_start(unsigned engine, const DmaJob& job) override { started.push_back({engine, job}); }
+  void dma_start(unsigned engine, const DmaJob& job) override {
+    started.push_back({engine, job});
+    dispatched_before_start.push_back(dispatched.size());
+  }
   // Like DMA jobs, launches wait for the test to report them done (on_launch_done).
   void launch_start(const isa::LaunchPacket& launch) override { launches.push_back(launch); }
   uint64_t now_ps() const override { return time_ps; }
@@ -86,6 +101,12 @@ class FakePlatform : public Platform {
   }
   void log(LogLevel level, std::string_view message) override {
     logs.emplace_back(level, std::string(message));
+  }
+  void packet_dispatched(uint32_t queue, const isa::PacketHeader& header) override {
+    dispatched.push_back({queue, header});
+  }
+  void packet_completed(uint32_t queue, const isa::CompletionRecord& record) override {
+    completed.push_back({queue, record});
   }
 
   uint64_t read_u64(uint64_t device_addr) const {

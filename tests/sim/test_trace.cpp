@@ -14,10 +14,10 @@
 #include "trace.h"  // sim/src: the tracer is private to the sim layer
 
 using mtia::sim::ChipConfig;
-using mtia::sim::HostCall;
-using mtia::sim::TraceLevel;
-using mtia::sim::TraceOptions;
 using mtia::sim::detail::Tracer;
+using mtia::trace::HostCall;
+using mtia::trace::TraceLevel;
+using mtia::trace::TraceOptions;
 using Json = nlohmann::json;
 
 namespace {
@@ -413,8 +413,8 @@ TEST_CASE("host calls at the same simulated time keep the order in which they st
 }
 
 TEST_CASE("trace level names", "[trace]") {
-  using mtia::sim::parse_trace_level;
-  using mtia::sim::trace_level_name;
+  using mtia::trace::parse_trace_level;
+  using mtia::trace::trace_level_name;
   for (TraceLevel l : {TraceLevel::kOff, TraceLevel::kKernels, TraceLevel::kUnits}) {
     CHECK(parse_trace_level(trace_level_name(l)) == l);
   }

@@ -195,8 +195,8 @@ class Device {
   // Simulated time now, picoseconds.
   uint64_t now_ps();
   // Writes the device's trace (trace.json, Chrome trace JSON), statistics (stats.json),
-  // effective configuration (config.json) and the run summary computed from the trace
-  // (summary.json, mtia/trace.h) into `dir` (created if missing).
+  // effective configuration (config.json) and the run summary computed from the recorded
+  // events (summary.json, mtia/trace.h) into `dir` (created if missing).
   void write_artifacts(const std::string& dir);
   // What the trace records from now on (mtia/trace.h); the level the device opened with.
   void set_trace_level(TraceLevel level);

@@ -10,48 +10,17 @@
 #include <vector>
 
 #include "mtia/isa/wait.h"
+#include "mtia/trace/host_call.h"
+#include "mtia/trace/level.h"
 
 namespace mtia::driver {
-
-// The device's performance trace (docs/architecture.md, "Traces"): how much it records.
-enum class TraceLevel : uint8_t {
-  kOff = 0,      // nothing
-  kKernels = 1,  // packets, DMA jobs, launches, per-PE kernel spans, host calls, counters
-  kUnits = 2,    // plus every PE unit operation
-};
-struct TraceOptions {
-  TraceLevel level = TraceLevel::kUnits;
-  uint64_t max_events = 1'000'000;  // events kept at most (the rest are counted as dropped)
-};
-
-// A host API call for the device's trace: the host API records it when the call returns.
-// Times are the calling thread's host clock in simulated picoseconds (the latest simulated
-// time that thread has observed through completions it waited for).
-struct HostTracePacket {
-  uint32_t queue = 0;
-  uint64_t seq = 0;        // as submit() returned it
-  uint64_t submit_ps = 0;  // host clock at the doorbell
-  std::string label;       // launches: the kernel's name (names the launch in the trace)
-};
-struct HostTraceCall {
-  uint32_t thread = 0;  // host thread number, 1 for the first thread that made a call
-  uint64_t order = 0;   // calls are numbered as they start (orders calls at equal times)
-  std::string name;     // API function
-  std::string detail;   // its arguments, for people
-  uint64_t start_ps = 0;
-  uint64_t end_ps = 0;
-  double wall_start_us = 0;  // host wall clock since the device opened
-  double wall_us = 0;        // host wall time of the call
-  std::string error;         // what it threw, if anything
-  std::vector<HostTracePacket> packets;
-};
 
 // Options understood by every backend; a backend rejects what it cannot honour.
 struct BackendOptions {
   std::string preset = "mtia-v2";      // chip preset name or path to a preset file
   std::vector<std::string> overrides;  // "key=value" preset overrides, applied in order
   bool timing = true;                  // false: functional only, simulated time stays 0
-  TraceOptions trace;
+  trace::TraceOptions trace;  // the device's performance trace (docs/architecture.md, "Traces")
   // How host threads wait for completions and the device's thread for host requests
   // (isa/wait.h); a backend without a thread of its own uses it for the host side only.
   isa::WaitPolicy wait = isa::WaitPolicy::kAuto;
@@ -88,14 +57,16 @@ class Backend {
 
   // Simulated time now, picoseconds (for placing host events on the device timeline).
   virtual uint64_t now_ps() = 0;
-  // Writes the device's trace, statistics and effective configuration into `dir`.
+  // Writes the device's trace (trace.json), run summary (summary.json), statistics
+  // (stats.json) and effective configuration (config.json) into `dir`.
   virtual void write_artifacts(const std::string& dir) = 0;
   // The effective device configuration as JSON text.
   virtual std::string config_json() = 0;
   // Changes what the trace records from now on. A backend without a trace ignores it.
-  virtual void set_trace_level(TraceLevel /*level*/) {}
-  // Adds a host API call to the device's trace (any thread; ignored when tracing is off).
-  virtual void trace_host_call(const HostTraceCall& /*call*/) {}
+  virtual void set_trace_level(trace::TraceLevel /*level*/) {}
+  // Adds a host API call to the device's trace (any thread; ignored when tracing is off). The
+  // record is the host API's, handed on as it is.
+  virtual void trace_host_call(trace::HostCall /*call*/) {}
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions&)>;

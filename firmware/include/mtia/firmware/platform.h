@@ -73,6 +73,15 @@ class Platform {
   // Assert the host interrupt for the queues in `queue_mask`.
   virtual void raise_interrupt(uint64_t queue_mask) = 0;
 
+  // What the firmware reports about each packet, for a platform that traces them (the
+  // simulator's trace learns from these which queue a DMA job or launch works for). The
+  // firmware took the packet with `header` from `queue`'s ring - before starting any DMA job or
+  // launch for it; the header is as the slot held it, even when it failed to decode. Then,
+  // once its completion record is in the ring, that record. The defaults do nothing; an
+  // implementation whose trace is off should return at once.
+  virtual void packet_dispatched(uint32_t /*queue*/, const isa::PacketHeader& /*header*/) {}
+  virtual void packet_completed(uint32_t /*queue*/, const isa::CompletionRecord& /*record*/) {}
+
   // Log messages for people. The firmware builds a message only when log_enabled says its
   // level is wanted, so a platform that logs nothing (the default) costs nothing.
   virtual bool log_enabled(LogLevel /*level*/) const { return false; }

@@ -16,7 +16,8 @@
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/grid_options.h"
 #include "mtia/sim/host_memory.h"
-#include "mtia/sim/trace_types.h"
+#include "mtia/trace/host_call.h"
+#include "mtia/trace/level.h"
 
 namespace mtia::sim {
 
@@ -37,7 +38,7 @@ class Device {
   // `grid` how the PE grid uses the host (grid_options.h: unset fields come from the
   // environment, else the defaults; throws std::invalid_argument for one out of range).
   Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt,
-         TraceOptions trace = {}, isa::WaitPolicy wait = isa::WaitPolicy::kAuto,
+         trace::TraceOptions trace = {}, isa::WaitPolicy wait = isa::WaitPolicy::kAuto,
          const PeGridHostOptions& grid = {});
   ~Device();  // stops the simulator thread and releases device memory
   Device(const Device&) = delete;
@@ -63,14 +64,15 @@ class Device {
 
   const ChipConfig& config() const;
 
-  // Writes trace.json (Chrome trace events), stats.json and config.json into `dir`
-  // (created if missing). Waits for the simulator thread to snapshot its state.
+  // Writes trace.json (Chrome trace events), summary.json (the run summary, computed from the
+  // recorded events), stats.json and config.json into `dir` (created if missing). Waits for
+  // the simulator thread to snapshot its state.
   void write_artifacts(const std::string& dir);
   // Changes the trace's detail from now on (waits for the simulator thread).
-  void set_trace_level(TraceLevel level);
-  TraceLevel trace_level() const;
+  void set_trace_level(trace::TraceLevel level);
+  trace::TraceLevel trace_level() const;
   // Adds a host API call to the trace (any thread; dropped when tracing is off).
-  void trace_host_call(HostCall call);
+  void trace_host_call(trace::HostCall call);
   // The statistics of every module as JSON text (units and descriptions included).
   std::string stats_json();
 
