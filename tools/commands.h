@@ -23,5 +23,6 @@ struct DeviceFlags {
 void add_info_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
 void add_trace_command(CLI::App& app);  // tools/trace.cpp
+void add_run_command(CLI::App& app);    // tools/run.cpp
 
 }  // namespace mtia::tools

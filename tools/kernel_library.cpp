@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "mtia/isa/install_dirs.h"
+
 #ifndef MTIA_KERNEL_LIBRARY_ELF
 #error "MTIA_KERNEL_LIBRARY_ELF must be defined by the build (tools/CMakeLists.txt)"
 #endif
@@ -24,15 +26,15 @@ std::string kernel_library_path() {
     return env;
   }
   std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const fs::path installed = exe.parent_path() / ".." / "share" / "mtia-emu" / "mtia_kernels.elf";
-    if (fs::is_regular_file(installed, ec)) return installed.lexically_normal().string();
+  if (const std::string dir = isa::installed_data_dir(); !dir.empty()) {
+    const fs::path installed = fs::path(dir) / "mtia_kernels.elf";
+    if (fs::is_regular_file(installed, ec)) return installed.string();
   }
   if (fs::is_regular_file(MTIA_KERNEL_LIBRARY_ELF, ec)) return MTIA_KERNEL_LIBRARY_ELF;
   throw std::runtime_error(
-      "kernel library not found: MTIA_EMU_KERNELS is not set, there is none beside the "
-      "executable (../share/mtia-emu/mtia_kernels.elf) and the build's " MTIA_KERNEL_LIBRARY_ELF
+      "kernel library not found: MTIA_EMU_KERNELS is not set, there is none in an "
+      "installation (<prefix>/share/mtia-emu/mtia_kernels.elf) and the "
+      "build's " MTIA_KERNEL_LIBRARY_ELF
       " does not exist; build it (cmake --build build --target mtia_kernel_mtia_kernels) or "
       "set MTIA_EMU_KERNELS to its path");
 }

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mtia/isa/address_map.h"
+#include "mtia/isa/install_dirs.h"
 #include "mtia/isa/registers.h"
 
 #ifndef MTIA_PRESET_DIR
@@ -381,6 +382,11 @@ std::string text_problem(const std::string& text) {
 std::string preset_directory() {
   const char* env = std::getenv("MTIA_EMU_PRESET_DIR");
   if (env != nullptr && env[0] != '\0') return env;
+  // An installed program reads its installation's presets, not those of the tree it was
+  // built from (which may be gone).
+  if (const std::string installed = isa::installed_data_dir(); !installed.empty()) {
+    return installed + "/presets";
+  }
   return MTIA_PRESET_DIR;
 }
 

@@ -72,7 +72,8 @@ ChipConfig load_preset(const std::string& name_or_path);
 // A preset from its JSON text; `origin` names it in messages (a file path). Throws
 // std::runtime_error naming the field that is wrong.
 ChipConfig parse_preset(const std::string& text, const std::string& origin);
-// The directory presets are looked up in: $MTIA_EMU_PRESET_DIR, else the one built in.
+// The directory presets are looked up in: $MTIA_EMU_PRESET_DIR, else the presets/ of the
+// installation the program belongs to (mtia/isa/install_dirs.h), else the one built in.
 std::string preset_directory();
 std::vector<std::string> preset_names();
 
