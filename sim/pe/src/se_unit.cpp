@@ -141,7 +141,15 @@ void visit_in_class(uint8_t dt, F&& f) {
 }
 
 // The fp32 block function (vector_math.h) of the ops computed a block at a time, or nullptr.
-constexpr void (*block_fn(int op))(float*, size_t) {
+// Whether an op runs through a whole-block vector function. A separate test, because a
+// function's address compared with nullptr is not a constant expression in every build (not
+// under GCC's sanitizers).
+constexpr bool has_block_fn(int op) {
+  return op == MTIA_PE_SE_EXP || op == MTIA_PE_SE_TANH || op == MTIA_PE_SE_SIGMOID ||
+         op == MTIA_PE_SE_SILU;
+}
+
+void (*block_fn(int op))(float*, size_t) {
   switch (op) {
     case MTIA_PE_SE_EXP:
       return detail::exp_block;
@@ -180,7 +188,7 @@ void run_op(const mtia_pe_se_desc& d, const Operand* o, uint8_t* dst) {
         map1<In, Out>(o, dst, n, [](typename In::C a) { return detail::cast_value<In, Out>(a); });
       });
     });
-  } else if constexpr (block_fn(Op) != nullptr) {
+  } else if constexpr (has_block_fn(Op)) {
     // Whole blocks in fp32, rounded once to the dtype on store.
     static_assert(Arity == 1 && InClass == MTIA_PE_SE_IN_FLOAT);
     detail::visit_float(d.in_dtype,
