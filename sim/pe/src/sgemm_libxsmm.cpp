@@ -56,7 +56,7 @@ libxsmm_smmfunction kernel_for(const Key& key) {
 }
 
 // C += S, row by row: built for AVX-512 and AVX2 as well (chosen at load time), vectorised.
-__attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3"))) void add_rows(
+__attribute__((target_clones("avx512f", "avx2", "default"))) void add_rows(
     float* __restrict c, size_t ldc, const float* __restrict s, uint32_t m, uint32_t n) {
   for (uint32_t i = 0; i < m; ++i) {
     for (uint32_t j = 0; j < n; ++j) c[i * ldc + j] += s[size_t{i} * n + j];
