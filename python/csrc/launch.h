@@ -24,8 +24,11 @@ std::optional<uint8_t> kernel_dtype(at::ScalarType t);
 inline bool kernel_supports(at::ScalarType t) {
   return kernel_dtype(t).has_value();
 }
-bool is_kernel_float(at::ScalarType t);  // float32, float16, bfloat16
-bool is_kernel_int(at::ScalarType t);    // int8, int32, int64
+bool is_kernel_float(at::ScalarType t);            // float32, float16, bfloat16
+bool is_kernel_int(at::ScalarType t);              // int8, int32, int64
+inline bool is_kernel_numeric(at::ScalarType t) {  // a float or an int the kernels take
+  return is_kernel_float(t) || is_kernel_int(t);
+}
 // "float32, float16, bfloat16, int8, int32, int64, bool", for messages.
 const char* kernel_dtype_list();
 

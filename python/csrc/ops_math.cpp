@@ -87,24 +87,7 @@ namespace {
 using at::ScalarType;
 using at::Tensor;
 
-bool numeric(ScalarType t) {
-  return is_kernel_float(t) || is_kernel_int(t);
-}
-
 // --- unary -------------------------------------------------------------------------------------
-
-// Structured unary ops on floating dtypes (integer inputs are promoted by the meta).
-#define MTIA_UNARY_FLOAT(name, se_op)                                      \
-  Tensor& name##_out(const Tensor& self, Tensor& out) {                    \
-    OutOf<at::meta::structured_##name> m(out);                             \
-    m.meta(self);                                                          \
-    const ScalarType dt = m.common_dtype();                                \
-    if (!is_kernel_float(dt)) {                                            \
-      return run_on_cpu<ATEN_OP2(name, out)>(dtype_reason(dt), self, out); \
-    }                                                                      \
-    apply_unary(se_op, out, m.input(0), dt, dt);                           \
-    return out;                                                            \
-  }
 
 MTIA_UNARY_FLOAT(sin, MTIA_PE_SE_SIN)
 MTIA_UNARY_FLOAT(cos, MTIA_PE_SE_COS)
@@ -125,7 +108,6 @@ MTIA_UNARY_FLOAT(exp2, MTIA_PE_SE_EXP2)
 MTIA_UNARY_FLOAT(erfc, MTIA_PE_SE_ERFC)
 MTIA_UNARY_FLOAT(lgamma, MTIA_PE_SE_LGAMMA)
 MTIA_UNARY_FLOAT(reciprocal, MTIA_PE_SE_RECIPROCAL)
-#undef MTIA_UNARY_FLOAT
 
 // Rounding keeps the dtype; on integers it is a copy.
 #define MTIA_ROUNDING(name, se_op)                                         \
@@ -193,7 +175,7 @@ Tensor& sign_impl(const Tensor& self, Tensor& out) {
     write_into(out, m.input(0));
     return out;
   }
-  if (!numeric(dt)) return run_on_cpu<Op>(dtype_reason(dt), self, out);
+  if (!is_kernel_numeric(dt)) return run_on_cpu<Op>(dtype_reason(dt), self, out);
   apply_unary(MTIA_PE_SE_SIGN, out, m.input(0), dt, dt);
   return out;
 }
@@ -240,9 +222,10 @@ MTIA_BINARY(atan2, atan2, structured_atan2, out, MTIA_PE_SE_ATAN2, is_kernel_flo
 MTIA_BINARY(hypot, hypot, structured_hypot, out, MTIA_PE_SE_HYPOT, is_kernel_float, false)
 MTIA_BINARY(copysign, copysign, structured_copysign_Tensor, out, MTIA_PE_SE_COPYSIGN,
             is_kernel_float, false)
-MTIA_BINARY(fmod, fmod, structured_fmod_Tensor, Tensor_out, MTIA_PE_SE_FMOD, numeric, true)
+MTIA_BINARY(fmod, fmod, structured_fmod_Tensor, Tensor_out, MTIA_PE_SE_FMOD, is_kernel_numeric,
+            true)
 MTIA_BINARY(remainder, remainder, structured_remainder_Tensor, Tensor_out, MTIA_PE_SE_REMAINDER,
-            numeric, true)
+            is_kernel_numeric, true)
 MTIA_BINARY(left_shift, bitwise_left_shift, structured_bitwise_left_shift_Tensor, Tensor_out,
             MTIA_PE_SE_SHL, is_kernel_int, false)
 MTIA_BINARY(right_shift, bitwise_right_shift, structured_bitwise_right_shift_Tensor, Tensor_out,
@@ -314,7 +297,7 @@ Tensor& div_mode_out(const Tensor& self, const Tensor& other, c10::optional<c10:
   OutOf<at::meta::structured_div_Tensor_mode> m(out);
   m.meta(self, other, mode);
   const ScalarType dt = m.common_dtype();
-  if (!numeric(dt)) {
+  if (!is_kernel_numeric(dt)) {
     return run_on_cpu<ATEN_OP2(div, out_mode)>(dtype_reason(dt), self, other, mode, out);
   }
   if (!mode.has_value()) {
@@ -509,7 +492,7 @@ Tensor& hardtanh_into(const Tensor& self, const c10::Scalar& lo, const c10::Scal
                       Tensor& out) {
   check_device(self, "hardtanh");
   const ScalarType dt = self.scalar_type();
-  if (!numeric(dt) || out.scalar_type() != dt) {
+  if (!is_kernel_numeric(dt) || out.scalar_type() != dt) {
     return run_on_cpu<ATEN_OP2(hardtanh, out)>(dtype_reason(dt), self, lo, hi, out);
   }
   at::native::resize_output(out, self.sizes());
@@ -751,7 +734,7 @@ Tensor& heaviside_into(const Tensor& self, const Tensor& values, Tensor& out) {
   OutOf<at::meta::structured_heaviside> m(out);
   m.meta(self, values);
   const ScalarType dt = m.common_dtype();
-  if (!numeric(dt)) {
+  if (!is_kernel_numeric(dt)) {
     return run_on_cpu<ATEN_OP2(heaviside, out)>(dtype_reason(dt), self, values, out);
   }
   using namespace pw;

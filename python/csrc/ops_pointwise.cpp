@@ -73,27 +73,11 @@ namespace {
 using at::ScalarType;
 using at::Tensor;
 
-bool numeric(ScalarType t) {
-  return is_kernel_float(t) || is_kernel_int(t);
-}
 bool int_or_bool(ScalarType t) {
   return is_kernel_int(t) || t == at::kBool;
 }
 
 // --- unary ---------------------------------------------------------------------------------
-
-// Structured unary ops on floating dtypes (integer inputs are promoted by the meta).
-#define MTIA_UNARY_FLOAT(name, se_op)                                      \
-  Tensor& name##_out(const Tensor& self, Tensor& out) {                    \
-    OutOf<at::meta::structured_##name> m(out);                             \
-    m.meta(self);                                                          \
-    const ScalarType dt = m.common_dtype();                                \
-    if (!is_kernel_float(dt)) {                                            \
-      return run_on_cpu<ATEN_OP2(name, out)>(dtype_reason(dt), self, out); \
-    }                                                                      \
-    apply_unary(se_op, out, m.input(0), dt, dt);                           \
-    return out;                                                            \
-  }
 
 MTIA_UNARY_FLOAT(exp, MTIA_PE_SE_EXP)
 MTIA_UNARY_FLOAT(log, MTIA_PE_SE_LOG)
@@ -103,13 +87,12 @@ MTIA_UNARY_FLOAT(tanh, MTIA_PE_SE_TANH)
 MTIA_UNARY_FLOAT(erf, MTIA_PE_SE_ERF)
 MTIA_UNARY_FLOAT(sigmoid, MTIA_PE_SE_SIGMOID)
 MTIA_UNARY_FLOAT(silu, MTIA_PE_SE_SILU)
-#undef MTIA_UNARY_FLOAT
 
 Tensor& neg_out(const Tensor& self, Tensor& out) {
   OutOf<at::meta::structured_neg> m(out);
   m.meta(self);
   const ScalarType dt = m.common_dtype();
-  if (!numeric(dt)) return run_on_cpu<ATEN_OP2(neg, out)>(dtype_reason(dt), self, out);
+  if (!is_kernel_numeric(dt)) return run_on_cpu<ATEN_OP2(neg, out)>(dtype_reason(dt), self, out);
   apply_unary(MTIA_PE_SE_NEG, out, m.input(0), dt, dt);
   return out;
 }
@@ -128,7 +111,7 @@ Tensor& bitwise_not_out(const Tensor& self, Tensor& out) {
 Tensor& abs_out(const Tensor& self, Tensor& out) {
   check_device(self, "abs");
   const ScalarType dt = self.scalar_type();
-  if (!numeric(dt)) return run_on_cpu<ATEN_OP2(abs, out)>(dtype_reason(dt), self, out);
+  if (!is_kernel_numeric(dt)) return run_on_cpu<ATEN_OP2(abs, out)>(dtype_reason(dt), self, out);
   at::native::resize_output(out, self.sizes());
   apply_unary(MTIA_PE_SE_ABS, out, self, dt, dt);
   return out;
@@ -147,7 +130,7 @@ Tensor& logical_not_out(const Tensor& self, Tensor& out) {
 
 Tensor relu(const Tensor& self) {
   const ScalarType dt = self.scalar_type();
-  if (!numeric(dt)) return run_on_cpu<ATEN_OP(relu)>(dtype_reason(dt), self);
+  if (!is_kernel_numeric(dt)) return run_on_cpu<ATEN_OP(relu)>(dtype_reason(dt), self);
   Tensor out = empty_like_dtype(self, dt);
   apply_unary(MTIA_PE_SE_RELU, out, self, dt, dt);
   return out;
@@ -155,7 +138,7 @@ Tensor relu(const Tensor& self) {
 
 Tensor& relu_(Tensor& self) {
   const ScalarType dt = self.scalar_type();
-  if (!numeric(dt)) return run_on_cpu<ATEN_OP(relu_)>(dtype_reason(dt), self);
+  if (!is_kernel_numeric(dt)) return run_on_cpu<ATEN_OP(relu_)>(dtype_reason(dt), self);
   apply_unary(MTIA_PE_SE_RELU, self, self, dt, dt);
   return self;
 }
@@ -208,7 +191,7 @@ Tensor& add_out(const Tensor& self, const Tensor& other, const c10::Scalar& alph
     }
     return out;
   }
-  if (!numeric(m.common_dtype())) {
+  if (!is_kernel_numeric(m.common_dtype())) {
     return run_on_cpu<ATEN_OP2(add, out)>(dtype_reason(m.common_dtype()), self, other, alpha, out);
   }
   return add_sub(MTIA_PE_SE_ADD, m, out, alpha);
@@ -217,7 +200,7 @@ Tensor& add_out(const Tensor& self, const Tensor& other, const c10::Scalar& alph
 Tensor& sub_out(const Tensor& self, const Tensor& other, const c10::Scalar& alpha, Tensor& out) {
   OutOf<at::meta::structured_sub_Tensor> m(out);
   m.meta(self, other, alpha);
-  if (!numeric(m.common_dtype())) {
+  if (!is_kernel_numeric(m.common_dtype())) {
     return run_on_cpu<ATEN_OP2(sub, out)>(dtype_reason(m.common_dtype()), self, other, alpha, out);
   }
   return add_sub(MTIA_PE_SE_SUB, m, out, alpha);
@@ -245,10 +228,10 @@ Tensor rsub(const Tensor& self, const Tensor& other, const c10::Scalar& alpha) {
     return out;                                                                   \
   }
 
-MTIA_BINARY(mul, structured_mul_Tensor, MTIA_PE_SE_MUL, numeric, MTIA_PE_SE_LAND)
+MTIA_BINARY(mul, structured_mul_Tensor, MTIA_PE_SE_MUL, is_kernel_numeric, MTIA_PE_SE_LAND)
 MTIA_BINARY(div, structured_div_Tensor, MTIA_PE_SE_DIV, is_kernel_float, -1)
-MTIA_BINARY(maximum, structured_maximum, MTIA_PE_SE_MAX, numeric, MTIA_PE_SE_LOR)
-MTIA_BINARY(minimum, structured_minimum, MTIA_PE_SE_MIN, numeric, MTIA_PE_SE_LAND)
+MTIA_BINARY(maximum, structured_maximum, MTIA_PE_SE_MAX, is_kernel_numeric, MTIA_PE_SE_LOR)
+MTIA_BINARY(minimum, structured_minimum, MTIA_PE_SE_MIN, is_kernel_numeric, MTIA_PE_SE_LAND)
 #undef MTIA_BINARY
 
 #define MTIA_BITWISE(name, se_op)                                                        \
@@ -367,10 +350,10 @@ Tensor& clamp_out(const Tensor& self, const c10::optional<c10::Scalar>& lo,
   m.meta(self, lo ? at::OptionalScalarRef(&*lo) : at::OptionalScalarRef(),
          hi ? at::OptionalScalarRef(&*hi) : at::OptionalScalarRef());
   const ScalarType dt = m.common_dtype();
-  if (!numeric(dt) || is_nan(lo) || is_nan(hi)) {
+  if (!is_kernel_numeric(dt) || is_nan(lo) || is_nan(hi)) {
     // A NaN bound makes every result NaN; the CPU kernel has that rule.
     return run_on_cpu<ATEN_OP2(clamp, out)>(
-        numeric(dt) ? std::string("a NaN bound") : dtype_reason(dt), self, lo, hi, out);
+        is_kernel_numeric(dt) ? std::string("a NaN bound") : dtype_reason(dt), self, lo, hi, out);
   }
   clamp_impl(m, out, lo, hi);
   return out;
@@ -380,7 +363,7 @@ Tensor& clamp_min_out(const Tensor& self, const c10::Scalar& lo, Tensor& out) {
   OutOf<at::meta::structured_clamp_min> m(out);
   m.meta(self, lo);
   const ScalarType dt = m.common_dtype();
-  if (!numeric(dt) || is_nan(lo)) {
+  if (!is_kernel_numeric(dt) || is_nan(lo)) {
     return run_on_cpu<ATEN_OP2(clamp_min, out)>(dtype_reason(dt), self, lo, out);
   }
   clamp_impl(m, out, lo, c10::nullopt);
@@ -391,7 +374,7 @@ Tensor& clamp_max_out(const Tensor& self, const c10::Scalar& hi, Tensor& out) {
   OutOf<at::meta::structured_clamp_max> m(out);
   m.meta(self, hi);
   const ScalarType dt = m.common_dtype();
-  if (!numeric(dt) || is_nan(hi)) {
+  if (!is_kernel_numeric(dt) || is_nan(hi)) {
     return run_on_cpu<ATEN_OP2(clamp_max, out)>(dtype_reason(dt), self, hi, out);
   }
   clamp_impl(m, out, c10::nullopt, hi);
@@ -405,7 +388,7 @@ Tensor& clamp_tensor_out(const Tensor& self, const c10::optional<Tensor>& lo,
   m.meta(self, lo ? at::OptionalTensorRef(*lo) : at::OptionalTensorRef(),
          hi ? at::OptionalTensorRef(*hi) : at::OptionalTensorRef());
   const ScalarType dt = m.common_dtype();
-  if (!numeric(dt)) {
+  if (!is_kernel_numeric(dt)) {
     return run_on_cpu<ATEN_OP2(clamp, Tensor_out)>(dtype_reason(dt), self, lo, hi, out);
   }
   Tensor acc = empty_device(out.sizes(), dt);
@@ -420,7 +403,7 @@ Tensor& clamp_min_tensor_out(const Tensor& self, const Tensor& lo, Tensor& out) 
   OutOf<at::meta::structured_clamp_min_Tensor> m(out);
   m.meta(self, lo);
   const ScalarType dt = m.common_dtype();
-  if (!numeric(dt)) {
+  if (!is_kernel_numeric(dt)) {
     return run_on_cpu<ATEN_OP2(clamp_min, Tensor_out)>(dtype_reason(dt), self, lo, out);
   }
   apply_binary(MTIA_PE_SE_MAX, out, m.input(0), m.input(1), dt, dt);
@@ -431,7 +414,7 @@ Tensor& clamp_max_tensor_out(const Tensor& self, const Tensor& hi, Tensor& out) 
   OutOf<at::meta::structured_clamp_max_Tensor> m(out);
   m.meta(self, hi);
   const ScalarType dt = m.common_dtype();
-  if (!numeric(dt)) {
+  if (!is_kernel_numeric(dt)) {
     return run_on_cpu<ATEN_OP2(clamp_max, Tensor_out)>(dtype_reason(dt), self, hi, out);
   }
   apply_binary(MTIA_PE_SE_MIN, out, m.input(0), m.input(1), dt, dt);
@@ -542,7 +525,7 @@ Tensor& addcmul_out(const Tensor& self, const Tensor& t1, const Tensor& t2,
                     const c10::Scalar& value, Tensor& out) {
   OutOf<at::meta::structured_addcmul> m(out);
   m.meta(self, t1, t2, value);
-  if (!numeric(m.common_dtype())) {
+  if (!is_kernel_numeric(m.common_dtype())) {
     return run_on_cpu<ATEN_OP2(addcmul, out)>(dtype_reason(m.common_dtype()), self, t1, t2, value,
                                               out);
   }
@@ -684,7 +667,7 @@ Tensor& threshold_backward_out(const Tensor& grad, const Tensor& self, const c10
   OutOf<at::meta::structured_threshold_backward> m(grad_input);
   m.meta(grad, self, threshold);
   const ScalarType dt = m.common_dtype();
-  if (!numeric(dt)) {
+  if (!is_kernel_numeric(dt)) {
     return run_on_cpu<ATEN_OP2(threshold_backward, grad_input)>(dtype_reason(dt), grad, self,
                                                                 threshold, grad_input);
   }

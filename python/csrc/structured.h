@@ -69,4 +69,20 @@ struct OutOf final : public Meta {
   std::array<std::reference_wrapper<at::Tensor>, N> outs_;
 };
 
+// Defines `Tensor& NAME_out(const Tensor& self, Tensor& out)` for a structured unary op on
+// floating dtypes (integer inputs are promoted by its meta): the SE op `se_op` on the device,
+// the CPU fallback for other dtypes. Expands where elementwise.h, fallback.h and launch.h are
+// included and at::Tensor / at::ScalarType are in scope as Tensor / ScalarType.
+#define MTIA_UNARY_FLOAT(name, se_op)                                      \
+  Tensor& name##_out(const Tensor& self, Tensor& out) {                    \
+    OutOf<at::meta::structured_##name> m(out);                             \
+    m.meta(self);                                                          \
+    const ScalarType dt = m.common_dtype();                                \
+    if (!is_kernel_float(dt)) {                                            \
+      return run_on_cpu<ATEN_OP2(name, out)>(dtype_reason(dt), self, out); \
+    }                                                                      \
+    apply_unary(se_op, out, m.input(0), dt, dt);                           \
+    return out;                                                            \
+  }
+
 }  // namespace mtia::torch_backend
