@@ -170,9 +170,17 @@ bool Device::query(Stream stream) {
     std::lock_guard lock(d.mu);
     last = s->last_seq;
   }
-  const bool handled = s->done_seq.load(std::memory_order_acquire) >= last;
-  if (last != 0 && !handled && !d.dev->is_done(s->queue, last)) return false;
-  if (last != 0 && call.active()) d.trace->observed(d.dev->wait(s->queue, last).end_ps);
+  if (last != 0) {
+    const bool done = d.dev->is_done(s->queue, last);
+    // Not done but handled: its completion callbacks are running now (the stream's mark is set
+    // before them). Wait the moment they take, so that an event recorded last on the stream
+    // is done too whenever the stream is.
+    if (!done && s->done_seq.load(std::memory_order_acquire) < last) return false;
+    if (!done || call.active()) {
+      const driver::Completion c = d.dev->wait(s->queue, last);
+      if (call.active()) d.trace->observed(c.end_ps);
+    }
+  }
   d.throw_pending(*s);
   return true;
 }

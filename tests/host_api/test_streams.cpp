@@ -436,6 +436,14 @@ TEST_CASE("a stream whose last event has completed is complete", "[streams][even
     REQUIRE(dev.query(e));
     REQUIRE(dev.query(s));
   }
+  // And the other way: once the stream is done, so is the event recorded last on it.
+  for (int round = 0; round < 2000; ++round) {
+    dev.copy_async(buf, host.data(), host.size(), s);
+    dev.record(e, s);
+    while (!dev.query(s)) {
+    }
+    REQUIRE(dev.query(e));
+  }
   dev.free(buf);
   dev.destroy_event(e);
   dev.destroy_stream(s);
