@@ -2,8 +2,10 @@
 #include "log.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "runtime.h"
@@ -12,6 +14,43 @@ namespace mtia::torch_backend {
 
 namespace {
 constexpr uint64_t kGranule = 512;
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void Stat::increase(int64_t n) {
+  current += n;
+  peak = std::max(peak, current);
+  allocated += n;
+}
+
+void Stat::decrease(int64_t n) {
+  current -= n;
+  freed += n;
+}
+
+const char* action_name(TraceEntry::Action action) {
+  switch (action) {
+    case TraceEntry::Action::kAlloc:
+      return "alloc";
+    case TraceEntry::Action::kFreeRequested:
+      return "free_requested";
+    case TraceEntry::Action::kFreeCompleted:
+      return "free_completed";
+    case TraceEntry::Action::kSegmentAlloc:
+      return "segment_alloc";
+    case TraceEntry::Action::kSegmentFree:
+      return "segment_free";
+    case TraceEntry::Action::kOom:
+      return "oom";
+    case TraceEntry::Action::kSnapshot:
+      return "snapshot";
+  }
+  return "unknown";
 }
 
 DeviceAllocator& DeviceAllocator::instance() {
@@ -23,13 +62,29 @@ uint64_t DeviceAllocator::round_size(uint64_t bytes) {
   return (bytes + kGranule - 1) / kGranule * kGranule;
 }
 
+std::shared_ptr<c10::GatheredContext> DeviceAllocator::gather_stack() const {
+  if (mode_.load() == HistoryMode::kOff) return nullptr;
+  const bool python = stack_python_.load();
+  return torch::CapturedTraceback::gather(python, python, stack_cpp_.load());
+}
+
+void DeviceAllocator::record_locked(TraceEntry::Action action, uint64_t address, uint64_t size,
+                                    uint32_t stream,
+                                    const std::shared_ptr<c10::GatheredContext>& stack,
+                                    uint64_t device_free) {
+  if (mode_.load() != HistoryMode::kAll) return;
+  if (max_entries_ > 0 && history_.size() >= max_entries_) history_.pop_front();
+  history_.push_back(TraceEntry{action, address, size, stream, now_us(), device_free, stack});
+}
+
 c10::DataPtr DeviceAllocator::allocate(size_t bytes) {
   const c10::Device device(kDeviceType, 0);
   if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_block, device);
   Runtime& rt = Runtime::get();
   const uint64_t size = round_size(bytes);
   const uint32_t stream = current_stream().id;
-  auto* self = this;
+  const auto stack = gather_stack();
+  using Action = TraceEntry::Action;
 
   std::unique_lock lock(mu_);
   // Best fit among this stream's cached blocks, if it wastes at most half of the block.
@@ -38,57 +93,66 @@ c10::DataPtr DeviceAllocator::allocate(size_t bytes) {
     Block* b = it->second;
     free_list.erase(it);
     b->requested = bytes;
+    b->state = BlockInfo::State::kAllocated;
+    b->stack = stack;
     stats_.cached_bytes -= b->size;
     stats_.cached_blocks -= 1;
-    stats_.allocated_bytes += b->size;
-    stats_.requested_bytes += bytes;
-    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.allocated_bytes);
-    stats_.allocations += 1;
-    stats_.total_allocated_bytes += b->size;
+    stats_.allocated_bytes.increase(int64_t(b->size));
+    stats_.requested_bytes.increase(int64_t(bytes));
+    stats_.active_bytes.increase(int64_t(b->size));
+    stats_.allocation.increase(1);
+    stats_.active.increase(1);
     stats_.cache_hits += 1;
-    stats_.live_blocks += 1;
+    record_locked(Action::kAlloc, b->address, b->size, stream, stack);
     return c10::DataPtr(data_pointer(mtia::DevicePtr(b->address)), b, &delete_block, device);
   }
 
   mtia::DevicePtr ptr;
-  bool ok = false;
-  for (int attempt = 0; attempt < 2 && !ok; ++attempt) {
+  for (int attempt = 0;; ++attempt) {
     try {
       ptr = rt.device().malloc(size);
-      ok = true;
+      break;
     } catch (const mtia::Error& e) {
       if (e.kind() != mtia::ErrorKind::kOutOfMemory) rethrow(e, "allocating device memory");
       if (attempt == 0 && stats_.cached_blocks > 0) {
         // Give the cache back and try once more.
+        stats_.num_alloc_retries += 1;
         lock.unlock();
         guarded("synchronizing before returning cached memory", [&] { rt.device().synchronize(); });
         lock.lock();
-        self->release_cached_locked();
+        release_cached_locked();
         continue;
       }
-      stats_.ooms += 1;
+      stats_.num_ooms += 1;
       const mtia::MemoryStats ms = rt.device().memory_stats();
-      TORCH_CHECK_WITH(OutOfMemoryError, false,
-                       "torch_mtia_emu: out of device memory: tried to "
-                       "allocate ",
-                       bytes, " bytes (", size, " rounded); the device has ", ms.free_bytes,
-                       " bytes free (largest free range ", ms.largest_free_bytes, " bytes) of ",
-                       rt.device().properties().dram_bytes, "; tensors hold ",
-                       stats_.allocated_bytes, " bytes and the cache ", stats_.cached_bytes,
-                       " bytes. Free tensors or call torch.mtia.empty_cache(). (", e.what(), ")");
+      const uint64_t total = rt.device().properties().dram_bytes;
+      record_locked(Action::kOom, 0, size, stream, stack, ms.free_bytes);
+      const std::string message = c10::str(
+          "torch_mtia_emu: out of device memory: tried to allocate ", bytes, " bytes (", size,
+          " rounded); the device has ", ms.free_bytes, " bytes free (largest free range ",
+          ms.largest_free_bytes, " bytes) of ", total, "; tensors hold ",
+          stats_.allocated_bytes.current, " bytes and the cache ", stats_.cached_bytes,
+          " bytes. Free tensors or call torch.mtia.empty_cache(). (", e.what(), ")");
+      const std::vector<OutOfMemoryObserver> observers = oom_observers_;
+      lock.unlock();
+      // Observers may allocate or inspect the allocator: called without the lock.
+      for (const auto& observer : observers) observer(0, bytes, total, ms.free_bytes);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, message);
     }
   }
   TORCH_INTERNAL_ASSERT(ptr.address() != 0, "the driver returned device address 0");
-  auto* b = new Block{ptr.address(), size, bytes, stream, {}};
-  stats_.allocated_bytes += size;
-  stats_.requested_bytes += bytes;
-  stats_.reserved_bytes += size;
-  stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.allocated_bytes);
-  stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
-  stats_.total_allocated_bytes += size;
-  stats_.allocations += 1;
-  stats_.device_mallocs += 1;
-  stats_.live_blocks += 1;
+  auto* b =
+      new Block{ptr.address(), size, bytes, stream, {}, BlockInfo::State::kAllocated, stack, stack};
+  blocks_[b->address] = b;
+  stats_.reserved_bytes.increase(int64_t(size));
+  stats_.segment.increase(1);
+  stats_.allocated_bytes.increase(int64_t(size));
+  stats_.requested_bytes.increase(int64_t(bytes));
+  stats_.active_bytes.increase(int64_t(size));
+  stats_.allocation.increase(1);
+  stats_.active.increase(1);
+  record_locked(Action::kSegmentAlloc, b->address, size, stream, stack);
+  record_locked(Action::kAlloc, b->address, size, stream, stack);
   return c10::DataPtr(data_pointer(ptr), b, &delete_block, device);
 }
 
@@ -97,6 +161,8 @@ void DeviceAllocator::delete_block(void* ctx) {
 }
 
 void DeviceAllocator::free_block(Block* b) {
+  using Action = TraceEntry::Action;
+  const auto stack = mode_.load() == HistoryMode::kAll ? gather_stack() : nullptr;
   std::vector<uint32_t> wait_for;
   {
     std::lock_guard lock(mu_);
@@ -105,6 +171,12 @@ void DeviceAllocator::free_block(Block* b) {
       return;
     }
     wait_for.swap(b->used_on);
+    // The tensor is gone: no longer allocated, but active until the other streams are done.
+    b->state = BlockInfo::State::kAwaitingFree;
+    stats_.allocated_bytes.decrease(int64_t(b->size));
+    stats_.requested_bytes.decrease(int64_t(b->requested));
+    stats_.allocation.decrease(1);
+    record_locked(Action::kFreeRequested, b->address, b->size, b->stream, stack);
   }
   // A block another stream used may only be reused once that stream is past the use.
   for (uint32_t s : wait_for) {
@@ -120,13 +192,14 @@ void DeviceAllocator::free_block(Block* b) {
     delete b;
     return;
   }
-  stats_.allocated_bytes -= b->size;
-  stats_.requested_bytes -= b->requested;
+  b->state = BlockInfo::State::kInactive;
+  b->requested = 0;
+  b->stack = nullptr;
+  stats_.active_bytes.decrease(int64_t(b->size));
+  stats_.active.decrease(1);
   stats_.cached_bytes += b->size;
-  stats_.frees += 1;
-  stats_.total_freed_bytes += b->size;
-  stats_.live_blocks -= 1;
   stats_.cached_blocks += 1;
+  record_locked(Action::kFreeCompleted, b->address, b->size, b->stream, stack);
   cache_[b->stream].emplace(b->size, b);
 }
 
@@ -141,9 +214,11 @@ void DeviceAllocator::release_cached_locked() {
                             " to the device: ", e.what()));
       }
       stats_.cached_bytes -= b->size;
-      stats_.reserved_bytes -= b->size;
       stats_.cached_blocks -= 1;
-      stats_.device_frees += 1;
+      stats_.reserved_bytes.decrease(int64_t(b->size));
+      stats_.segment.decrease(1);
+      record_locked(TraceEntry::Action::kSegmentFree, b->address, b->size, b->stream, nullptr);
+      blocks_.erase(b->address);
       delete b;
     }
     blocks.clear();
@@ -165,8 +240,48 @@ AllocatorStats DeviceAllocator::stats() const {
 
 void DeviceAllocator::reset_peak() {
   std::lock_guard lock(mu_);
-  stats_.peak_bytes = stats_.allocated_bytes;
-  stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.active_bytes,
+                  &stats_.reserved_bytes, &stats_.allocation, &stats_.active, &stats_.segment}) {
+    s->reset_peak();
+  }
+}
+
+void DeviceAllocator::reset_accumulated() {
+  std::lock_guard lock(mu_);
+  for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.active_bytes,
+                  &stats_.reserved_bytes, &stats_.allocation, &stats_.active, &stats_.segment}) {
+    s->reset_accumulated();
+  }
+  stats_.cache_hits = stats_.num_alloc_retries = stats_.num_ooms = 0;
+}
+
+void DeviceAllocator::record_history(HistoryMode mode, HistoryStacks stacks, size_t max_entries) {
+  std::lock_guard lock(mu_);
+  if (mode != HistoryMode::kOff) {
+    history_.clear();
+    max_entries_ = max_entries;
+    stack_python_ = stacks.python;
+    stack_cpp_ = stacks.cpp;
+  }
+  mode_ = mode;
+}
+
+AllocatorSnapshot DeviceAllocator::snapshot() {
+  std::lock_guard lock(mu_);
+  record_locked(TraceEntry::Action::kSnapshot, 0, 0, 0, nullptr);
+  AllocatorSnapshot s;
+  s.blocks.reserve(blocks_.size());
+  for (const auto& [address, b] : blocks_) {
+    s.blocks.push_back(BlockInfo{b->address, b->size, b->requested, b->stream, b->state, b->stack,
+                                 b->segment_stack});
+  }
+  s.history.assign(history_.begin(), history_.end());
+  return s;
+}
+
+void DeviceAllocator::attach_oom_observer(OutOfMemoryObserver observer) {
+  std::lock_guard lock(mu_);
+  oom_observers_.push_back(std::move(observer));
 }
 
 void DeviceAllocator::record_stream(const void* context, mtia::Stream stream) {
@@ -184,9 +299,13 @@ void DeviceAllocator::record_stream(const void* context, mtia::Stream stream) {
 void DeviceAllocator::shutdown() {
   std::lock_guard lock(mu_);
   for (auto& [stream, blocks] : cache_) {
-    for (auto& [size, b] : blocks) delete b;
+    for (auto& [size, b] : blocks) {
+      blocks_.erase(b->address);
+      delete b;
+    }
     blocks.clear();
   }
+  blocks_.clear();  // blocks tensors hold are deleted when freed
   stats_.cached_bytes = 0;
   stats_.cached_blocks = 0;
   shut_down_ = true;
@@ -217,35 +336,29 @@ c10::CachingDeviceAllocator::DeviceStats DeviceAllocator::getDeviceStats(c10::De
   using c10::CachingDeviceAllocator::StatType;
   const AllocatorStats s = stats();
   c10::CachingDeviceAllocator::DeviceStats d;
-  const auto agg = [](auto& array) -> auto& {
-    return array[static_cast<size_t>(StatType::AGGREGATE)];
+  const auto set = [](auto& array, const Stat& from) {
+    auto& to = array[static_cast<size_t>(StatType::AGGREGATE)];
+    to.current = from.current;
+    to.peak = from.peak;
+    to.allocated = from.allocated;
+    to.freed = from.freed;
   };
-  agg(d.allocated_bytes).current = int64_t(s.allocated_bytes);
-  agg(d.allocated_bytes).peak = int64_t(s.peak_bytes);
-  agg(d.allocated_bytes).allocated = int64_t(s.total_allocated_bytes);
-  agg(d.allocated_bytes).freed = int64_t(s.total_freed_bytes);
-  agg(d.active_bytes) = agg(d.allocated_bytes);
-  agg(d.reserved_bytes).current = int64_t(s.reserved_bytes);
-  agg(d.reserved_bytes).peak = int64_t(s.peak_reserved_bytes);
-  agg(d.requested_bytes).current = int64_t(s.requested_bytes);
-  agg(d.allocation).current = int64_t(s.live_blocks);
-  agg(d.allocation).allocated = int64_t(s.allocations);
-  agg(d.allocation).freed = int64_t(s.frees);
-  agg(d.active) = agg(d.allocation);
-  agg(d.segment).current = int64_t(s.live_blocks + s.cached_blocks);
-  agg(d.segment).allocated = int64_t(s.device_mallocs);
-  agg(d.segment).freed = int64_t(s.device_frees);
-  d.num_ooms = int64_t(s.ooms);
-  d.num_device_alloc = int64_t(s.device_mallocs);
-  d.num_device_free = int64_t(s.device_frees);
+  set(d.allocated_bytes, s.allocated_bytes);
+  set(d.requested_bytes, s.requested_bytes);
+  set(d.active_bytes, s.active_bytes);
+  set(d.reserved_bytes, s.reserved_bytes);
+  set(d.allocation, s.allocation);
+  set(d.active, s.active);
+  set(d.segment, s.segment);
+  d.num_alloc_retries = int64_t(s.num_alloc_retries);
+  d.num_ooms = int64_t(s.num_ooms);
+  d.num_device_alloc = s.segment.allocated;
+  d.num_device_free = s.segment.freed;
   return d;
 }
 
 void DeviceAllocator::resetAccumulatedStats(c10::DeviceIndex) {
-  std::lock_guard lock(mu_);
-  stats_.allocations = stats_.frees = stats_.cache_hits = 0;
-  stats_.device_mallocs = stats_.device_frees = stats_.ooms = 0;
-  stats_.total_allocated_bytes = stats_.total_freed_bytes = 0;
+  reset_accumulated();
 }
 
 void DeviceAllocator::resetPeakStats(c10::DeviceIndex) {

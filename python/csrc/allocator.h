@@ -14,8 +14,12 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -23,25 +27,92 @@
 
 namespace mtia::torch_backend {
 
-// Bytes, counted by the caching allocator.
-struct AllocatorStats {
-  uint64_t allocated_bytes = 0;      // in blocks that tensors hold (rounded sizes)
-  uint64_t requested_bytes = 0;      // what those tensors asked for
-  uint64_t peak_bytes = 0;           // highest allocated_bytes since start or reset_peak()
-  uint64_t cached_bytes = 0;         // in free blocks kept for reuse
-  uint64_t reserved_bytes = 0;       // allocated + cached: what the allocator holds from the driver
-  uint64_t peak_reserved_bytes = 0;  // highest reserved_bytes since start or reset_peak()
-  uint64_t total_allocated_bytes = 0;  // sum of every allocation's rounded size
-  uint64_t total_freed_bytes = 0;      // sum of every freed block's rounded size
-  uint64_t allocations = 0;            // allocate() calls that returned memory
-  uint64_t frees = 0;                  // blocks given back by tensors
-  uint64_t cache_hits = 0;             // allocations served from the cache, no driver call
-  uint64_t device_mallocs = 0;         // driver allocations (Device::malloc)
-  uint64_t device_frees = 0;           // driver frees (Device::free)
-  uint64_t ooms = 0;                   // allocations that failed for want of memory
-  uint64_t live_blocks = 0;            // blocks tensors hold now
-  uint64_t cached_blocks = 0;          // free blocks in the cache now
+// One quantity as PyTorch's CUDA caching allocator reports it (memory_stats()'s
+// "<name>.all.<field>" keys).
+struct Stat {
+  int64_t current = 0;    // now
+  int64_t peak = 0;       // highest `current` since start or the last reset_peak()
+  int64_t allocated = 0;  // sum of increases since start or the last reset_accumulated()
+  int64_t freed = 0;      // sum of decreases since start or the last reset_accumulated()
+
+  void increase(int64_t n);
+  void decrease(int64_t n);
+  void reset_peak() { peak = current; }
+  void reset_accumulated() { allocated = freed = 0; }
 };
+
+// What the caching allocator counts. Every block is one driver allocation (a "segment" in
+// CUDA's terms: the allocator never splits one), so segment counts are block counts.
+// A block is allocated from allocate() to its tensor's free; it stays active after that until
+// the streams that used it (record_stream) are past the use, and then it is cached (inactive).
+struct AllocatorStats {
+  Stat allocated_bytes;            // rounded sizes of the blocks tensors hold
+  Stat requested_bytes;            // what those tensors asked for
+  Stat active_bytes;               // allocated plus freed blocks other streams may still use
+  Stat reserved_bytes;             // held from the driver: active plus cached
+  Stat allocation;                 // blocks tensors hold
+  Stat active;                     // active blocks
+  Stat segment;                    // driver allocations held
+  uint64_t cached_bytes = 0;       // in inactive blocks kept for reuse
+  uint64_t cached_blocks = 0;      // inactive blocks
+  uint64_t cache_hits = 0;         // allocations served from the cache, no driver call
+  uint64_t num_alloc_retries = 0;  // driver allocations retried after returning the cache
+  uint64_t num_ooms = 0;           // allocations that failed for want of memory
+};
+
+// What record_memory_history() asks for.
+enum class HistoryMode {
+  kOff,    // nothing recorded
+  kState,  // each block remembers the stack that allocated it (snapshot()'s block frames)
+  kAll,    // that, and the history of allocator actions (snapshot()'s device_traces)
+};
+// Which stacks a recorded action keeps.
+struct HistoryStacks {
+  bool python = true;  // Python (and TorchScript) frames
+  bool cpp = false;    // C++ frames (symbolized when a snapshot is taken: slow)
+};
+
+// One recorded allocator action (CUDA's TraceEntry).
+struct TraceEntry {
+  enum class Action {
+    kAlloc,
+    kFreeRequested,
+    kFreeCompleted,
+    kSegmentAlloc,
+    kSegmentFree,
+    kOom,
+    kSnapshot
+  };
+  Action action = Action::kAlloc;
+  uint64_t address = 0;      // block address (0 for kOom and kSnapshot)
+  uint64_t size = 0;         // bytes: the rounded block size; for kOom the rounded request
+  uint32_t stream = 0;       // stream of the block or request
+  int64_t time_us = 0;       // wall clock, microseconds since the Unix epoch
+  uint64_t device_free = 0;  // kOom only: bytes the device had free
+  std::shared_ptr<c10::GatheredContext> stack;  // may be null (not recorded)
+};
+const char* action_name(TraceEntry::Action action);
+
+// One block as snapshot() shows it.
+struct BlockInfo {
+  enum class State { kAllocated, kAwaitingFree, kInactive };
+  uint64_t address = 0;
+  uint64_t size = 0;       // rounded
+  uint64_t requested = 0;  // as asked (0 when inactive)
+  uint32_t stream = 0;
+  State state = State::kInactive;
+  std::shared_ptr<c10::GatheredContext> stack;          // of the allocation holding it
+  std::shared_ptr<c10::GatheredContext> segment_stack;  // of the allocation that made it
+};
+
+struct AllocatorSnapshot {
+  std::vector<BlockInfo> blocks;    // by address
+  std::vector<TraceEntry> history;  // oldest first
+};
+
+// Called on every out-of-memory error, before it is raised: (device index, requested bytes,
+// device memory in bytes, bytes free on the device).
+using OutOfMemoryObserver = std::function<void(int64_t, uint64_t, uint64_t, uint64_t)>;
 
 // PyTorch's generic device-allocator interface (c10::DeviceAllocator) is what
 // torch.accelerator's memory functions call; torch.mtia's go through the hooks (hooks.cpp).
@@ -66,6 +137,15 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   void empty_cache();
   AllocatorStats stats() const;
   void reset_peak();
+  void reset_accumulated();
+
+  // Starts, changes or stops (kOff) recording. Recording again starts a new history;
+  // stopping keeps the one recorded for snapshots. max_entries bounds the history (the oldest
+  // go first); 0: no bound.
+  void record_history(HistoryMode mode, HistoryStacks stacks, size_t max_entries);
+  // The blocks held now and the recorded history (a kSnapshot action is recorded first).
+  AllocatorSnapshot snapshot();
+  void attach_oom_observer(OutOfMemoryObserver observer);
   // Marks the block whose DataPtr context is `context` as used by `stream`
   // (Tensor.record_stream).
   void record_stream(const void* context, mtia::Stream stream);
@@ -83,17 +163,35 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     uint64_t requested = 0;         // as asked, for the stats
     uint32_t stream = 0;            // stream the block was allocated on
     std::vector<uint32_t> used_on;  // other streams that used it (record_stream)
+    BlockInfo::State state = BlockInfo::State::kAllocated;
+    std::shared_ptr<c10::GatheredContext> stack;          // recorded at allocation
+    std::shared_ptr<c10::GatheredContext> segment_stack;  // recorded at the driver call
   };
   static void delete_block(void* ctx);
   void free_block(Block* block);
   // Frees every cached block through the driver. Caller holds mu_.
   void release_cached_locked();
+  // The calling thread's stack if recording asks for one (null otherwise). Takes the GIL to
+  // read Python frames, so never called while holding mu_.
+  std::shared_ptr<c10::GatheredContext> gather_stack() const;
+  // Appends to the history if mode_ is kAll. Caller holds mu_.
+  void record_locked(TraceEntry::Action action, uint64_t address, uint64_t size, uint32_t stream,
+                     const std::shared_ptr<c10::GatheredContext>& stack, uint64_t device_free = 0);
 
   mutable std::mutex mu_;
   // Free blocks per stream, by size.
   mutable std::map<uint32_t, std::multimap<uint64_t, Block*>> cache_;
+  // Every block held from the driver, by address.
+  std::map<uint64_t, Block*> blocks_;
   mutable AllocatorStats stats_;
   bool shut_down_ = false;
+  // Recording (record_history). mode_ and stacks_ are read without mu_ by gather_stack.
+  std::atomic<HistoryMode> mode_{HistoryMode::kOff};
+  std::atomic<bool> stack_python_{true};
+  std::atomic<bool> stack_cpp_{false};
+  size_t max_entries_ = 0;
+  std::deque<TraceEntry> history_;
+  std::vector<OutOfMemoryObserver> oom_observers_;
 };
 
 // Pinned host memory (Device::host_alloc): CPU tensors the DMA engines read and write in

@@ -8,11 +8,14 @@
 #include <ATen/detail/MTIAHooksInterface.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
+#include <torch/csrc/profiler/python/combined_traceback.h>
 
+#include <mutex>
 #include <string>
 
 #include "allocator.h"
 #include "hooks.h"
+#include "log.h"
 #include "random.h"
 #include "runtime.h"
 
@@ -59,19 +62,20 @@ py::dict device_properties_dict() {
 py::dict memory_stats_dict() {
   py::dict d;
   const AllocatorStats a = DeviceAllocator::instance().stats();
-  d["allocated_bytes"] = a.allocated_bytes;
-  d["requested_bytes"] = a.requested_bytes;
-  d["peak_bytes"] = a.peak_bytes;
+  d["allocated_bytes"] = a.allocated_bytes.current;
+  d["requested_bytes"] = a.requested_bytes.current;
+  d["peak_bytes"] = a.allocated_bytes.peak;
   d["cached_bytes"] = a.cached_bytes;
-  d["reserved_bytes"] = a.reserved_bytes;
-  d["peak_reserved_bytes"] = a.peak_reserved_bytes;
-  d["num_allocs"] = a.allocations;
-  d["num_frees"] = a.frees;
+  d["reserved_bytes"] = a.reserved_bytes.current;
+  d["peak_reserved_bytes"] = a.reserved_bytes.peak;
+  d["num_allocs"] = a.allocation.allocated;
+  d["num_frees"] = a.allocation.freed;
   d["num_cache_hits"] = a.cache_hits;
-  d["num_device_mallocs"] = a.device_mallocs;
-  d["num_device_frees"] = a.device_frees;
-  d["num_ooms"] = a.ooms;
-  d["live_blocks"] = a.live_blocks;
+  d["num_device_mallocs"] = a.segment.allocated;
+  d["num_device_frees"] = a.segment.freed;
+  d["num_ooms"] = a.num_ooms;
+  d["num_alloc_retries"] = a.num_alloc_retries;
+  d["live_blocks"] = a.allocation.current;
   d["cached_blocks"] = a.cached_blocks;
   if (Runtime::is_initialized()) {
     mtia::Device& dev = Runtime::get().device();
@@ -82,6 +86,119 @@ py::dict memory_stats_dict() {
     d["device_total_bytes"] = dev.properties().dram_bytes;
     d["pinned_host_bytes"] = m.pinned_host_bytes;
   }
+  return d;
+}
+
+void add_cuda_style_stats(py::dict& d) {
+  const AllocatorStats a = DeviceAllocator::instance().stats();
+  const auto add = [&](const char* name, const Stat& s) {
+    // CUDA splits each into small_pool and large_pool too; this allocator has one pool.
+    const std::string prefix = std::string(name) + ".all.";
+    d[py::str(prefix + "current")] = s.current;
+    d[py::str(prefix + "peak")] = s.peak;
+    d[py::str(prefix + "allocated")] = s.allocated;
+    d[py::str(prefix + "freed")] = s.freed;
+  };
+  add("allocated_bytes", a.allocated_bytes);
+  add("requested_bytes", a.requested_bytes);
+  add("active_bytes", a.active_bytes);
+  add("reserved_bytes", a.reserved_bytes);
+  add("allocation", a.allocation);
+  add("active", a.active);
+  add("segment", a.segment);
+  Stat inactive_split_bytes;  // blocks are never split: always 0
+  inactive_split_bytes.current = 0;
+  add("inactive_split_bytes", inactive_split_bytes);
+  add("inactive_split", inactive_split_bytes);
+  d["num_alloc_retries"] = a.num_alloc_retries;
+  d["num_ooms"] = a.num_ooms;
+  d["num_device_alloc"] = a.segment.allocated;
+  d["num_device_free"] = a.segment.freed;
+  d["num_sync_all_streams"] = 0;
+}
+
+namespace {
+
+const char* state_name(BlockInfo::State state) {
+  switch (state) {
+    case BlockInfo::State::kAllocated:
+      return "active_allocated";
+    case BlockInfo::State::kAwaitingFree:
+      return "active_awaiting_free";
+    case BlockInfo::State::kInactive:
+      return "inactive";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+py::dict memory_snapshot_dict() {
+  const AllocatorSnapshot snap = DeviceAllocator::instance().snapshot();
+  // Frames are symbolized at once at the end (shared frames are resolved once); each dict
+  // whose "frames" must be filled is remembered with the traceback that fills it.
+  std::vector<torch::CapturedTraceback*> to_symbolize;
+  std::vector<py::dict> with_frames;
+  const auto frames_for = [&](py::dict& target, const std::shared_ptr<c10::GatheredContext>& s) {
+    target["frames"] = py::list();
+    if (s == nullptr) return;
+    to_symbolize.push_back(torch::getCapturedTracebackFromContext(s));
+    with_frames.push_back(target);
+  };
+
+  py::list segments;
+  for (const BlockInfo& b : snap.blocks) {
+    // A block is a whole driver allocation: one segment holding one block.
+    const bool allocated = b.state == BlockInfo::State::kAllocated;
+    const bool active = b.state != BlockInfo::State::kInactive;
+    py::dict block;
+    block["address"] = b.address;
+    block["size"] = b.size;
+    block["requested_size"] = b.requested;
+    block["state"] = state_name(b.state);
+    frames_for(block, b.stack);
+    py::dict seg;
+    seg["device"] = 0;
+    seg["address"] = b.address;
+    seg["total_size"] = b.size;
+    seg["allocated_size"] = allocated ? b.size : 0;
+    seg["active_size"] = active ? b.size : 0;
+    seg["requested_size"] = b.requested;
+    seg["stream"] = b.stream;
+    seg["segment_type"] = b.size > (uint64_t(1) << 20) ? "large" : "small";
+    seg["segment_pool_id"] = py::make_tuple(0, 0);
+    seg["is_expandable"] = false;
+    frames_for(seg, b.segment_stack);
+    py::list blocks;
+    blocks.append(block);
+    seg["blocks"] = blocks;
+    segments.append(seg);
+  }
+
+  py::list trace;
+  for (const TraceEntry& e : snap.history) {
+    py::dict entry;
+    entry["action"] = action_name(e.action);
+    entry["addr"] = e.address;
+    entry["size"] = e.size;
+    entry["stream"] = e.stream;
+    entry["time_us"] = e.time_us;
+    entry["pool_id"] = py::make_tuple(0, 0);
+    if (e.action == TraceEntry::Action::kOom) entry["device_free"] = e.device_free;
+    frames_for(entry, e.stack);
+    trace.append(entry);
+  }
+
+  if (!to_symbolize.empty()) {
+    std::vector<py::object> frames = torch::py_symbolize(to_symbolize);
+    for (size_t i = 0; i < frames.size(); ++i) with_frames[i]["frames"] = frames[i];
+  }
+
+  py::dict d;
+  d["segments"] = segments;
+  py::list device_traces;
+  device_traces.append(trace);
+  d["device_traces"] = device_traces;
   return d;
 }
 
@@ -152,6 +269,7 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
     check_device_index(index);
     py::dict d;
     d["dram"] = memory_stats_dict();
+    add_cuda_style_stats(d);
     return d.release().ptr();
   }
   void emptyCache() const override {
@@ -163,15 +281,54 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
     DeviceAllocator::instance().reset_peak();
     if (Runtime::is_initialized()) Runtime::get().device().reset_peak_memory_stats();
   }
-  void recordMemoryHistory(const std::optional<std::string>&, const std::string&,
-                           size_t) const override {
-    not_supported("torch.mtia.record_memory_history");
+  void recordMemoryHistory(const std::optional<std::string>& enabled, const std::string& stacks,
+                           size_t max_entries) const override {
+    HistoryMode mode = HistoryMode::kOff;
+    if (enabled.has_value()) {
+      TORCH_CHECK_VALUE(*enabled == "all" || *enabled == "state",
+                        "torch.mtia.record_memory_history: enabled must be \"all\" (stacks and "
+                        "the history of actions), \"state\" (stacks of the blocks held) or None "
+                        "(stop), not \"",
+                        *enabled, "\"");
+      mode = *enabled == "all" ? HistoryMode::kAll : HistoryMode::kState;
+    }
+    TORCH_CHECK_VALUE(stacks == "python" || stacks == "cpp" || stacks == "all",
+                      "torch.mtia.record_memory_history: stacks must be \"python\" (Python "
+                      "frames), \"cpp\" (C++ frames) or \"all\" (both), not \"",
+                      stacks, "\"");
+    // Python frames are read through PyTorch's traceback recorder; it needs this interpreter's
+    // unwinder installed once.
+    static std::once_flag python_unwinder;
+    std::call_once(python_unwinder, [] { torch::installCapturedTracebackPython(); });
+    HistoryStacks s;
+    s.python = stacks != "cpp";
+    s.cpp = stacks != "python";
+    DeviceAllocator::instance().record_history(mode, s, max_entries);
   }
-  PyObject* memorySnapshot(const std::optional<std::string>&) const override {
-    not_supported("torch.mtia.snapshot");
+  PyObject* memorySnapshot(const std::optional<std::string>& local_path) const override {
+    // PyTorch 2.13's binding passes no path; torch.mtia.snapshot() returns the dictionary.
+    TORCH_CHECK_NOT_IMPLEMENTED(!local_path.has_value(),
+                                "torch_mtia_emu: memorySnapshot does not write files; pickle "
+                                "the dictionary torch.mtia.snapshot() returns");
+    return memory_snapshot_dict().release().ptr();
   }
-  void attachOutOfMemoryObserver(PyObject*) const override {
-    not_supported("torch.mtia.attach_out_of_memory_observer");
+  void attachOutOfMemoryObserver(PyObject* observer) const override {
+    // PyTorch's binding already checks the type; this guards direct C++ callers.
+    TORCH_CHECK_TYPE(observer != nullptr && PyCallable_Check(observer),
+                     "torch.mtia.attach_out_of_memory_observer: the observer must be callable "
+                     "as fn(device, alloc_bytes, device_total_bytes, device_free_bytes)");
+    // Kept for the life of the process (the allocator is never destroyed).
+    auto fn = std::make_shared<py::object>(py::reinterpret_borrow<py::object>(observer));
+    DeviceAllocator::instance().attach_oom_observer(
+        [fn](int64_t device, uint64_t alloc, uint64_t total, uint64_t free) {
+          py::gil_scoped_acquire gil;
+          try {
+            (*fn)(device, alloc, total, free);
+          } catch (py::error_already_set& e) {
+            // The out-of-memory error is raised anyway; an observer's own error is reported.
+            log::warn(c10::str("an out-of-memory observer raised: ", e.what()));
+          }
+        });
   }
 
   // --- device information --------------------------------------------------------------------

@@ -12,5 +12,10 @@ pybind11::dict device_properties_dict();
 // The caching allocator's counters in bytes and counts, and the driver's free memory once the
 // device is open (docs/tensor-layer.md, "Memory").
 pybind11::dict memory_stats_dict();
+// Adds the allocator's statistics under CUDA's flat names ("allocated_bytes.all.current",
+// "num_alloc_retries", ...) to `d`, as torch.cuda.memory_stats() has them.
+void add_cuda_style_stats(pybind11::dict& d);
+// The allocator's state and recorded history in torch.cuda.memory._snapshot()'s structure.
+pybind11::dict memory_snapshot_dict();
 
 }  // namespace mtia::torch_backend

@@ -30,7 +30,7 @@ __all__ = [
     "reset_fallback_counts", "set_fallback_mode", "get_fallback_mode", "launch_kernel",
     "kernel_names", "kernel_launch_counts", "reset_kernel_launch_counts", "simulated_time_ns",
     "trace_level", "set_trace_level", "write_artifacts", "config_json", "inductor_config",
-    "shutdown",
+    "shutdown", "memory_reserved", "max_memory_reserved", "memory_summary",
 ]
 
 #: The PyTorch device type of the emulated device.
@@ -95,6 +95,75 @@ def set_fallback_mode(mode: str) -> None:
 
 def get_fallback_mode() -> str:
     return _C._fallback_mode()
+
+
+# --- memory: what torch.cuda has and torch.mtia lacks ---------------------------------------
+# torch.mtia of PyTorch 2.13 has memory_stats/memory_allocated/max_memory_allocated; these
+# three complete the set and are also installed into torch.mtia (_register).
+
+def _memory_stats(device) -> Dict[str, Any]:
+    torch.mtia._utils._get_device_index(device, optional=True)  # validates the argument
+    return torch.mtia.memory_stats(device)
+
+
+def memory_reserved(device=None) -> int:
+    """Bytes the caching allocator holds from the device now: in tensors and in its cache."""
+    return _memory_stats(device).get("reserved_bytes.all.current", 0)
+
+
+def max_memory_reserved(device=None) -> int:
+    """The highest memory_reserved() since the start or reset_peak_memory_stats()."""
+    return _memory_stats(device).get("reserved_bytes.all.peak", 0)
+
+
+def _format_bytes(n: int) -> str:
+    for unit in ("B  ", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:7d} {unit}" if unit == "B  " else f"{n:7.2f} {unit}"
+        n /= 1024.0
+    raise AssertionError("unreachable")
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """The caching allocator's statistics as a table, like torch.cuda.memory_summary(): for
+    memory in bytes (allocated, active, requested, reserved) and counts (allocations, active
+    blocks, segments), each now, at its peak, and in total allocated and freed. The allocator
+    has one pool, so `abbreviated` (which leaves out CUDA's per-pool rows) changes nothing."""
+    del abbreviated
+    s = _memory_stats(device)
+    index = torch.mtia._utils._get_device_index(device, optional=True)
+    width = 77
+    rule = "|" + "-" * (width - 2) + "|"
+    double = "|" + "=" * (width - 2) + "|"
+    lines = [double,
+             "|" + f" mtia-emu caching allocator, mtia:{index if index is not None else 0}"
+             .center(width - 2) + "|",
+             rule,
+             "| " + f"{'Metric':<22}|{'Now':^12}|{'Peak':^12}|{'Tot alloc':^12}|{'Tot freed':^12}"
+             + "|"]
+    rows = [("Allocated memory", "allocated_bytes", True),
+            ("Active memory", "active_bytes", True),
+            ("Requested memory", "requested_bytes", True),
+            ("Reserved memory", "reserved_bytes", True),
+            ("Allocations", "allocation", False),
+            ("Active allocations", "active", False),
+            ("Segments", "segment", False)]
+    for title, key, is_bytes in rows:
+        if title == "Allocations":
+            lines.append(rule)
+        cells = []
+        for field in ("current", "peak", "allocated", "freed"):
+            v = int(s.get(f"{key}.all.{field}", 0))
+            cells.append(_format_bytes(v) if is_bytes else f"{v:11d}")
+        lines.append("| " + f"{title:<22}|" + "|".join(f"{c:>11} " for c in cells) + "|")
+    lines.append(rule)
+    dram = s.get("dram", {})
+    for title, value in (("Cache hits", dram.get("num_cache_hits", 0)),
+                         ("Alloc retries", s.get("num_alloc_retries", 0)),
+                         ("Out-of-memory errors", s.get("num_ooms", 0))):
+        lines.append("| " + f"{title:<22}|" + f"{int(value):>11} ".ljust(width - 26) + "|")
+    lines.append(double)
+    return "\n".join(lines) + "\n"
 
 
 # --- kernels and diagnostics -----------------------------------------------------------------
@@ -193,11 +262,34 @@ def _install_quiet_printing() -> None:
     tensor_str._str = _str
 
 
+def _install_record_memory_history() -> None:
+    """torch.mtia.record_memory_history of PyTorch 2.13 does nothing while the device is not
+    open yet, so recording before the first device op silently recorded nothing. Here it opens
+    the device first, as torch.cuda's does."""
+    original = torch.mtia.record_memory_history
+
+    def record_memory_history(enabled="all", stacks="python", max_entries=0):
+        torch.mtia.init()
+        original(enabled, stacks, max_entries)
+
+    record_memory_history.__doc__ = (
+        "Starts (enabled=\"all\": stacks and the history of allocator actions; \"state\": "
+        "stacks of the blocks held only) or stops (None) recording for torch.mtia.snapshot(). "
+        "stacks: \"python\", \"cpp\" or \"all\". max_entries bounds the history (oldest "
+        "dropped first); 0 keeps all. Opens the device.")
+    torch.mtia.record_memory_history = record_memory_history
+
+
 def _register() -> None:
     # torch.mtia seeds, reads and restores torch.mtia.default_generators[i]; the default
     # generator exists before the device opens, so seeding first and opening later works.
     if not torch.mtia.default_generators:
         torch.mtia.default_generators = (_C._default_generator(),)
+    _install_record_memory_history()
+    for name in ("memory_reserved", "max_memory_reserved", "memory_summary"):
+        for module in (torch.mtia, torch.mtia.memory):
+            if not hasattr(module, name):
+                setattr(module, name, globals()[name])
     _C._set_fallback_mode(os.environ.get("MTIA_EMU_FALLBACK", "warn") or "warn")
     _register_serialization()
     _install_quiet_printing()
