@@ -9,6 +9,11 @@
 // cached block to the driver; an allocation the driver cannot satisfy does the same and
 // retries once before reporting out of memory. A block used on another stream
 // (record_stream) is only cached after that stream has finished its queued work.
+//
+// Accounting and history. The allocator keeps CUDA's caching-allocator statistics
+// (AllocatorStats) and, when asked (record_history), the stack that allocated each block and a
+// history of its actions, which hooks.cpp turns into torch.cuda.memory._snapshot()'s
+// structure. Out-of-memory observers are called before an out-of-memory error is raised.
 #pragma once
 
 #include <c10/core/Allocator.h>
