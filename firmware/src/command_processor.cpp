@@ -311,12 +311,15 @@ void CommandProcessor::reset_queue(uint32_t q) {
   queue.waiting.reset();
   queue.current = {};
   queue.current_start_ps = 0;
+  queue.buffer.reset();
   int_status_ &= ~(uint64_t{1} << q);  // the records it announced belong to the old ring state
 }
 
 // --- execution ------------------------------------------------------------------------------
 
 bool CommandProcessor::step() {
+  const bool previous = last_step_replayed_;
+  last_step_replayed_ = false;
   const uint32_t n = config_.num_queues;
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t q = (next_queue_ + i) % n;
@@ -325,6 +328,7 @@ bool CommandProcessor::step() {
       return true;
     }
   }
+  last_step_replayed_ = previous;  // nothing moved: the last step that did still answers
   return false;
 }
 
@@ -332,6 +336,7 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
   Queue& queue = queues_[q];
   if (queue.state != QueueState::kRunning) return false;
   if (queue.busy) return queue.waiting ? poll_wait(q) : false;  // else a DMA is in flight
+  if (queue.buffer) return dispatch_from_buffer(q);
   if (queue.head >= queue.tail) return false;
 
   const uint64_t slot_addr = queue.base + (queue.head % queue.size) * isa::kPacketSlotBytes;
@@ -377,6 +382,49 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
   queue.busy = true;
   ++queue.head;
   platform_.packet_dispatched(q, queue.current);
+  execute(q, packet);
+  return true;
+}
+
+bool CommandProcessor::dispatch_from_buffer(uint32_t q) {
+  Queue& queue = queues_[q];
+  Queue::Buffer& buffer = *queue.buffer;
+  const uint32_t position = buffer.next;
+  const uint64_t slot_addr = buffer.addr + uint64_t{position} * isa::kPacketSlotBytes;
+  uint8_t slot[isa::kPacketSlotBytes];
+  const auto fail = [&](ErrorCode error, uint64_t arg0, uint64_t arg1, std::string_view why) {
+    buffer.opcode = slot[0];
+    ++buffer.next;
+    queue.busy = true;
+    complete(q, error, arg0, arg1, why);
+    return true;
+  };
+  if (!platform_.read_device(slot_addr, slot, sizeof(slot))) {
+    slot[0] = 0;
+    return fail(ErrorCode::kDeviceAddressFault, slot_addr, isa::kPacketSlotBytes,
+                "the command buffer's slot cannot be read");
+  }
+  isa::Result<isa::Packet> decoded = isa::decode_packet(slot, sizeof(slot));
+  if (!decoded.ok()) return fail(decoded.error().code, 0, 0, decoded.error().reason);
+  const isa::Packet& packet = decoded.value();
+  const isa::Opcode op = isa::opcode_of(packet);
+  if (op == isa::Opcode::kExecBuffer) {
+    return fail(ErrorCode::kBadOpcode, 0, 0, "command buffers do not nest");
+  }
+  // As from the ring: wait for a free DMA engine, or for the PE grid.
+  if (op == isa::Opcode::kDmaCopy || op == isa::Opcode::kFill) {
+    bool engine_idle = false;
+    for (bool busy : engine_busy_) engine_idle = engine_idle || !busy;
+    if (!engine_idle) return false;
+  }
+  if (op == isa::Opcode::kLaunch && launch_busy_) return false;
+
+  buffer.opcode = static_cast<uint8_t>(op);
+  ++buffer.next;
+  queue.busy = true;
+  last_step_replayed_ = true;
+  ++stats_.buffer_packets_dispatched;
+  platform_.packet_dispatched(q, std::visit([](const auto& p) { return p.header; }, packet));
   execute(q, packet);
   return true;
 }
@@ -430,6 +478,16 @@ void CommandProcessor::execute(uint32_t q, const isa::Packet& packet) {
           launch_owner_ = q;
           ++stats_.launches_started;
           platform_.launch_start(p);
+        } else if constexpr (std::is_same_v<P, isa::ExecBufferPacket>) {
+          const uint64_t bytes = uint64_t{p.packet_count} * isa::kPacketSlotBytes;
+          if (!range_backed(platform_, p.buffer_addr, bytes)) {
+            complete(q, ErrorCode::kDeviceAddressFault, p.buffer_addr, bytes,
+                     "the command buffer is not in device memory");
+            return;
+          }
+          // Its packets run from the next steps on; this packet completes after the last.
+          queue.buffer = Queue::Buffer{p.buffer_addr, p.packet_count, 0, 0};
+          queue.busy = false;
         } else {
           static_assert(!sizeof(P), "every packet type must be handled");
         }
@@ -506,6 +564,23 @@ void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0,
   Queue& queue = queues_[q];
   assert(queue.busy && queue.state == QueueState::kRunning);
   const bool failed = error != ErrorCode::kNone;
+  std::string buffer_detail;
+  if (queue.buffer) {
+    const Queue::Buffer buffer = *queue.buffer;
+    if (!failed && buffer.next < buffer.count) {
+      queue.busy = false;  // the buffer goes on; its ExecBuffer packet is not done yet
+      return;
+    }
+    queue.buffer.reset();
+    if (failed) {
+      // The ExecBuffer packet fails with the buffer packet's error; the reason says which.
+      buffer_detail =
+          fmt::format("command buffer packet {} of {} ({}){}{}", buffer.next - 1, buffer.count,
+                      isa::opcode_name(static_cast<isa::Opcode>(buffer.opcode)),
+                      detail.empty() ? "" : ": ", detail);
+      detail = buffer_detail;
+    }
+  }
   const uint64_t index = queue.completed;  // one packet in flight: it is the oldest
 
   isa::CompletionRecord record{};

@@ -187,6 +187,27 @@ std::optional<Rejection> check_body(const LaunchPacket& p) {
   return std::nullopt;
 }
 
+std::optional<Rejection> check_body(const ExecBufferPacket& p) {
+  if (p.reserved0 != 0 || !all_zero(p.reserved, sizeof p.reserved)) {
+    return reject(ErrorCode::kReservedNotZero, "exec buffer reserved fields must be zero");
+  }
+  if (p.packet_count < 1 || p.packet_count > kMaxExecBufferPackets) {
+    return reject(ErrorCode::kBadDims, "exec buffer packet count " +
+                                           std::to_string(p.packet_count) + " is not within 1.." +
+                                           std::to_string(kMaxExecBufferPackets));
+  }
+  if (p.buffer_addr % kPacketSlotBytes != 0) {
+    return reject(ErrorCode::kMisaligned, "exec buffer address " + hex(p.buffer_addr) + " is not " +
+                                              std::to_string(kPacketSlotBytes) + "-byte aligned");
+  }
+  uint64_t end = 0;
+  if (__builtin_add_overflow(p.buffer_addr, uint64_t{p.packet_count} * kPacketSlotBytes, &end)) {
+    return reject(ErrorCode::kExtentOverflow,
+                  "exec buffer at " + hex(p.buffer_addr) + " runs past the 64-bit address space");
+  }
+  return std::nullopt;
+}
+
 template <typename P>
 Result<Packet> decode_as(const uint8_t* slot) {
   P p;
@@ -266,6 +287,8 @@ Result<Packet> decode_packet(const void* data, size_t bytes) {
       return decode_as<WaitPacket>(slot);
     case Opcode::kLaunch:
       return decode_as<LaunchPacket>(slot);
+    case Opcode::kExecBuffer:
+      return decode_as<ExecBufferPacket>(slot);
     case Opcode::kIllegal:
       return reject(ErrorCode::kBadOpcode, "opcode 0 (illegal): the slot was never written");
     case Opcode::kCount:
@@ -331,6 +354,8 @@ const char* opcode_name(Opcode op) {
       return "wait";
     case Opcode::kLaunch:
       return "launch";
+    case Opcode::kExecBuffer:
+      return "exec buffer";
     case Opcode::kCount:
       break;
   }

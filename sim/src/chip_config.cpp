@@ -142,6 +142,10 @@ const std::vector<Field>& fields() {
        &ChipConfig::num_queues},
       {{"cp_packet_ns", "ns", "firmware time to fetch, decode and dispatch one packet"},
        &ChipConfig::cp_packet_ns},
+      {{"cp_replay_packet_ns", "ns",
+        "firmware time to dispatch one packet of a command buffer (graph replay; optional)"},
+       &ChipConfig::cp_replay_packet_ns,
+       true},
       {{"pe_quantum_cycles", "cycles",
         "PE grid scheduler: cycles each PE core runs between SystemC waits (optional)"},
        &ChipConfig::pe_quantum_cycles,
@@ -512,6 +516,7 @@ void validate(const ChipConfig& c) {
       {"sram_latency_ns", c.sram_latency_ns}, {"dram_latency_ns", c.dram_latency_ns},
       {"pcie_latency_ns", c.pcie_latency_ns}, {"dma_setup_ns", c.dma_setup_ns},
       {"cp_packet_ns", c.cp_packet_ns},
+      {"cp_replay_packet_ns", c.cp_replay_packet_ns},
   };
   for (const auto& [key, v] : durations) {
     if (!std::isfinite(v) || v < 0 || v > 1e9) {

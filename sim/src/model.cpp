@@ -155,22 +155,26 @@ CommandProcessorModule::CommandProcessorModule(sc_core::sc_module_name name, Sim
       channel_(channel),
       fw_(*this, firmware_config(shared.config)),
       packet_time_(shared.config.timing ? ps(ns_to_ps(shared.config.cp_packet_ns))
-                                        : sc_core::SC_ZERO_TIME) {
+                                        : sc_core::SC_ZERO_TIME),
+      replay_packet_time_(shared.config.timing ? ps(ns_to_ps(shared.config.cp_replay_packet_ns))
+                                               : sc_core::SC_ZERO_TIME) {
   SC_HAS_PROCESS(CommandProcessorModule);
   SC_THREAD(run);
   set_stack_size(kThreadStackBytes);
 }
 
 void CommandProcessorModule::run() {
-  // Each step that made progress occupies the command processor for cp_packet_ns; with
-  // nothing to do it sleeps until a register write or a DMA completion.
+  // Each step that made progress occupies the command processor for cp_packet_ns (for
+  // cp_replay_packet_ns if it dispatched a command buffer's packet); with nothing to do it
+  // sleeps until a register write or a DMA completion.
   for (;;) {
     const bool progressed = fw_.step();
     if (progressed) {
+      const sc_core::sc_time step = fw_.last_step_replayed() ? replay_packet_time_ : packet_time_;
       ++busy_steps_;
-      busy_ps_ += packet_time_.value();
-      shared_.tracer->cp_step(sc_core::sc_time_stamp().value(), packet_time_.value());
-      wait(packet_time_);
+      busy_ps_ += step.value();
+      shared_.tracer->cp_step(sc_core::sc_time_stamp().value(), step.value());
+      wait(step);
     } else {
       // Nothing to dispatch: the device may be going idle (the bridge checks).
       channel_.device_idle.notify(sc_core::SC_ZERO_TIME);
@@ -315,7 +319,9 @@ Json CommandProcessorModule::stats_json() const {
   const auto& fs = fw_.stats();
   add_stat(m, "busy_steps", busy_steps_, "steps",
            "firmware steps that dispatched or finished a packet");
-  add_stat(m, "busy_ps", busy_ps_, "ps", "time charged for those steps (cp_packet_ns each)");
+  add_stat(m, "busy_ps", busy_ps_, "ps",
+           "time charged for those steps (cp_packet_ns each, cp_replay_packet_ns for a command "
+           "buffer's packet)");
   add_stat(m, "packets_completed", fs.packets_completed, "packets",
            "packets completed successfully");
   add_stat(m, "packets_failed", fs.packets_failed, "packets", "packets completed with an error");

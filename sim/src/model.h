@@ -187,6 +187,7 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   firmware::CommandProcessor fw_;
   sc_core::sc_event work_;
   sc_core::sc_time packet_time_;
+  sc_core::sc_time replay_packet_time_;  // a command buffer's packet (cp_replay_packet_ns)
   // The queue of the packet being dispatched (as the firmware reported it), which the DMA job
   // or launch it starts works for; kept only while tracing.
   uint32_t dispatch_queue_ = Tracer::kNoQueue;

@@ -191,6 +191,53 @@ TEST_CASE("a NOP makes the round trip with sequence numbers and times", "[device
   CHECK_THROWS_AS(dev->is_done(1, 1), std::invalid_argument);
 }
 
+TEST_CASE("a command buffer's packets are dispatched at the replay cost", "[device][exec_buffer]") {
+  auto dev = open("mtia-v2", true, {"cp_packet_ns=500", "cp_replay_packet_ns=100"});
+  // Four signals, each writing its number to its own fence, as a command buffer.
+  constexpr uint32_t kPackets = 4;
+  const uint64_t fences = dev->allocator().allocate(8 * kPackets);
+  const uint64_t zeros[kPackets] = {};
+  dev->backend().write_memory(fences, zeros, sizeof zeros);
+  // One slot more than the packets, left zero: no packet (for the failure below).
+  const uint64_t buffer = dev->allocator().allocate((kPackets + 1) * isa::kPacketSlotBytes);
+  REQUIRE(buffer % isa::kPacketSlotBytes == 0);
+  const std::vector<uint8_t> zero_slot(isa::kPacketSlotBytes, 0);
+  dev->backend().write_memory(buffer + kPackets * isa::kPacketSlotBytes, zero_slot.data(),
+                              zero_slot.size());
+  for (uint32_t i = 0; i < kPackets; ++i) {
+    isa::SignalPacket p{};
+    p.header.opcode = static_cast<uint8_t>(isa::Opcode::kSignal);
+    p.header.version = isa::kPacketVersion;
+    p.addr = fences + 8 * i;
+    p.value = i + 1;
+    uint8_t slot[isa::kPacketSlotBytes];
+    isa::encode_packet(p, slot);
+    dev->backend().write_memory(buffer + i * isa::kPacketSlotBytes, slot, sizeof slot);
+  }
+  isa::ExecBufferPacket exec{};
+  exec.buffer_addr = buffer;
+  exec.packet_count = kPackets;
+  const Completion c = dev->wait(0, dev->submit(0, exec));
+  const Completion after = dev->wait(0, dev->submit(0, isa::NopPacket{}));
+  REQUIRE(c.ok);
+  uint64_t written[kPackets] = {};
+  dev->backend().read_memory(fences, written, sizeof written);
+  for (uint32_t i = 0; i < kPackets; ++i) CHECK(written[i] == i + 1);
+  // The ExecBuffer packet's dispatch costs cp_packet_ns (500 ns); each buffer packet's
+  // cp_replay_packet_ns (100 ns). A signal completes as it is dispatched, so the buffer's last
+  // one completes 500 + 3 x 100 ns after the ExecBuffer packet started, and the ring's next
+  // packet starts 100 ns after that.
+  CHECK(c.end_ps - c.start_ps == 500'000 + 3 * 100'000);
+  CHECK(after.start_ps == c.end_ps + 100'000);
+
+  // A failing buffer packet fails the submission, naming its place in the buffer.
+  isa::ExecBufferPacket shifted = exec;
+  shifted.buffer_addr = buffer + isa::kPacketSlotBytes;  // its last slot is the zero one
+  const Completion bad = dev->wait(0, dev->submit(0, shifted));
+  CHECK_FALSE(bad.ok);
+  CHECK_THAT(bad.message, Catch::Contains("command buffer packet 3 of 4 (illegal)"));
+}
+
 TEST_CASE("the backend writes the device's trace, statistics and configuration", "[device]") {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("mtia_driver_test_artifacts_" + std::to_string(::getpid()));

@@ -45,6 +45,12 @@ ErrorCode rejection_of(const P& p) {
   return rejection_of(encode(Packet{p}));
 }
 
+template <typename P>
+bool decode_ok(const P& p) {
+  Slot s = encode(Packet{p});
+  return decode_packet(s.bytes, sizeof s.bytes).ok();
+}
+
 }  // namespace
 
 TEST_CASE("every packet kind survives encode and decode unchanged", "[isa]") {
@@ -65,8 +71,13 @@ TEST_CASE("every packet kind survives encode and decode unchanged", "[isa]") {
   NopPacket nop{header(Opcode::kNop)};
   nop.header.flags = kPacketInterrupt;
 
+  ExecBufferPacket exec{};
+  exec.header = header(Opcode::kExecBuffer);
+  exec.buffer_addr = 0x4000;
+  exec.packet_count = 3;
+
   for (const Packet& original : {Packet{nop}, Packet{transposed_copy()}, Packet{fill},
-                                 Packet{signal}, Packet{wait}, Packet{launch}}) {
+                                 Packet{signal}, Packet{wait}, Packet{launch}, Packet{exec}}) {
     Slot s = encode(original);
     auto decoded = decode_packet(s.bytes, sizeof s.bytes);
     REQUIRE(decoded.ok());
@@ -281,4 +292,41 @@ TEST_CASE("a destination that would be written more than once per byte is reject
   f.sizes[0] = 2;
   f.dst.strides[0] = 8ull << 30;
   CHECK(decode_packet(encode(f).bytes, kPacketSlotBytes).ok());
+}
+
+TEST_CASE("decoder checks exec buffer packets", "[isa]") {
+  const auto exec = [] {
+    ExecBufferPacket p{};
+    p.header = header(Opcode::kExecBuffer);
+    p.buffer_addr = 0x10000;
+    p.packet_count = 4;
+    return p;
+  };
+  CHECK(decode_ok(exec()));
+  CHECK(opcode_of(Packet{exec()}) == Opcode::kExecBuffer);
+  CHECK(std::string(opcode_name(Opcode::kExecBuffer)) == "exec buffer");
+
+  auto empty = exec();
+  empty.packet_count = 0;
+  CHECK(rejection_of(empty) == ErrorCode::kBadDims);
+  auto huge = exec();
+  huge.packet_count = kMaxExecBufferPackets + 1;
+  CHECK(rejection_of(huge) == ErrorCode::kBadDims);
+  auto largest = exec();
+  largest.packet_count = kMaxExecBufferPackets;
+  CHECK(decode_ok(largest));
+
+  auto misaligned = exec();
+  misaligned.buffer_addr = 0x10000 + 128;
+  CHECK(rejection_of(misaligned) == ErrorCode::kMisaligned);
+  auto wraps = exec();
+  wraps.buffer_addr = ~uint64_t{0} - 255;  // slot-aligned, but 4 slots run past 2^64
+  CHECK(rejection_of(wraps) == ErrorCode::kExtentOverflow);
+
+  auto reserved = exec();
+  reserved.reserved0 = 1;
+  CHECK(rejection_of(reserved) == ErrorCode::kReservedNotZero);
+  auto reserved2 = exec();
+  reserved2.reserved[1] = 1;
+  CHECK(rejection_of(reserved2) == ErrorCode::kReservedNotZero);
 }

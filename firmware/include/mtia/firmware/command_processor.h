@@ -39,6 +39,7 @@ struct FirmwareStats {
   uint64_t interrupts_raised = 0;
   uint64_t dma_jobs_started = 0;
   uint64_t launches_started = 0;
+  uint64_t buffer_packets_dispatched = 0;  // packets run from command buffers (ExecBuffer)
 };
 
 class CommandProcessor {
@@ -52,6 +53,9 @@ class CommandProcessor {
   // Dispatches at most one packet (or finishes one non-DMA packet). Returns true if it did
   // anything, false if nothing can move until a register write or a DMA completion.
   bool step();
+  // Whether the last step() that did something dispatched a packet from a command buffer
+  // (an ExecBuffer packet's), which the platform charges at its cheaper replay cost.
+  bool last_step_replayed() const { return last_step_replayed_; }
 
   // The platform reports that the job started on `engine` has finished.
   void on_dma_done(unsigned engine, const DmaStatus& status);
@@ -76,9 +80,22 @@ class CommandProcessor {
     std::optional<isa::WaitPacket> waiting;
     isa::PacketHeader current{};
     uint64_t current_start_ps = 0;
+    // The command buffer of the ExecBuffer packet being executed: its packets run one at a
+    // time instead of the ring's, and `current` stays the ExecBuffer packet's header (its
+    // completion record is written after the last of them).
+    struct Buffer {
+      uint64_t addr = 0;
+      uint32_t count = 0;
+      uint32_t next = 0;   // packets dispatched so far
+      uint8_t opcode = 0;  // of the buffer packet running now
+    };
+    std::optional<Buffer> buffer;
   };
 
   bool try_dispatch(uint32_t q);
+  // Dispatches the next packet of the queue's command buffer; false if it must wait for a
+  // DMA engine or the PE grid.
+  bool dispatch_from_buffer(uint32_t q);
   // Finishes the queue's current packet. A failure's `detail` (and a kernel's non-zero
   // `exit_status`) go to the log and to the queue's error record, if it has one.
   void complete(uint32_t q, isa::ErrorCode error, uint64_t arg0, uint64_t arg1,
@@ -97,6 +114,7 @@ class CommandProcessor {
   uint64_t int_status_ = 0;
   uint64_t int_enable_ = 0;
   uint32_t next_queue_ = 0;  // round-robin cursor
+  bool last_step_replayed_ = false;
   // Which queue each DMA engine is working for, if any.
   std::vector<std::optional<uint32_t>> engine_owner_;
   // Whether each engine is running a job. An engine can be busy without an owner when its

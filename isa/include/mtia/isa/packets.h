@@ -32,6 +32,7 @@ enum class Opcode : uint8_t {
   kSignal = 4,
   kWait = 5,
   kLaunch = 6,
+  kExecBuffer = 7,
   kCount
 };
 
@@ -140,6 +141,25 @@ struct LaunchPacket {
   uint64_t reserved[2];
 };
 static_assert(sizeof(LaunchPacket) == 72);
+
+// Runs `packet_count` packets from a command buffer in device memory: consecutive
+// kPacketSlotBytes slots starting at buffer_addr (slot-aligned), encoded as in a ring. They
+// execute in order on this queue, each dispatched at the device's replay cost (cheaper than a
+// packet fetched from the ring: no doorbell, ring or completion bookkeeping), and the queue
+// writes one completion record, for this packet, after the last of them. A buffer packet that
+// fails ends the buffer and fails this packet with its error and arguments; the error record's
+// reason names its position in the buffer. Buffers do not nest. This is how a captured graph
+// replays with one submission.
+struct ExecBufferPacket {
+  PacketHeader header;
+  uint64_t buffer_addr;   // device address, kPacketSlotBytes-aligned
+  uint32_t packet_count;  // 1..kMaxExecBufferPackets
+  uint32_t reserved0;
+  uint64_t reserved[2];
+};
+static_assert(sizeof(ExecBufferPacket) == 48);
+
+inline constexpr uint32_t kMaxExecBufferPackets = 1u << 20;
 
 enum class CompletionStatus : uint16_t {
   kOk = 0,

@@ -51,6 +51,8 @@ struct ChipConfig {
   double dma_setup_ns = 100;  // descriptor fetch and start per DMA job
   uint32_t num_queues = 8;    // hardware queues served by the firmware
   double cp_packet_ns = 200;  // firmware time to fetch, decode and dispatch a packet
+  // ... one from a command buffer (an ExecBuffer packet's, graph replay): no ring bookkeeping
+  double cp_replay_packet_ns = 100;
 
   // The PE grid's scheduler: emulator settings, not chip figures, optional in a preset file
   // (docs/architecture.md, "Scheduling"). Each launch's cores run round-robin up to a common
