@@ -106,10 +106,9 @@ void add_cuda_style_stats(py::dict& d) {
   add("allocation", a.allocation);
   add("active", a.active);
   add("segment", a.segment);
-  Stat inactive_split_bytes;  // blocks are never split: always 0
-  inactive_split_bytes.current = 0;
-  add("inactive_split_bytes", inactive_split_bytes);
-  add("inactive_split", inactive_split_bytes);
+  const Stat never_split;  // blocks are never split: CUDA's inactive_split stats stay 0
+  add("inactive_split_bytes", never_split);
+  add("inactive_split", never_split);
   d["num_alloc_retries"] = a.num_alloc_retries;
   d["num_ooms"] = a.num_ooms;
   d["num_device_alloc"] = a.segment.allocated;
