@@ -130,6 +130,10 @@ void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, c
       dl, sl,
       dir == Dir::kHostToDevice ? LoopOrder::kSourceContiguous : LoopOrder::kDestinationContiguous);
   auto s = stream_state(stream);
+  if (dir != Dir::kDeviceToDevice) {
+    refuse_in_capture(*s, "a copy between host and device memory", "it reads or writes host memory");
+  }
+  if (!async) refuse_in_capture(*s, "a synchronous copy", "it waits for the stream");
   call.set_detail(
       fmt::format("{}, {} bytes, stream {}", what, plan.elements * plan.elem_size, s->id));
   if (plan.elements == 0) return;
@@ -266,6 +270,7 @@ void Device::Impl::fill(DevicePtr dst, const Layout& layout, uint64_t pattern, S
                             pattern, plan.elem_size));
   }
   auto s = stream_state(stream);
+  if (!async) refuse_in_capture(*s, "a synchronous fill", "it waits for the stream");
   call.set_detail(fmt::format("{} bytes at 0x{:x}, stream {}", plan.elements * plan.elem_size,
                               dst.address(), s->id));
   if (plan.elements == 0) return;

@@ -296,6 +296,7 @@ DevicePtr Device::malloc(uint64_t bytes) {
   impl_->peak = std::max(impl_->peak, impl_->allocated);
   impl_->live_allocations += 1;
   impl_->total_allocations += 1;
+  impl_->generation[addr] = impl_->next_generation++;
   return DevicePtr(addr);
 }
 
@@ -325,6 +326,7 @@ void Device::free(DevicePtr ptr) {
   const uint64_t bytes = alloc ? alloc->bytes : 0;
   d.allocated -= bytes;
   d.live_allocations -= 1;
+  d.generation.erase(addr);
   d.recently_freed[addr] = bytes;
   d.freed_order.push_back(addr);
   if (d.freed_order.size() > kRememberFreed) {

@@ -46,8 +46,11 @@ struct HostRegion {
   bool closing = false;   // host_free / host_unregister is waiting for inflight == 0
 };
 
+struct GraphState;
+
 struct StreamState {
   uint32_t id = 0;
+  std::shared_ptr<GraphState> capture;  // the graph being captured from it, if any (mu)
   uint32_t queue = 0;
   uint64_t last_seq = 0;  // latest packet submitted for this stream on its queue
   // Latest of its packets whose completion has been handled here, set before the packet's own
@@ -77,6 +80,19 @@ struct EventState {
   uint64_t time_ps = 0;  // simulated end time of the latest completed record
   bool failed = false;   // the latest completed record's stream faulted before it
   std::string failure;
+};
+
+// A graph (graph.cpp): the packets captured from a stream, and what they need at replay.
+struct GraphState {
+  uint32_t id = 0;
+  uint32_t stream_id = 0;  // captured from
+  bool capturing = true;
+  std::vector<isa::Packet> packets;
+  std::vector<uint64_t> arg_blocks;    // launch argument blocks it owns (take_arg_block)
+  std::map<uint64_t, uint64_t> uses;   // malloc() allocation -> its generation at capture
+  uint64_t buffer = 0;                 // the command buffer, once instantiated
+  std::shared_ptr<StreamState> replay_stream;  // of the latest replay
+  uint64_t replay_seq = 0;
 };
 
 struct Device::Impl {
@@ -128,6 +144,19 @@ struct Device::Impl {
   uint64_t take_arg_block(uint64_t bytes);
   void give_arg_block(uint64_t addr);
   void record(Event e, Stream s);
+
+  // Graph capture (graph.cpp). If `s` is capturing, records the packet (and the allocations
+  // its regions touch) into its graph and returns true; submit() calls it first.
+  bool capture_packet(StreamState& s, const isa::Packet& packet);
+  // If `s` is capturing: records a launch packet, hands its argument block to the graph, notes
+  // the allocations its pointer arguments point into, and returns true.
+  bool capture_launch(StreamState& s, const isa::LaunchPacket& packet, uint64_t args_addr,
+                      const std::vector<uint64_t>& pointers);
+  // If `s` is capturing, ends and discards the capture and throws kInvalidArgument saying that
+  // `what` cannot be captured and why.
+  void refuse_in_capture(StreamState& s, const std::string& what, const char* why);
+  // Notes the malloc() allocation holding `addr`, if any, as used by `g`. Requires mu.
+  void note_use_locked(GraphState& g, uint64_t addr);
   void repair_fence(std::shared_ptr<EventState> ev, uint64_t value, std::string failure);
 
   // --- state ----------------------------------------------------------------------------------
@@ -149,6 +178,13 @@ struct Device::Impl {
   uint64_t runtime_bytes = 0;
   std::map<uint64_t, uint64_t> recently_freed;  // address -> bytes, for messages only
   std::deque<uint64_t> freed_order;
+  // Live malloc() allocations, numbered: a graph that captured one finds out at replay
+  // whether it was freed (even if another allocation now has its address).
+  std::map<uint64_t, uint64_t> generation;
+  uint64_t next_generation = 1;
+
+  std::map<uint32_t, std::shared_ptr<GraphState>> graphs;
+  uint32_t next_graph_id = 1;
 
   std::map<uintptr_t, std::shared_ptr<HostRegion>> pinned;  // host_alloc + host_register
   std::set<uintptr_t> freed_host;                           // for "freed before" messages

@@ -371,6 +371,12 @@ void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& arg
       if (st->has_error && st->error == c.message) st->error = std::move(error);
     }
   };
+  std::vector<uint64_t> pointer_args;
+  for (const Arg& a : args) {
+    if (a.kind() == ArgKind::kPointer) pointer_args.push_back(a.bits());
+  }
+  // Captured: the graph keeps the argument block until it is destroyed.
+  if (d.capture_launch(*s, p, args_addr, pointer_args)) return;
   try {
     d.submit(s, p, std::move(on_complete));
   } catch (...) {

@@ -69,6 +69,7 @@ uint64_t Device::Impl::submit(const std::shared_ptr<StreamState>& s, const isa::
   };
   uint64_t seq = 0;
   check_lost();
+  if (capture_packet(*s, packet)) return 0;  // recorded into the stream's graph, not queued
   try {
     seq = dev->submit(s->queue, packet, std::move(on_complete));
   } catch (const std::exception& e) {
@@ -146,6 +147,7 @@ void Device::destroy_stream(Stream stream) {
     throw Error(ErrorKind::kInvalidHandle, "the default stream (stream 0) cannot be destroyed");
   }
   auto s = d.stream_state(stream);
+  d.refuse_in_capture(*s, "destroy_stream", "it waits for the stream");
   {
     std::lock_guard lock(d.mu);
     if (d.streams.erase(stream.id) == 0) {
@@ -165,6 +167,7 @@ bool Device::query(Stream stream) {
   ApiCall call(*d.trace, "query");
   auto s = d.stream_state(stream);
   call.set_detail(fmt::format("stream {}", s->id));
+  d.refuse_in_capture(*s, "query(stream)", "it asks whether the stream's work has run");
   uint64_t last;
   {
     std::lock_guard lock(d.mu);
@@ -190,6 +193,7 @@ void Device::synchronize(Stream stream) {
   ApiCall call(*d.trace, "synchronize");
   auto s = d.stream_state(stream);
   call.set_detail(fmt::format("stream {}", s->id));
+  d.refuse_in_capture(*s, "synchronize(stream)", "it waits for the stream");
   d.drain_stream(s);
   d.throw_pending(*s);
 }
@@ -207,6 +211,7 @@ void Device::synchronize() {
     std::lock_guard lock(d.mu);
     for (auto& [id, s] : d.streams) all.push_back(s);
   }
+  for (auto& s : all) d.refuse_in_capture(*s, "synchronize()", "it waits for every stream");
   for (auto& s : all) d.drain_stream(s);
   d.check_lost();
   // Report every stream's pending error at once, so none is lost.
@@ -229,6 +234,7 @@ void Device::wait_event(Stream stream, Event event) {
   auto s = d.stream_state(stream);
   auto ev = d.event_state(event);
   call.set_detail(fmt::format("stream {} waits for event {}", s->id, ev->id));
+  d.refuse_in_capture(*s, "wait_event", "cross-stream waits are not captured yet");
   isa::WaitPacket w{};
   {
     std::lock_guard lock(d.mu);
@@ -341,6 +347,7 @@ void Device::Impl::record(Event event, Stream stream) {
   auto s = stream_state(stream);
   auto ev = event_state(event);
   call.set_detail(fmt::format("event {} on stream {}", ev->id, s->id));
+  refuse_in_capture(*s, "record(event)", "event records are not captured yet");
   std::unique_lock lock(mu);
   // Fence values must only grow. A new record on another queue could overtake the pending
   // one and be overwritten by it, so wait for the pending one first (rare in practice).

@@ -191,6 +191,29 @@ class Device {
   void launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& args, Stream stream = {},
               uint64_t watchdog_cycles = 0);
 
+  // --- graphs ---------------------------------------------------------------------------
+  // Capture. Between begin_capture(stream) and end_capture(stream), the device work queued on
+  // `stream` - device-to-device copy_async, fill_async, memset_async and launch - is recorded,
+  // not run (a launch's arguments are fixed at capture). Anything that would make the host
+  // wait for the stream or touch host memory - synchronize() or query() of the stream or the
+  // device, synchronous copies and fills, copies from or to host memory - and event records
+  // and waits on the stream (not captured yet) throw kInvalidArgument and end the capture,
+  // discarding it. begin_capture throws if the stream is already capturing.
+  void begin_capture(Stream stream);
+  // Ends the capture and returns its graph. Throws kInvalidArgument if the stream is not
+  // capturing (never started, or ended by an error).
+  Graph end_capture(Stream stream);
+  bool is_capturing(Stream stream) const;
+  // Writes the graph's packets into a command buffer in device memory. Once per graph.
+  void instantiate(Graph graph);
+  // Queues the instantiated graph on `stream` as one packet (the firmware runs the command
+  // buffer: docs/architecture.md, EXEC_BUFFER); returns once queued. Throws kInvalidPointer,
+  // before queuing anything, if an allocation the graph uses was freed since the capture.
+  // A failure inside the graph is the stream's, reported like any device fault.
+  void replay(Graph graph, Stream stream = {});
+  // Waits for the graph's queued replays, then frees its command buffer and argument blocks.
+  void destroy_graph(Graph graph);
+
   // --- diagnostics ----------------------------------------------------------------------
   // Simulated time now, picoseconds.
   uint64_t now_ps();

@@ -24,4 +24,10 @@ struct Event {
   auto operator<=>(const Event&) const = default;
 };
 
+// Work captured from a stream, replayed with one submission (Device::begin_capture).
+struct Graph {
+  uint32_t id = 0;
+  auto operator<=>(const Graph&) const = default;
+};
+
 }  // namespace mtia
