@@ -87,8 +87,11 @@ c10::DataPtr DeviceAllocator::allocate(size_t bytes) {
   using Action = TraceEntry::Action;
 
   std::unique_lock lock(mu_);
+  // A capturing stream allocates from its graph's pool only.
+  const bool to_pool = capture_.has_value() && capture_->first == stream;
+  const c10::MempoolId_t pool = to_pool ? capture_->second : c10::MempoolId_t{0, 0};
   // Best fit among this stream's cached blocks, if it wastes at most half of the block.
-  auto& free_list = cache_[stream];
+  auto& free_list = to_pool ? pools_[pool] : cache_[stream];
   if (auto it = free_list.lower_bound(size); it != free_list.end() && it->first <= 2 * size) {
     Block* b = it->second;
     free_list.erase(it);
@@ -141,8 +144,8 @@ c10::DataPtr DeviceAllocator::allocate(size_t bytes) {
     }
   }
   TORCH_INTERNAL_ASSERT(ptr.address() != 0, "the driver returned device address 0");
-  auto* b =
-      new Block{ptr.address(), size, bytes, stream, {}, BlockInfo::State::kAllocated, stack, stack};
+  auto* b = new Block{ptr.address(), size,  bytes, stream, {}, BlockInfo::State::kAllocated,
+                      stack,         stack, pool};
   blocks_[b->address] = b;
   stats_.reserved_bytes.increase(int64_t(size));
   stats_.segment.increase(1);
@@ -200,7 +203,14 @@ void DeviceAllocator::free_block(Block* b) {
   stats_.cached_bytes += b->size;
   stats_.cached_blocks += 1;
   record_locked(Action::kFreeCompleted, b->address, b->size, b->stream, stack);
-  cache_[b->stream].emplace(b->size, b);
+  // A graph pool's block stays in its pool while the pool exists.
+  const auto pool = b->pool == c10::MempoolId_t{0, 0} ? pools_.end() : pools_.find(b->pool);
+  if (pool != pools_.end()) {
+    pool->second.emplace(b->size, b);
+  } else {
+    b->pool = {0, 0};
+    cache_[b->stream].emplace(b->size, b);
+  }
 }
 
 void DeviceAllocator::release_cached_locked() {
@@ -279,6 +289,45 @@ AllocatorSnapshot DeviceAllocator::snapshot() {
   return s;
 }
 
+void DeviceAllocator::begin_pool_capture(uint32_t stream, c10::MempoolId_t pool) {
+  std::lock_guard lock(mu_);
+  TORCH_CHECK(!capture_.has_value(), "torch_mtia_emu: stream ", capture_->first,
+              " is already capturing a graph; one capture at a time");
+  capture_.emplace(stream, pool);
+  pools_[pool];  // exists from now on, even before its first block
+}
+
+void DeviceAllocator::end_pool_capture() {
+  std::lock_guard lock(mu_);
+  capture_.reset();
+}
+
+void DeviceAllocator::release_pool(c10::MempoolId_t pool) {
+  if (!Runtime::is_initialized()) return;
+  Runtime& rt = Runtime::get();
+  // Replays may still be reading or writing the blocks.
+  guarded("synchronizing before releasing a graph pool", [&] { rt.device().synchronize(); });
+  std::lock_guard lock(mu_);
+  const auto it = pools_.find(pool);
+  if (it == pools_.end()) return;
+  for (auto& [size, b] : it->second) {
+    try {
+      rt.device().free(mtia::DevicePtr(b->address));
+    } catch (const mtia::Error& e) {
+      log::error(c10::str("returning graph pool block ", reinterpret_cast<void*>(b->address),
+                          " to the device: ", e.what()));
+    }
+    stats_.cached_bytes -= b->size;
+    stats_.cached_blocks -= 1;
+    stats_.reserved_bytes.decrease(int64_t(b->size));
+    stats_.segment.decrease(1);
+    record_locked(TraceEntry::Action::kSegmentFree, b->address, b->size, b->stream, nullptr);
+    blocks_.erase(b->address);
+    delete b;
+  }
+  pools_.erase(it);
+}
+
 void DeviceAllocator::attach_oom_observer(OutOfMemoryObserver observer) {
   std::lock_guard lock(mu_);
   oom_observers_.push_back(std::move(observer));
@@ -305,6 +354,10 @@ void DeviceAllocator::shutdown() {
     }
     blocks.clear();
   }
+  for (auto& [pool, blocks] : pools_) {
+    for (auto& [size, b] : blocks) delete b;
+  }
+  pools_.clear();
   blocks_.clear();  // blocks tensors hold are deleted when freed
   stats_.cached_bytes = 0;
   stats_.cached_blocks = 0;

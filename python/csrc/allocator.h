@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "mtia/stream.h"
@@ -151,6 +152,16 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   // The blocks held now and the recorded history (a kSnapshot action is recorded first).
   AllocatorSnapshot snapshot();
   void attach_oom_observer(OutOfMemoryObserver observer);
+
+  // Graph memory pools. While `stream` captures a graph into `pool`, its allocations come
+  // from, and its frees go back to, that pool's own blocks, never the general cache: the
+  // addresses a graph was captured with stay reserved for its replays (and for other graphs
+  // that share the pool). Blocks of the pool that tensors still hold go back to the pool when
+  // freed. release_pool() (the pool's last graph is gone) returns its free blocks to the
+  // driver; blocks freed later go to the general cache.
+  void begin_pool_capture(uint32_t stream, c10::MempoolId_t pool);
+  void end_pool_capture();
+  void release_pool(c10::MempoolId_t pool);
   // Marks the block whose DataPtr context is `context` as used by `stream`
   // (Tensor.record_stream).
   void record_stream(const void* context, mtia::Stream stream);
@@ -171,6 +182,7 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     BlockInfo::State state = BlockInfo::State::kAllocated;
     std::shared_ptr<c10::GatheredContext> stack;          // recorded at allocation
     std::shared_ptr<c10::GatheredContext> segment_stack;  // recorded at the driver call
+    c10::MempoolId_t pool{0, 0};  // a graph pool's block, or {0, 0}: the general cache's
   };
   static void delete_block(void* ctx);
   void free_block(Block* block);
@@ -186,6 +198,10 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   mutable std::mutex mu_;
   // Free blocks per stream, by size.
   mutable std::map<uint32_t, std::multimap<uint64_t, Block*>> cache_;
+  // Free blocks of each graph pool, by size.
+  std::map<c10::MempoolId_t, std::multimap<uint64_t, Block*>> pools_;
+  // The stream capturing into a pool, if any.
+  std::optional<std::pair<uint32_t, c10::MempoolId_t>> capture_;
   // Every block held from the driver, by address.
   std::map<uint64_t, Block*> blocks_;
   mutable AllocatorStats stats_;

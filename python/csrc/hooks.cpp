@@ -14,6 +14,7 @@
 #include <string>
 
 #include "allocator.h"
+#include "graphs.h"
 #include "hooks.h"
 #include "log.h"
 #include "random.h"
@@ -23,15 +24,6 @@ namespace py = pybind11;
 
 namespace mtia::torch_backend {
 
-namespace {
-
-[[noreturn]] void not_supported(const char* what) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_mtia_emu: ", what,
-                              " is not supported by the emulator yet (docs/tensor-layer.md, "
-                              "\"torch.mtia\")");
-}
-
-}  // namespace
 
 py::dict device_properties_dict() {
   Runtime& rt = Runtime::get();
@@ -352,19 +344,23 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
   }
 
   // --- graphs --------------------------------------------------------------------------------
-  int64_t mtiagraphCreate(bool) const override { not_supported("torch.mtia.MTIAGraph"); }
-  void mtiagraphDestroy(int64_t) const override {}
-  void mtiagraphCaptureBegin(int64_t, c10::MempoolId_t) const override {
-    not_supported("torch.mtia.MTIAGraph");
+  int64_t mtiagraphCreate(bool keep_graph) const override { return graphs::create(keep_graph); }
+  void mtiagraphDestroy(int64_t handle) const override { graphs::destroy(handle); }
+  void mtiagraphCaptureBegin(int64_t handle, c10::MempoolId_t pool) const override {
+    graphs::capture_begin(handle, pool);
   }
-  void mtiagraphCaptureEnd(int64_t) const override { not_supported("torch.mtia.MTIAGraph"); }
-  void mtiagraphInstantiate(int64_t) const override { not_supported("torch.mtia.MTIAGraph"); }
-  void mtiagraphReplay(int64_t) const override { not_supported("torch.mtia.MTIAGraph"); }
-  void mtiagraphReset(int64_t) const override { not_supported("torch.mtia.MTIAGraph"); }
-  c10::MempoolId_t mtiagraphPool(int64_t) const override { not_supported("torch.mtia.MTIAGraph"); }
-  c10::MempoolId_t graphPoolHandle() const override {
-    not_supported("torch.mtia.graph_pool_handle");
+  void mtiagraphCaptureEnd(int64_t handle) const override { graphs::capture_end(handle); }
+  void mtiagraphInstantiate(int64_t handle) const override { graphs::instantiate(handle); }
+  void mtiagraphReplay(int64_t handle) const override {
+    py::gil_scoped_release no_gil;
+    graphs::replay(handle);
   }
+  void mtiagraphReset(int64_t handle) const override {
+    py::gil_scoped_release no_gil;
+    graphs::reset(handle);
+  }
+  c10::MempoolId_t mtiagraphPool(int64_t handle) const override { return graphs::pool(handle); }
+  c10::MempoolId_t graphPoolHandle() const override { return graphs::new_pool_handle(); }
 };
 
 }  // namespace

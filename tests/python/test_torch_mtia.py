@@ -216,17 +216,6 @@ def test_memory_functions():
     assert torch.mtia.memory_stats()["dram"]["cached_bytes"] == 0
 
 
-@pytest.mark.parametrize("call", [
-    lambda: torch.mtia.MTIAGraph(),
-    lambda: torch.mtia.graph_pool_handle(),
-], ids=["MTIAGraph", "graph_pool_handle"])
-def test_what_the_emulator_lacks_raises_clearly(call):
-    torch.ones(1, device=DEVICE)
-    torch.mtia.init()
-    with pytest.raises(NotImplementedError, match="is not supported by the emulator yet"):
-        call()
-
-
 def test_inductor_config_gives_the_device_launch_limits():
     import torch._inductor.config as inductor
     cfg = torch_mtia_emu.inductor_config()

@@ -1,0 +1,164 @@
+#include "graphs.h"
+
+#include <c10/util/Exception.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "allocator.h"
+#include "runtime.h"
+
+namespace mtia::torch_backend::graphs {
+
+namespace {
+
+struct TorchGraph {
+  bool keep_graph = false;
+  std::optional<mtia::Stream> capturing;  // the stream, while capturing
+  std::optional<mtia::Graph> graph;       // once captured
+  bool instantiated = false;
+  c10::MempoolId_t pool{0, 0};  // {0, 0}: none yet
+};
+
+std::mutex mu;
+std::map<int64_t, std::unique_ptr<TorchGraph>> registry;
+int64_t next_handle = 1;
+uint64_t next_pool = 1;
+std::map<c10::MempoolId_t, int> pool_users;  // graphs holding each pool
+
+TorchGraph& get(int64_t handle) {
+  auto it = registry.find(handle);
+  TORCH_CHECK_VALUE(it != registry.end(), "torch_mtia_emu: MTIA graph ", handle,
+                    " does not exist (destroyed?)");
+  return *it->second;
+}
+
+// Drops the graph's captured work and its hold on its pool. Caller holds mu.
+void reset_locked(TorchGraph& g) {
+  TORCH_CHECK(!g.capturing,
+              "torch_mtia_emu: the MTIA graph is being captured; call "
+              "capture_end() before reset()");
+  if (g.graph) {
+    guarded("destroying an MTIA graph", [&] { Runtime::get().device().destroy_graph(*g.graph); });
+    g.graph.reset();
+  }
+  g.instantiated = false;
+  if (g.pool != c10::MempoolId_t{0, 0}) {
+    if (--pool_users[g.pool] == 0) {
+      pool_users.erase(g.pool);
+      DeviceAllocator::instance().release_pool(g.pool);
+    }
+    g.pool = {0, 0};
+  }
+}
+
+}  // namespace
+
+int64_t create(bool keep_graph) {
+  std::lock_guard lock(mu);
+  const int64_t handle = next_handle++;
+  auto g = std::make_unique<TorchGraph>();
+  g->keep_graph = keep_graph;
+  registry[handle] = std::move(g);
+  return handle;
+}
+
+void destroy(int64_t handle) {
+  std::lock_guard lock(mu);
+  auto it = registry.find(handle);
+  if (it == registry.end()) return;
+  if (!it->second->capturing && Runtime::is_initialized() && !Runtime::is_shut_down()) {
+    reset_locked(*it->second);
+  }
+  registry.erase(it);
+}
+
+void capture_begin(int64_t handle, c10::MempoolId_t pool) {
+  std::lock_guard lock(mu);
+  TorchGraph& g = get(handle);
+  TORCH_CHECK(!g.capturing && !g.graph,
+              "torch_mtia_emu: this MTIA graph already holds a "
+              "capture; call reset() before capturing again");
+  if (pool == c10::MempoolId_t{0, 0}) pool = {next_pool++, 0};  // a private pool
+  const mtia::Stream stream = current_stream();
+  DeviceAllocator::instance().begin_pool_capture(stream.id, pool);  // one capture at a time
+  try {
+    guarded("beginning an MTIA graph capture",
+            [&] { Runtime::get().device().begin_capture(stream); });
+  } catch (...) {
+    DeviceAllocator::instance().end_pool_capture();
+    throw;
+  }
+  g.capturing = stream;
+  g.pool = pool;
+  ++pool_users[pool];
+}
+
+void capture_end(int64_t handle) {
+  std::lock_guard lock(mu);
+  TorchGraph& g = get(handle);
+  TORCH_CHECK(g.capturing, "torch_mtia_emu: capture_end() without capture_begin()");
+  const mtia::Stream stream = *g.capturing;
+  g.capturing.reset();
+  DeviceAllocator::instance().end_pool_capture();
+  mtia::Device& dev = Runtime::get().device();
+  if (!dev.is_capturing(stream)) {
+    // A call during capture ended it with an error, which was raised then.
+    reset_locked(g);
+    TORCH_CHECK(false,
+                "torch_mtia_emu: the MTIA graph capture was ended by an earlier error "
+                "(a call that cannot be captured); nothing was captured");
+  }
+  g.graph = guarded("ending an MTIA graph capture", [&] { return dev.end_capture(stream); });
+  if (!g.keep_graph) {
+    guarded("instantiating an MTIA graph", [&] { dev.instantiate(*g.graph); });
+    g.instantiated = true;
+  }
+}
+
+void instantiate(int64_t handle) {
+  std::lock_guard lock(mu);
+  TorchGraph& g = get(handle);
+  TORCH_CHECK(g.graph,
+              "torch_mtia_emu: instantiate() needs a captured graph "
+              "(capture_begin() ... capture_end() first)");
+  TORCH_CHECK(!g.instantiated, "torch_mtia_emu: the MTIA graph is already instantiated");
+  guarded("instantiating an MTIA graph", [&] { Runtime::get().device().instantiate(*g.graph); });
+  g.instantiated = true;
+}
+
+void replay(int64_t handle) {
+  std::lock_guard lock(mu);
+  TorchGraph& g = get(handle);
+  TORCH_CHECK(g.graph,
+              "torch_mtia_emu: replay() needs a captured graph "
+              "(capture_begin() ... capture_end() first)");
+  mtia::Device& dev = Runtime::get().device();
+  if (!g.instantiated) {
+    guarded("instantiating an MTIA graph", [&] { dev.instantiate(*g.graph); });
+    g.instantiated = true;
+  }
+  guarded("replaying an MTIA graph", [&] { dev.replay(*g.graph, current_stream()); });
+}
+
+void reset(int64_t handle) {
+  std::lock_guard lock(mu);
+  reset_locked(get(handle));
+}
+
+c10::MempoolId_t pool(int64_t handle) {
+  std::lock_guard lock(mu);
+  const TorchGraph& g = get(handle);
+  TORCH_CHECK(g.pool != c10::MempoolId_t({0, 0}),
+              "torch_mtia_emu: the MTIA graph has no pool before capture_begin()");
+  return g.pool;
+}
+
+c10::MempoolId_t new_pool_handle() {
+  std::lock_guard lock(mu);
+  return {0, next_pool++};
+}
+
+}  // namespace mtia::torch_backend::graphs
