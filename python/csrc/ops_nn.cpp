@@ -13,6 +13,9 @@
 #include <ATen/ops/nll_loss_forward_meta.h>
 #include <torch/library.h>
 
+#include <map>
+#include <mutex>
+
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
@@ -243,9 +246,12 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
 // target != ignore_index. Loss and gradient are then where/multiply/sum on device kernels.
 
 // A target outside [0, C) that is not ignore_index is an error, as on the CPU. The common case
-// costs two reductions and one read of their results.
+// costs two reductions and one read of their results. A stream capturing a graph cannot read
+// device memory on the host, so captured losses go unchecked (docs/tensor-layer.md, "Graphs"):
+// there, such a target picks no class and adds nothing to the loss.
 void check_targets(const Tensor& t, int64_t C, int64_t ignore_index) {
   if (t.numel() == 0) return;
+  if (Runtime::get().device().is_capturing(current_stream())) return;
   Tensor bounds = empty_device({2}, at::kLong);
   reduce_into(ReduceOp::kAmin, bounds.select(0, 0), t, {}, false);
   reduce_into(ReduceOp::kAmax, bounds.select(0, 1), t, {}, false);
@@ -260,12 +266,25 @@ void check_targets(const Tensor& t, int64_t C, int64_t ignore_index) {
   }
 }
 
+// 0 .. C-1 on the device, made once per C and kept (like device_scalar's constants): the
+// arange is computed on the host, which a stream capturing a graph cannot do, so a step that
+// was run once before its capture finds it here.
+Tensor class_indices(int64_t C) {
+  static std::mutex mu;
+  static std::map<int64_t, Tensor> cache;
+  std::lock_guard lock(mu);
+  auto it = cache.find(C);
+  if (it != cache.end()) return it->second;
+  Tensor t = at::arange(C, at::TensorOptions().dtype(at::kLong).device(kDeviceType, 0));
+  if (cache.size() < 64) cache.emplace(C, t);
+  return t;
+}
+
 Tensor nll_mask(const Tensor& x, const Tensor& target, int64_t ignore_index) {
   const int64_t C = x.size(1);
   const Tensor t = target.reshape({-1});
   Tensor mask = empty_device({t.size(0), C}, at::kBool);
-  apply_binary(MTIA_PE_SE_EQ, mask, t.reshape({-1, 1}), at::arange(C, t.options().dtype(at::kLong)),
-               at::kLong, at::kBool);
+  apply_binary(MTIA_PE_SE_EQ, mask, t.reshape({-1, 1}), class_indices(C), at::kLong, at::kBool);
   if (ignore_index >= 0 && ignore_index < C) {
     // Only a class index can collide with ignore_index: drop the rows that carry it.
     Tensor keep = empty_device({t.size(0), 1}, at::kBool);

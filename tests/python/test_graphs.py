@@ -225,3 +225,37 @@ def test_bad_graph_calls():
             g2.capture_begin((0, 0))
         g.capture_end()
     g.reset()
+
+
+def test_the_demo_step_with_class_targets_replays_like_eager():
+    """Cross-entropy over class indices: its target check reads the targets on the host, so
+    it is skipped in a capture, and its class indices are kept on the device."""
+    from torch_mtia_emu import demo, zoo
+    points, labels = zoo.make_blobs(6 * 16, 8, 3, 0)
+    batches = [(points[i * 16:(i + 1) * 16], labels[i * 16:(i + 1) * 16]) for i in range(6)]
+    models = [zoo.make_mlp(8, 16, 3, 0).to(DEVICE) for _ in range(2)]
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in models]
+    static_x = torch.zeros(16, 8, device=DEVICE)
+    static_y = torch.zeros(16, dtype=torch.long, device=DEVICE)
+    s = torch.mtia.Stream()
+    with torch.mtia.stream(s):
+        x, y = batches[0]
+        static_x.copy_(x.to(DEVICE))
+        static_y.copy_(y.to(DEVICE))
+        demo.train_step(models[0], opts[0], static_x, static_y)
+        demo.train_step(models[1], opts[1], x.to(DEVICE), y.to(DEVICE))
+    torch.mtia.synchronize()
+    g = torch.mtia.MTIAGraph()
+    with torch.mtia.graph(g, stream=s):
+        static_loss = demo.train_step(models[0], opts[0], static_x, static_y)
+    for x, y in batches[1:]:
+        static_x.copy_(x.to(DEVICE))
+        static_y.copy_(y.to(DEVICE))
+        g.replay()
+        loss = demo.train_step(models[1], opts[1], x.to(DEVICE), y.to(DEVICE))
+        assert static_loss.item() == loss.item()
+    g.reset()
+    # Outside a capture the targets are checked as before.
+    with pytest.raises(IndexError, match="out of bounds"):
+        torch.nn.functional.cross_entropy(torch.zeros(2, 3, device=DEVICE),
+                                          torch.tensor([0, 7]).to(DEVICE))
