@@ -225,6 +225,15 @@ void Device::replay(Graph graph, Stream stream) {
   g->replay_seq = seq;
 }
 
+std::vector<DevicePtr> Device::graph_allocations(Graph graph) const {
+  const Impl& d = *impl_;
+  std::lock_guard lock(d.mu);
+  const auto g = graph_state(d, graph);
+  std::vector<DevicePtr> out;
+  for (const auto& [address, number] : g->uses) out.emplace_back(address);
+  return out;
+}
+
 void Device::destroy_graph(Graph graph) {
   Impl& d = *impl_;
   ApiCall call(*d.trace, "destroy_graph");

@@ -97,6 +97,7 @@ c10::DataPtr DeviceAllocator::allocate(size_t bytes) {
     free_list.erase(it);
     b->requested = bytes;
     b->state = BlockInfo::State::kAllocated;
+    b->epoch += 1;
     b->stack = stack;
     stats_.cached_bytes -= b->size;
     stats_.cached_blocks -= 1;
@@ -146,6 +147,7 @@ c10::DataPtr DeviceAllocator::allocate(size_t bytes) {
   TORCH_INTERNAL_ASSERT(ptr.address() != 0, "the driver returned device address 0");
   auto* b = new Block{ptr.address(), size,  bytes, stream, {}, BlockInfo::State::kAllocated,
                       stack,         stack, pool};
+  b->epoch = 1;
   blocks_[b->address] = b;
   stats_.reserved_bytes.increase(int64_t(size));
   stats_.segment.increase(1);
@@ -326,6 +328,15 @@ void DeviceAllocator::release_pool(c10::MempoolId_t pool) {
     delete b;
   }
   pools_.erase(it);
+}
+
+DeviceAllocator::BlockUse DeviceAllocator::block_use(uint64_t address) const {
+  std::lock_guard lock(mu_);
+  const auto it = blocks_.find(address);
+  if (it == blocks_.end()) return {};
+  const Block& b = *it->second;
+  if (b.pool != c10::MempoolId_t{0, 0}) return {0, b.pool};
+  return {b.state == BlockInfo::State::kAllocated ? b.epoch : 0, {0, 0}};
 }
 
 void DeviceAllocator::attach_oom_observer(OutOfMemoryObserver observer) {

@@ -162,6 +162,15 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   void begin_pool_capture(uint32_t stream, c10::MempoolId_t pool);
   void end_pool_capture();
   void release_pool(c10::MempoolId_t pool);
+  // Which use of the block at `address` is current: a number that changes each time the block
+  // is handed to a tensor; 0 if no tensor holds it now. A graph pool's blocks answer their
+  // pool's id instead (they stay the graph's whoever holds them). -1: no block there.
+  struct BlockUse {
+    int64_t epoch = -1;
+    c10::MempoolId_t pool{0, 0};
+    bool operator==(const BlockUse&) const = default;
+  };
+  BlockUse block_use(uint64_t address) const;
   // Marks the block whose DataPtr context is `context` as used by `stream`
   // (Tensor.record_stream).
   void record_stream(const void* context, mtia::Stream stream);
@@ -183,6 +192,7 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     std::shared_ptr<c10::GatheredContext> stack;          // recorded at allocation
     std::shared_ptr<c10::GatheredContext> segment_stack;  // recorded at the driver call
     c10::MempoolId_t pool{0, 0};  // a graph pool's block, or {0, 0}: the general cache's
+    int64_t epoch = 0;            // times handed to a tensor (block_use)
   };
   static void delete_block(void* ctx);
   void free_block(Block* block);

@@ -6,6 +6,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "allocator.h"
 #include "runtime.h"
@@ -20,6 +22,10 @@ struct TorchGraph {
   std::optional<mtia::Graph> graph;       // once captured
   bool instantiated = false;
   c10::MempoolId_t pool{0, 0};  // {0, 0}: none yet
+  // The caching allocator's blocks the graph uses, as they were at capture: a replay after
+  // their tensor was freed (the block is cached or another tensor's now) would write memory
+  // the graph no longer owns.
+  std::vector<std::pair<uint64_t, DeviceAllocator::BlockUse>> uses;
 };
 
 std::mutex mu;
@@ -45,6 +51,7 @@ void reset_locked(TorchGraph& g) {
     g.graph.reset();
   }
   g.instantiated = false;
+  g.uses.clear();
   if (g.pool != c10::MempoolId_t{0, 0}) {
     if (--pool_users[g.pool] == 0) {
       pool_users.erase(g.pool);
@@ -112,6 +119,10 @@ void capture_end(int64_t handle) {
                 "(a call that cannot be captured); nothing was captured");
   }
   g.graph = guarded("ending an MTIA graph capture", [&] { return dev.end_capture(stream); });
+  g.uses.clear();
+  for (const mtia::DevicePtr p : dev.graph_allocations(*g.graph)) {
+    g.uses.emplace_back(p.address(), DeviceAllocator::instance().block_use(p.address()));
+  }
   if (!g.keep_graph) {
     guarded("instantiating an MTIA graph", [&] { dev.instantiate(*g.graph); });
     g.instantiated = true;
@@ -135,6 +146,14 @@ void replay(int64_t handle) {
   TORCH_CHECK(g.graph,
               "torch_mtia_emu: replay() needs a captured graph "
               "(capture_begin() ... capture_end() first)");
+  for (const auto& [address, use] : g.uses) {
+    TORCH_CHECK(DeviceAllocator::instance().block_use(address) == use,
+                "torch_mtia_emu: the MTIA graph uses device memory at ",
+                reinterpret_cast<void*>(address),
+                " whose tensor was freed after the capture; keep the tensors a graph reads and "
+                "writes (its static inputs, outputs and parameters) alive while you replay it, "
+                "or capture it again");
+  }
   mtia::Device& dev = Runtime::get().device();
   if (!g.instantiated) {
     guarded("instantiating an MTIA graph", [&] { dev.instantiate(*g.graph); });

@@ -3,6 +3,7 @@
 // freed buffer found at replay, and the replay's cheaper simulated dispatch.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -183,6 +184,12 @@ TEST_CASE("a replay finds a buffer the graph uses freed, even if its address is 
   dev.begin_capture(s);
   dev.copy_async(b, a, 4096, s);
   const Graph g = dev.end_capture(s);
+  // Both sides of the copy, as their allocations' start addresses.
+  std::vector<uint64_t> used;
+  for (DevicePtr p : dev.graph_allocations(g)) used.push_back(p.address());
+  std::sort(used.begin(), used.end());
+  CHECK(used == std::vector<uint64_t>{std::min(a.address(), b.address()),
+                                      std::max(a.address(), b.address())});
   dev.instantiate(g);
   dev.replay(g, s);
   dev.synchronize(s);

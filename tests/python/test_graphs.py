@@ -259,3 +259,19 @@ def test_the_demo_step_with_class_targets_replays_like_eager():
     with pytest.raises(IndexError, match="out of bounds"):
         torch.nn.functional.cross_entropy(torch.zeros(2, 3, device=DEVICE),
                                           torch.tensor([0, 7]).to(DEVICE))
+
+
+def test_a_replay_after_a_used_tensor_was_freed_is_refused():
+    x = torch.ones(1000, device=DEVICE)
+    held = [torch.full((1000,), 2.0).to(DEVICE)]
+    g = torch.mtia.MTIAGraph()
+    y = capture(g, lambda: x * held[0])
+    g.replay()
+    assert torch.equal(y.cpu(), torch.full((1000,), 2.0))
+    address = held[0].data_ptr()
+    held.clear()  # the graph's input is freed: its block goes back to the cache
+    reuse = torch.zeros(1000, device=DEVICE)  # and may be another tensor's now
+    with pytest.raises(RuntimeError, match=f"memory at {address:#x} whose tensor was freed"):
+        g.replay()
+    del reuse
+    g.reset()

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mtia/device_properties.h"
 #include "mtia/device_ptr.h"
@@ -213,6 +214,8 @@ class Device {
   void replay(Graph graph, Stream stream = {});
   // Waits for the graph's queued replays, then frees its command buffer and argument blocks.
   void destroy_graph(Graph graph);
+  // The malloc() allocations the graph's work touches (their start addresses), as captured.
+  std::vector<DevicePtr> graph_allocations(Graph graph) const;
 
   // --- diagnostics ----------------------------------------------------------------------
   // Simulated time now, picoseconds.
