@@ -285,7 +285,7 @@ AllocatorSnapshot DeviceAllocator::snapshot() {
   s.blocks.reserve(blocks_.size());
   for (const auto& [address, b] : blocks_) {
     s.blocks.push_back(BlockInfo{b->address, b->size, b->requested, b->stream, b->state, b->stack,
-                                 b->segment_stack});
+                                 b->segment_stack, b->pool});
   }
   s.history.assign(history_.begin(), history_.end());
   return s;

@@ -109,6 +109,7 @@ struct BlockInfo {
   State state = State::kInactive;
   std::shared_ptr<c10::GatheredContext> stack;          // of the allocation holding it
   std::shared_ptr<c10::GatheredContext> segment_stack;  // of the allocation that made it
+  c10::MempoolId_t pool{0, 0};                          // its graph pool, or {0, 0}
 };
 
 struct AllocatorSnapshot {

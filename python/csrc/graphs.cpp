@@ -112,11 +112,11 @@ void capture_end(int64_t handle) {
   DeviceAllocator::instance().end_pool_capture();
   mtia::Device& dev = Runtime::get().device();
   if (!dev.is_capturing(stream)) {
-    // A call during capture ended it with an error, which was raised then.
+    // A call during the capture ended it with an error, raised then; raising again here would
+    // hide it (and keep torch.mtia.graph's __exit__ from restoring the stream). The graph
+    // stays empty: replay() says so.
     reset_locked(g);
-    TORCH_CHECK(false,
-                "torch_mtia_emu: the MTIA graph capture was ended by an earlier error "
-                "(a call that cannot be captured); nothing was captured");
+    return;
   }
   g.graph = guarded("ending an MTIA graph capture", [&] { return dev.end_capture(stream); });
   g.uses.clear();
@@ -144,8 +144,8 @@ void replay(int64_t handle) {
   std::lock_guard lock(mu);
   TorchGraph& g = get(handle);
   TORCH_CHECK(g.graph,
-              "torch_mtia_emu: replay() needs a captured graph "
-              "(capture_begin() ... capture_end() first)");
+              "torch_mtia_emu: replay() needs a captured graph (capture_begin() ... "
+              "capture_end() first; a capture that an error ended captured nothing)");
   for (const auto& [address, use] : g.uses) {
     TORCH_CHECK(DeviceAllocator::instance().block_use(address) == use,
                 "torch_mtia_emu: the MTIA graph uses device memory at ",

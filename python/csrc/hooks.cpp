@@ -24,7 +24,6 @@ namespace py = pybind11;
 
 namespace mtia::torch_backend {
 
-
 py::dict device_properties_dict() {
   Runtime& rt = Runtime::get();
   const mtia::DeviceProperties& p = rt.device().properties();
@@ -157,7 +156,7 @@ py::dict memory_snapshot_dict() {
     seg["requested_size"] = b.requested;
     seg["stream"] = b.stream;
     seg["segment_type"] = b.size > (uint64_t(1) << 20) ? "large" : "small";
-    seg["segment_pool_id"] = py::make_tuple(0, 0);
+    seg["segment_pool_id"] = py::make_tuple(b.pool.first, b.pool.second);
     seg["is_expandable"] = false;
     frames_for(seg, b.segment_stack);
     py::list blocks;

@@ -193,12 +193,11 @@ def test_calls_that_need_the_host_end_the_capture(call):
         with torch.mtia.graph(g, stream=s):
             y = x * 2
             call(y)
-    # The capture's own error says why; capture_end then reports the capture ended.
-    text = str(e.value) + str(e.value.__context__)
-    assert "cannot be captured" in text
-    assert "ended by an earlier error" in str(e.value)
+    # The error of the call says why; the context manager restored the current stream.
+    assert "cannot be captured" in str(e.value)
+    assert torch.mtia.current_stream() == torch.mtia.default_stream()
     # Nothing was captured; the device and the stream work as before.
-    with pytest.raises(RuntimeError, match="needs a captured graph"):
+    with pytest.raises(RuntimeError, match="an error ended captured nothing"):
         g.replay()
     with torch.mtia.stream(s):
         assert torch.equal((x * 2).cpu(), torch.full((16,), 2.0))
@@ -274,4 +273,15 @@ def test_a_replay_after_a_used_tensor_was_freed_is_refused():
     with pytest.raises(RuntimeError, match=f"memory at {address:#x} whose tensor was freed"):
         g.replay()
     del reuse
+    g.reset()
+
+
+def test_snapshot_names_the_graph_pool_of_a_segment():
+    x = torch.ones(4096, device=DEVICE)
+    g = torch.mtia.MTIAGraph()
+    y = capture(g, lambda: x * 4)
+    seg = next(s for s in torch.mtia.snapshot()["segments"] if s["address"] == y.data_ptr())
+    assert seg["segment_pool_id"] == g.pool()
+    other = next(s for s in torch.mtia.snapshot()["segments"] if s["address"] == x.data_ptr())
+    assert other["segment_pool_id"] == (0, 0)
     g.reset()
