@@ -13,6 +13,7 @@
 
 #include "device_impl.h"
 #include "mtia/isa/decode.h"
+#include "raise.h"
 
 namespace mtia {
 
@@ -173,16 +174,19 @@ void Device::instantiate(Graph graph) {
     isa::encode_packet(p, slot);
     std::memcpy(bytes.data() + i * isa::kPacketSlotBytes, slot, sizeof slot);
   }
-  uint64_t buffer = 0;
-  try {
-    buffer = d.dev->allocator().allocate(bytes.size());
-  } catch (const std::exception& e) {
+  isa::Result<uint64_t> allocated = d.dev->allocator().allocate(bytes.size());
+  if (!allocated) {
     throw Error(ErrorKind::kOutOfMemory,
                 fmt::format("instantiate: no device memory for graph {}'s command buffer of {} "
                             "bytes: {}",
-                            g->id, bytes.size(), e.what()));
+                            g->id, bytes.size(), allocated.error().reason));
   }
-  d.dev->backend().write_memory(buffer, bytes.data(), bytes.size());
+  const uint64_t buffer = allocated.value();
+  if (isa::Status written = d.dev->backend().write_memory(buffer, bytes.data(), bytes.size());
+      !written) {
+    (void)d.dev->allocator().free(buffer);
+    raise(written.error(), fmt::format("instantiate: writing graph {}'s command buffer: ", g->id));
+  }
   std::lock_guard lock(d.mu);
   d.runtime_blocks.insert(buffer);
   d.runtime_bytes += bytes.size();
@@ -253,7 +257,9 @@ void Device::destroy_graph(Graph graph) {
   if (g->replay_stream) d.wait_seq(*g->replay_stream, g->replay_seq);
   for (uint64_t block : g->arg_blocks) d.give_arg_block(block);
   if (g->buffer != 0) {
-    d.dev->allocator().free(g->buffer);
+    if (isa::Status freed = d.dev->allocator().free(g->buffer); !freed) {
+      d.log->error("freeing graph {}'s command buffer: {}", g->id, freed.error().reason);
+    }
     std::lock_guard lock(d.mu);
     d.runtime_blocks.erase(g->buffer);
     d.runtime_bytes -= g->packets.size() * isa::kPacketSlotBytes;
