@@ -21,6 +21,7 @@ from typing import Callable, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
+from torch._C import _distributed_c10d as _c10d
 from torch._C._distributed_c10d import ProcessGroupGloo
 
 #: The name init_process_group takes.
@@ -213,7 +214,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
     # --- collectives -----------------------------------------------------------------------
 
     def allreduce(self, tensors: List[torch.Tensor], opts=None) -> dist.Work:
-        opts = opts if opts is not None else dist.AllreduceOptions()
+        opts = opts if opts is not None else _c10d.AllreduceOptions()
         if not self._on_device("allreduce", tensors):
             return self._gloo.allreduce(tensors, opts)
         t = self._single("allreduce", tensors)
@@ -224,7 +225,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         return _CompletedWork([t])
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts=None) -> dist.Work:
-        opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
+        opts = opts if opts is not None else _c10d.AllreduceCoalescedOptions()
         if not self._on_device("allreduce_coalesced", tensors):
             return self._gloo.allreduce_coalesced(tensors, opts)
         dtypes = {t.dtype for t in tensors}
@@ -240,13 +241,13 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         return _CompletedWork(list(tensors))
 
     def broadcast(self, tensors: List[torch.Tensor], opts=None) -> dist.Work:
-        opts = opts if opts is not None else dist.BroadcastOptions()
+        opts = opts if opts is not None else _c10d.BroadcastOptions()
         if not self._on_device("broadcast", tensors):
             return self._gloo.broadcast(tensors, opts)
         t = self._single("broadcast", tensors)
         self._check_rank("broadcast", opts.rootRank)
         host = _to_host(t.contiguous()) if self.rank() == opts.rootRank else _host_like(t)
-        gloo_opts = dist.BroadcastOptions()
+        gloo_opts = _c10d.BroadcastOptions()
         gloo_opts.rootRank = opts.rootRank
         self._gloo.broadcast([host], gloo_opts).wait(self._timeout)
         if self.rank() != opts.rootRank:
@@ -255,7 +256,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         return _CompletedWork([t])
 
     def reduce(self, tensors: List[torch.Tensor], opts=None) -> dist.Work:
-        opts = opts if opts is not None else dist.ReduceOptions()
+        opts = opts if opts is not None else _c10d.ReduceOptions()
         if not self._on_device("reduce", tensors):
             return self._gloo.reduce(tensors, opts)
         t = self._single("reduce", tensors)
@@ -283,7 +284,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
 
     def allgather(self, output_tensors: List[List[torch.Tensor]], input_tensors:
                   List[torch.Tensor], opts=None) -> dist.Work:
-        opts = opts if opts is not None else dist.AllgatherOptions()
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
         if not self._on_device("allgather", input_tensors):
             return self._gloo.allgather(output_tensors, input_tensors, opts)
         t = self._single("allgather", input_tensors)
@@ -298,7 +299,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
                           opts=None) -> dist.Work:
         """all_gather_into_tensor: output is the size() inputs concatenated along dim 0."""
-        opts = opts if opts is not None else dist.AllgatherOptions()
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
         if not self._on_device("all_gather_into_tensor", [output, input]):
             return self._gloo.all_gather_single(output, input, opts)
         if output.numel() != input.numel() * self.size():
@@ -314,12 +315,12 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
 
     def gather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
                opts=None) -> dist.Work:
-        opts = opts if opts is not None else dist.GatherOptions()
+        opts = opts if opts is not None else _c10d.GatherOptions()
         if not self._on_device("gather", input_tensors):
             return self._gloo.gather(output_tensors, input_tensors, opts)
         t = self._single("gather", input_tensors)
         self._check_rank("gather", opts.rootRank)
-        gloo_opts = dist.GatherOptions()
+        gloo_opts = _c10d.GatherOptions()
         gloo_opts.rootRank = opts.rootRank
         if self.rank() == opts.rootRank:
             outs = self._single_list("gather", output_tensors)
@@ -335,12 +336,12 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
 
     def scatter(self, output_tensors: List[torch.Tensor], input_tensors:
                 List[List[torch.Tensor]], opts=None) -> dist.Work:
-        opts = opts if opts is not None else dist.ScatterOptions()
+        opts = opts if opts is not None else _c10d.ScatterOptions()
         if not self._on_device("scatter", output_tensors):
             return self._gloo.scatter(output_tensors, input_tensors, opts)
         t = self._single("scatter", output_tensors)
         self._check_rank("scatter", opts.rootRank)
-        gloo_opts = dist.ScatterOptions()
+        gloo_opts = _c10d.ScatterOptions()
         gloo_opts.rootRank = opts.rootRank
         host = _host_like(t)
         if self.rank() == opts.rootRank:
@@ -355,7 +356,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
 
     def reduce_scatter(self, output_tensors: List[torch.Tensor], input_tensors:
                        List[List[torch.Tensor]], opts=None) -> dist.Work:
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
         if not self._on_device("reduce_scatter", output_tensors):
             return self._gloo.reduce_scatter(output_tensors, input_tensors, opts)
         out = self._single("reduce_scatter", output_tensors)
@@ -374,7 +375,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
                               opts=None) -> dist.Work:
         """reduce_scatter_tensor: input is the size() chunks concatenated along dim 0."""
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
         if not self._on_device("reduce_scatter_tensor", [output, input]):
             return self._gloo.reduce_scatter_single(output, input, opts)
         if input.numel() != output.numel() * self.size():
@@ -398,7 +399,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
 
     def alltoall(self, output_tensors: List[torch.Tensor], input_tensors: List[torch.Tensor],
                  opts=None) -> dist.Work:
-        opts = opts if opts is not None else dist.AllToAllOptions()
+        opts = opts if opts is not None else _c10d.AllToAllOptions()
         if not self._on_device("all_to_all", list(output_tensors) + list(input_tensors)):
             return self._gloo.alltoall(output_tensors, input_tensors, opts)
         n = self.size()
@@ -420,7 +421,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,
                           output_split_sizes: List[int], input_split_sizes: List[int],
                           opts=None) -> dist.Work:
-        opts = opts if opts is not None else dist.AllToAllOptions()
+        opts = opts if opts is not None else _c10d.AllToAllOptions()
         if not self._on_device("all_to_all_single", [output, input]):
             return self._gloo.all_to_all_single(output, input, output_split_sizes,
                                                 input_split_sizes, opts)
@@ -470,7 +471,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         """Waits for this device's queued work, then for every rank."""
         if torch.mtia.is_initialized():
             torch.mtia.synchronize()
-        self._gloo.barrier(dist.BarrierOptions()).wait(self._timeout)
+        self._gloo.barrier(_c10d.BarrierOptions()).wait(self._timeout)
         return _CompletedWork([])
 
     @staticmethod

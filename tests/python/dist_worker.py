@@ -191,7 +191,7 @@ def collectives():
                  lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32, device=DEV),
                                          op=dist.ReduceOp.AVG))
     expect_error("broadcast bad root", ValueError, "not in this group",
-                 lambda: pg.broadcast([torch.ones(2, device=DEV)], WORLD + 3))
+                 lambda: dist.broadcast(torch.ones(2, device=DEV), group_src=WORLD + 3))
 
     # CPU tensors on this group go to gloo.
     c = torch.full((3,), float(RANK + 1))
