@@ -309,7 +309,7 @@ def dead_rank():
     rank 0's all_reduce must raise within the timeout, not hang."""
     if RANK == 1:
         if os.environ.get("DEAD_MODE") == "hang":
-            time.sleep(20)
+            time.sleep(30)  # killed by the test once rank 0 is done
         os._exit(0)
     d = torch.ones(1024, device=DEV)
     start = time.monotonic()

@@ -24,8 +24,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(scenario, world, env=None, timeout=120):
-    """Runs `scenario` on `world` ranks; returns their (returncode, output) in rank order."""
+def launch(scenario, world, env=None, timeout=120, ranks_to_wait=None):
+    """Runs `scenario` on `world` ranks; returns the (returncode, output) of each rank in
+    `ranks_to_wait` (default all), in rank order, and kills the others."""
     port = free_port()
     procs = []
     for rank in range(world):
@@ -39,7 +40,7 @@ def launch(scenario, world, env=None, timeout=120):
                                       text=True))
     results = []
     try:
-        for p in procs:
+        for p in procs[:world if ranks_to_wait is None else ranks_to_wait]:
             out, _ = p.communicate(timeout=timeout)
             results.append((p.returncode, out))
     finally:
@@ -81,12 +82,24 @@ def test_plain_init_process_group_picks_mtia_emu_for_mtia():
 
 @pytest.mark.parametrize("mode", ["dies", "hang"])
 def test_dead_rank_errors_after_timeout(mode):
-    results = launch("dead_rank", 2, env={"DIST_TIMEOUT_S": "3", "DEAD_MODE": mode}, timeout=60)
+    results = launch("dead_rank", 2, env={"DIST_TIMEOUT_S": "3", "DEAD_MODE": mode}, timeout=60,
+                     ranks_to_wait=1)
     code, out = results[0]
     assert code == 0, out[-4000:]
     assert "all_reduce raised after" in out
     seconds = float(out.split("all_reduce raised after ")[1].split(" s")[0])
     assert seconds < 30, out
+
+
+def test_torchrun_trains_the_ddp_example():
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                        "--master_port", str(free_port()),
+                        os.path.join(REPO, "examples", "ddp", "train.py"), "--steps", "4"],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, MTIA_EMU_TIMING="0", MTIA_EMU_WAIT="block"))
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    assert "parameters identical on every rank: True" in r.stdout
+    assert "PASS" in r.stdout
 
 
 def test_single_process_group_without_peers():
