@@ -126,6 +126,9 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         self._gloo._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
         self._gloo._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO,
                                      gloo)
+        # Registered here too: c10d keeps a group's name in its backends (DeviceMesh and FSDP
+        # look groups up by name), and CPU tensors that reach c10d's dispatcher go to gloo.
+        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, gloo)
 
     def getBackendName(self) -> str:
         return BACKEND_NAME
@@ -448,6 +451,49 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
                              f"summing to dim 0 ({t.shape[0]})")
         return list(t.split(list(sizes)))
 
+    # The names c10d's C++ side calls (functional collectives, DTensor, FSDP2): without them
+    # the base class would send mtia tensors through c10d's dispatcher ops.
+
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor,
+                        opts=None) -> dist.Work:
+        return self.all_gather_single(output, input, opts)
+
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor,
+                             opts=None) -> dist.Work:
+        return self.reduce_scatter_single(output, input, opts)
+
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,
+                      output_split_sizes: List[int], input_split_sizes: List[int],
+                      opts=None) -> dist.Work:
+        return self.all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
+
+    def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor],
+                                        inputs: List[torch.Tensor], opts=None) -> dist.Work:
+        if len(outputs) != len(inputs):
+            raise ValueError(f"mtia_emu allgather_into_tensor_coalesced: {len(outputs)} outputs "
+                             f"for {len(inputs)} inputs")
+        for o, i in zip(outputs, inputs):
+            self.all_gather_single(o, i, opts).wait()
+        return _CompletedWork(list(outputs))
+
+    def reduce_scatter_tensor_coalesced(self, outputs: List[torch.Tensor],
+                                        inputs: List[torch.Tensor], opts=None) -> dist.Work:
+        if len(outputs) != len(inputs):
+            raise ValueError(f"mtia_emu reduce_scatter_tensor_coalesced: {len(outputs)} outputs "
+                             f"for {len(inputs)} inputs")
+        for o, i in zip(outputs, inputs):
+            self.reduce_scatter_single(o, i, opts).wait()
+        return _CompletedWork(list(outputs))
+
+    def allgather_coalesced(self, output_lists: List[List[torch.Tensor]],
+                            inputs: List[torch.Tensor], opts=None) -> dist.Work:
+        if len(output_lists) != len(inputs):
+            raise ValueError(f"mtia_emu allgather_coalesced: {len(output_lists)} output lists "
+                             f"for {len(inputs)} inputs")
+        for outs, i in zip(output_lists, inputs):
+            self.allgather([outs], [i], opts).wait()
+        return _CompletedWork([t for outs in output_lists for t in outs])
+
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int) -> dist.Work:
         if not self._on_device("send", tensors):
             return self._gloo.send(tensors, dst, tag)
@@ -482,11 +528,16 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         return list(lists[0])
 
 
-def _create(store: dist.Store, rank: int, size: int, timeout: timedelta) -> ProcessGroupMtiaEmu:
-    return ProcessGroupMtiaEmu(store, rank, size, timeout)
+def _create(opts: "_c10d._DistributedBackendOptions", backend_options) -> ProcessGroupMtiaEmu:
+    """The backend registry's constructor (extended API: it also names the group, which
+    DeviceMesh and FSDP look groups up by)."""
+    pg = ProcessGroupMtiaEmu(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    if opts.group_id:
+        pg._set_group_name(opts.group_id)
+    return pg
 
 
 def register() -> None:
     """Registers "mtia_emu" with torch.distributed for the mtia device (import time)."""
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND_NAME, _create, devices=["mtia"])
+        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["mtia"])

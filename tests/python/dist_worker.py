@@ -198,11 +198,15 @@ def collectives():
     dist.all_reduce(c)
     check("cpu all_reduce", c, torch.full((3,), float(WORLD * (WORLD + 1) // 2)))
 
+    assert_no_fallback()
+    print(f"rank {RANK}: {cases} all_reduce cases and the other collectives match gloo")
+
+
+def assert_no_fallback():
+    """Everything ran on device kernels: reductions, and no c10d op reached the CPU fallback."""
     counts = torch_mtia_emu.fallback_counts()
     if counts:
-        raise AssertionError(f"ops fell back to the CPU (reductions must run on the device): "
-                             f"{counts}")
-    print(f"rank {RANK}: {cases} all_reduce cases and the other collectives match gloo")
+        raise AssertionError(f"ops fell back to the CPU: {counts}")
 
 
 def expect_error(name, kind, text, fn):
@@ -234,6 +238,7 @@ def make_model(unused=False):
 
 def ddp():
     from torch.nn.parallel import DistributedDataParallel as DDP
+    torch_mtia_emu.reset_fallback_counts()
     batch, steps, lr = 12, 3, 0.1
     g = torch.Generator().manual_seed(123)
     xs = [torch.randn(batch, 8, generator=g) for _ in range(steps)]
@@ -288,7 +293,45 @@ def ddp():
         for (name, p), q in zip(model.module.named_parameters(), reference.parameters()):
             torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-5,
                                        msg=lambda m: f"DDP {v} {name}: {m}")
+    assert_no_fallback()
     print(f"rank {RANK}: DDP matches one CPU process in {len(variants)} variants")
+
+
+def fsdp():
+    """FSDP2's fully_shard over the backend (all-gathers and reduce-scatters) against one CPU
+    process training on the whole batch."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    torch_mtia_emu.reset_fallback_counts()
+    batch, steps, lr = 12, 3, 0.1
+    g = torch.Generator().manual_seed(321)
+    xs = [torch.randn(batch, 8, generator=g) for _ in range(steps)]
+    ys = [torch.randn(batch, 4, generator=g) for _ in range(steps)]
+    shard = batch // WORLD
+    reference = make_model()
+    model = make_model().to(DEV)
+    mesh = init_device_mesh("mtia", (WORLD,))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=lr)
+    for step in range(steps):
+        x, y = xs[step], ys[step]
+        opt.zero_grad()
+        local = slice(RANK * shard, (RANK + 1) * shard)
+        torch.nn.functional.mse_loss(model(x[local].to(DEV)), y[local].to(DEV)).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        full = p.full_tensor().detach().cpu()
+        torch.testing.assert_close(full, q.detach(), rtol=1e-5, atol=1e-5,
+                                   msg=lambda m: f"FSDP2 {name}: {m}")
+    assert_no_fallback()
+    print(f"rank {RANK}: FSDP2 matches one CPU process")
 
 
 def default_backend():

@@ -76,6 +76,12 @@ def test_ddp_matches_one_cpu_process(world):
     assert "DDP matches one CPU process in 4 variants" in results[0][1]
 
 
+def test_fsdp2_fully_shard_matches_one_cpu_process():
+    results = launch("fsdp", 2)
+    assert_all_ok(results)
+    assert "FSDP2 matches one CPU process" in results[0][1]
+
+
 def test_plain_init_process_group_picks_mtia_emu_for_mtia():
     assert_all_ok(launch("default_backend", 2))
 
