@@ -537,7 +537,34 @@ def _create(opts: "_c10d._DistributedBackendOptions", backend_options) -> Proces
     return pg
 
 
+# c10d's dispatcher ops (c10d::allreduce_, ...) under the MTIA key. They are reached only
+# when a collective on mtia tensors bypasses the process group's methods (a method this group
+# does not implement, or a group of another backend); without these the device's CPU fallback
+# would run them on host copies and return before the results came back.
+_c10d_refusals: Optional[torch.library.Library] = None
+
+
+def _refuse_c10d_dispatch() -> None:
+    global _c10d_refusals
+    if _c10d_refusals is not None:
+        return
+    _c10d_refusals = torch.library.Library("c10d", "IMPL")
+    for qualified in torch._C._dispatch_get_all_op_names():
+        if not qualified.startswith("c10d::"):
+            continue
+        name = qualified[len("c10d::"):]
+
+        def refuse(*args, _name=qualified, **kwargs):
+            raise NotImplementedError(
+                f"{_name} on mtia tensors: c10d has no mtia backend of its own; collectives on "
+                f"mtia tensors run through a \"{BACKEND_NAME}\" process group's methods "
+                "(torch.distributed's functions with the default group or a group made with "
+                f"backend=\"{BACKEND_NAME}\"), and this one is not among them")
+        _c10d_refusals.impl(name, refuse, "MTIA")
+
+
 def register() -> None:
     """Registers "mtia_emu" with torch.distributed for the mtia device (import time)."""
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["mtia"])
+    _refuse_c10d_dispatch()

@@ -110,7 +110,7 @@ def test_torchrun_trains_the_ddp_example():
 
 def test_single_process_group_without_peers():
     """World size 1 in this process: collectives are identities, and bad arguments raise."""
-    code = f"""
+    code = """
         import torch, torch.distributed as dist
         dist.init_process_group("mtia_emu", store=dist.HashStore(), rank=0, world_size=1)
         t = torch.arange(6, dtype=torch.float32, device="mtia").view(2, 3)
@@ -131,6 +131,17 @@ def test_single_process_group_without_peers():
                 print("error:", e)
             else:
                 raise AssertionError("accepted")
+        # A c10d dispatcher op on mtia tensors (bypassing the group's methods) is refused,
+        # not run on the CPU fallback.
+        import torch_mtia_emu
+        torch_mtia_emu.reset_fallback_counts()
+        try:
+            dist.ProcessGroup.recv_anysource(pg, [t], 0)
+        except NotImplementedError as e:
+            print("error:", e)
+        else:
+            raise AssertionError("c10d::recv_any_source_ ran")
+        assert torch_mtia_emu.fallback_counts() == {}
         dist.destroy_process_group()
         print("ok")
     """
@@ -140,3 +151,4 @@ def test_single_process_group_without_peers():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "one tensor per process" in r.stdout
     assert "must all be on mtia" in r.stdout
+    assert "c10d::recv_any_source_ on mtia tensors" in r.stdout
