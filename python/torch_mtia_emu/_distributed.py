@@ -29,6 +29,10 @@ BACKEND_NAME = "mtia_emu"
 
 _ReduceOp = dist.ReduceOp
 
+# gloo matches point-to-point messages by peer and tag. The collectives' own messages use tags
+# from here up, so a user's send/recv (tags below it) never meets one of them.
+_INTERNAL_TAG = 1 << 30
+
 # The device reduction of each reduce op: dst <- dst (op) src, both device tensors.
 _FLOAT_AND_INT_OPS = {
     _ReduceOp.SUM: lambda dst, src: dst.add_(src),
@@ -185,7 +189,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
             out_chunk = chunks[(r - s - 1) % n]
             in_chunk = chunks[(r - s - 2) % n]
             staged_in = _host_like(in_chunk)
-            self._exchange(_to_host(out_chunk), nxt, staged_in, prv, tag=s)
+            self._exchange(_to_host(out_chunk), nxt, staged_in, prv, tag=_INTERNAL_TAG + s)
             if in_chunk.numel() > 0:
                 reduce(in_chunk, staged_in.to(in_chunk.device))
         _synchronize()  # the staged buffers are freed on return
@@ -198,7 +202,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
             out_chunk = chunks[(r - s) % n]
             in_chunk = chunks[(r - s - 1) % n]
             staged_in = _host_like(in_chunk)
-            self._exchange(_to_host(out_chunk), nxt, staged_in, prv, tag=n + s)
+            self._exchange(_to_host(out_chunk), nxt, staged_in, prv, tag=_INTERNAL_TAG + n + s)
             if in_chunk.numel() > 0:
                 in_chunk.copy_(staged_in)
         _synchronize()  # the staged buffers are freed on return
@@ -267,7 +271,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         reduce = _reducer(opts.reduceOp, t.dtype)
         root = opts.rootRank
         if self.rank() != root:
-            self._gloo.send([_to_host(t.contiguous())], root, 0).wait(self._timeout)
+            self._gloo.send([_to_host(t.contiguous())], root, _INTERNAL_TAG).wait(self._timeout)
             return _CompletedWork([t])
         # The root receives every other rank's tensor in rank order and reduces it on the
         # device (rank order: the same result on every run).
@@ -276,7 +280,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
             if src == root:
                 continue
             staged = _host_like(acc)
-            self._gloo.recv([staged], src, 0).wait(self._timeout)
+            self._gloo.recv([staged], src, _INTERNAL_TAG).wait(self._timeout)
             reduce(acc, staged.to(acc.device))
             _synchronize()
         kind = opts.reduceOp.op if isinstance(opts.reduceOp, _ReduceOp) else opts.reduceOp
@@ -416,7 +420,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
             dst, src = (r + step) % n, (r - step) % n
             staged_in = _host_like(output_tensors[src])
             self._exchange(_to_host(input_tensors[dst].contiguous()), dst, staged_in, src,
-                           tag=step)
+                           tag=_INTERNAL_TAG + step)
             output_tensors[src].copy_(staged_in)
         _synchronize()
         return _CompletedWork(list(output_tensors))
@@ -494,7 +498,14 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
             self.allgather([outs], [i], opts).wait()
         return _CompletedWork([t for outs in output_lists for t in outs])
 
+    @staticmethod
+    def _check_tag(what: str, tag: int) -> None:
+        if not 0 <= tag < _INTERNAL_TAG:
+            raise ValueError(f"mtia_emu {what}: tag {tag} is outside 0..{_INTERNAL_TAG - 1} (the "
+                             "tags above are the collectives' own)")
+
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int) -> dist.Work:
+        self._check_tag("send", tag)
         if not self._on_device("send", tensors):
             return self._gloo.send(tensors, dst, tag)
         t = self._single("send", tensors)
@@ -503,6 +514,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         return _CompletedWork([t])
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int) -> dist.Work:
+        self._check_tag("recv", tag)
         if not self._on_device("recv", tensors):
             return self._gloo.recv(tensors, src, tag)
         t = self._single("recv", tensors)

@@ -164,6 +164,10 @@ def collectives():
                 dist.send(to_device(x, contiguous), nxt)
             check(f"send/recv {tag}", d, rank_input(shape, dtype, prv, salt))
 
+    # The collectives' own point-to-point messages have tags of their own.
+    expect_error("send with a reserved tag", ValueError, "collectives' own",
+                 lambda: dist.send(torch.ones(1, device=DEV), dst=(RANK + 1) % WORLD, tag=1 << 30))
+
     # The coalesced forms DDP uses.
     ts = [to_device(rank_input((4, 3), torch.float32, RANK, 7), True),
           to_device(rank_input((3, 2), torch.float32, RANK, 8), False)]
