@@ -101,7 +101,8 @@ def _synchronize() -> None:
 
 
 def _to_host(t: torch.Tensor) -> torch.Tensor:
-    """A pinned host copy of device tensor `t` (contiguous), complete on return."""
+    """A contiguous pinned host copy of device tensor `t` (any strides: the DMA gathers
+    them), complete on return."""
     host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
     host.copy_(t)
     _synchronize()
@@ -253,7 +254,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
             return self._gloo.broadcast(tensors, opts)
         t = self._single("broadcast", tensors)
         self._check_rank("broadcast", opts.rootRank)
-        host = _to_host(t.contiguous()) if self.rank() == opts.rootRank else _host_like(t)
+        host = _to_host(t) if self.rank() == opts.rootRank else _host_like(t)
         gloo_opts = _c10d.BroadcastOptions()
         gloo_opts.rootRank = opts.rootRank
         self._gloo.broadcast([host], gloo_opts).wait(self._timeout)
@@ -271,11 +272,11 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         reduce = _reducer(opts.reduceOp, t.dtype)
         root = opts.rootRank
         if self.rank() != root:
-            self._gloo.send([_to_host(t.contiguous())], root, _INTERNAL_TAG).wait(self._timeout)
+            self._gloo.send([_to_host(t)], root, _INTERNAL_TAG).wait(self._timeout)
             return _CompletedWork([t])
         # The root receives every other rank's tensor in rank order and reduces it on the
         # device (rank order: the same result on every run).
-        acc = t.contiguous().clone()
+        acc = t.clone(memory_format=torch.contiguous_format)
         for src in range(self.size()):
             if src == root:
                 continue
@@ -297,7 +298,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         t = self._single("allgather", input_tensors)
         outs = self._single_list("allgather", output_tensors)
         host_outs = [_host_like(o) for o in outs]
-        self._gloo.allgather([host_outs], [_to_host(t.contiguous())]).wait(self._timeout)
+        self._gloo.allgather([host_outs], [_to_host(t)]).wait(self._timeout)
         for o, h in zip(outs, host_outs):
             o.copy_(h)
         _synchronize()
@@ -332,13 +333,13 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         if self.rank() == opts.rootRank:
             outs = self._single_list("gather", output_tensors)
             host_outs = [_host_like(o) for o in outs]
-            self._gloo.gather([host_outs], [_to_host(t.contiguous())], gloo_opts).wait(
+            self._gloo.gather([host_outs], [_to_host(t)], gloo_opts).wait(
                 self._timeout)
             for o, h in zip(outs, host_outs):
                 o.copy_(h)
             _synchronize()
             return _CompletedWork(outs)
-        self._gloo.gather([], [_to_host(t.contiguous())], gloo_opts).wait(self._timeout)
+        self._gloo.gather([], [_to_host(t)], gloo_opts).wait(self._timeout)
         return _CompletedWork([t])
 
     def scatter(self, output_tensors: List[torch.Tensor], input_tensors:
@@ -353,7 +354,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         host = _host_like(t)
         if self.rank() == opts.rootRank:
             ins = self._single_list("scatter", input_tensors)
-            self._gloo.scatter([host], [[_to_host(i.contiguous()) for i in ins]],
+            self._gloo.scatter([host], [[_to_host(i) for i in ins]],
                                gloo_opts).wait(self._timeout)
         else:
             self._gloo.scatter([host], [], gloo_opts).wait(self._timeout)
@@ -419,7 +420,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         for step in range(1, n):
             dst, src = (r + step) % n, (r - step) % n
             staged_in = _host_like(output_tensors[src])
-            self._exchange(_to_host(input_tensors[dst].contiguous()), dst, staged_in, src,
+            self._exchange(_to_host(input_tensors[dst]), dst, staged_in, src,
                            tag=_INTERNAL_TAG + step)
             output_tensors[src].copy_(staged_in)
         _synchronize()
@@ -510,7 +511,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
             return self._gloo.send(tensors, dst, tag)
         t = self._single("send", tensors)
         self._check_rank("send", dst)
-        self._gloo.send([_to_host(t.contiguous())], dst, tag).wait(self._timeout)
+        self._gloo.send([_to_host(t)], dst, tag).wait(self._timeout)
         return _CompletedWork([t])
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int) -> dist.Work:
