@@ -6,10 +6,10 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
+#include <cassert>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
-#include <stdexcept>
 
 #include "mtia/driver/backend.h"
 #include "mtia/log/logger.h"
@@ -21,6 +21,10 @@
 namespace mtia::backends {
 namespace {
 
+isa::Failure bad_argument(std::string why) {
+  return isa::reject(isa::ErrorCode::kInvalidArgument, std::move(why));
+}
+
 std::shared_ptr<spdlog::logger> logger() {
   static const std::shared_ptr<spdlog::logger> log = mtia::log::get("backend.inprocess");
   return log;
@@ -30,43 +34,46 @@ std::shared_ptr<spdlog::logger> logger() {
 // range is its host pointer value, so translation is a range lookup.
 class RegisteredHostMemory final : public sim::HostMemory {
  public:
-  uint64_t map(void* ptr, uint64_t bytes) {
+  isa::Result<uint64_t> map(void* ptr, uint64_t bytes) {
     const auto start = reinterpret_cast<uint64_t>(ptr);
-    if (ptr == nullptr) throw std::invalid_argument("map_host: the host pointer is null");
+    if (ptr == nullptr) return bad_argument("map_host: the host pointer is null");
     if (bytes == 0) {
-      throw std::invalid_argument(
+      return bad_argument(
           fmt::format("map_host: cannot register 0 bytes at host address 0x{:x}", start));
     }
     if (bytes > UINT64_MAX - start) {
-      throw std::invalid_argument(fmt::format(
+      return bad_argument(fmt::format(
           "map_host: 0x{:x} + {} bytes runs past the end of the address space", start, bytes));
     }
     std::unique_lock lock(mu_);
     auto next = ranges_.lower_bound(start);
     auto overlap = [&](uint64_t s, uint64_t n) {
-      return std::invalid_argument(fmt::format(
+      return bad_argument(fmt::format(
           "map_host: host range 0x{:x} + {} bytes overlaps the registered range 0x{:x} + {} "
           "bytes; unmap it first or register one range covering both",
           start, bytes, s, n));
     };
     if (next != ranges_.end() && next->first < start + bytes) {
-      throw overlap(next->first, next->second);
+      return overlap(next->first, next->second);
     }
     if (next != ranges_.begin()) {
       auto prev = std::prev(next);
-      if (prev->first + prev->second > start) throw overlap(prev->first, prev->second);
+      if (prev->first + prev->second > start) return overlap(prev->first, prev->second);
     }
     ranges_.emplace(start, bytes);
     return start;
   }
 
-  void unmap(uint64_t bus_addr) {
+  isa::Status unmap(uint64_t bus_addr) {
     std::unique_lock lock(mu_);
     if (ranges_.erase(bus_addr) == 0) {
-      throw std::invalid_argument(fmt::format(
-          "unmap_host: bus address 0x{:x} is not the start of a range registered with map_host",
-          bus_addr));
+      return isa::reject(
+          isa::ErrorCode::kInvalidPointer,
+          fmt::format("unmap_host: bus address 0x{:x} is not the start of a range registered "
+                      "with map_host",
+                      bus_addr));
     }
+    return {};
   }
 
   uint8_t* translate(uint64_t bus_addr, uint64_t bytes) override {
@@ -84,17 +91,13 @@ class RegisteredHostMemory final : public sim::HostMemory {
   std::map<uint64_t, uint64_t> ranges_;  // bus address -> bytes
 };
 
-sim::ChipConfig make_config(const driver::BackendOptions& options) {
-  sim::ChipConfig config;
-  try {
-    config = sim::load_preset(options.preset);
-  } catch (const std::runtime_error& e) {
-    // A preset that cannot be loaded is a bad argument of the caller's.
-    throw std::invalid_argument(e.what());
+isa::Result<sim::ChipConfig> make_config(const driver::BackendOptions& options) {
+  MTIA_ASSIGN_OR_RETURN(sim::ChipConfig config, sim::load_preset(options.preset));
+  for (const auto& assignment : options.overrides) {
+    MTIA_RETURN_IF_ERROR(sim::apply_override(config, assignment));
   }
-  for (const auto& assignment : options.overrides) sim::apply_override(config, assignment);
   config.timing = options.timing;
-  sim::validate(config);
+  MTIA_RETURN_IF_ERROR(sim::validate(config));
   return config;
 }
 
@@ -108,43 +111,49 @@ sim::PeGridHostOptions grid_options(const driver::BackendOptions& options) {
 
 class InProcessBackend final : public driver::Backend {
  public:
-  explicit InProcessBackend(const driver::BackendOptions& options)
-      : device_(
-            make_config(options), host_memory_, [this](uint64_t mask) { deliver_interrupt(mask); },
-            options.trace, options.wait, grid_options(options)) {
-    logger()->debug("in-process device '{}' started (timing {})", device_.config().name,
-                    device_.config().timing ? "on" : "off");
+  static isa::Result<std::unique_ptr<driver::Backend>> open(const driver::BackendOptions& options) {
+    MTIA_ASSIGN_OR_RETURN(const sim::ChipConfig config, make_config(options));
+    std::unique_ptr<InProcessBackend> backend(new InProcessBackend());
+    InProcessBackend* self = backend.get();
+    MTIA_ASSIGN_OR_RETURN(
+        backend->device_,
+        sim::Device::open(
+            config, backend->host_memory_, [self](uint64_t mask) { self->deliver_interrupt(mask); },
+            options.trace, options.wait, grid_options(options)));
+    logger()->debug("in-process device '{}' started (timing {})", config.name,
+                    config.timing ? "on" : "off");
+    return std::unique_ptr<driver::Backend>(std::move(backend));
   }
 
-  uint64_t read_register(uint64_t offset) override {
-    auto r = device_.read_register(offset);
+  ~InProcessBackend() override {
+    device_.reset();  // stops the simulator thread before the handlers and host memory go
+  }
+
+  isa::Result<uint64_t> read_register(uint64_t offset) override {
+    auto r = device_->read_register(offset);
     if (!r) {
-      throw std::runtime_error(
-          fmt::format("register read at BAR0 offset 0x{:x} failed: {}", offset, r.error().reason));
+      return isa::with_context(r.error(),
+                               fmt::format("register read at BAR0 offset 0x{:x} failed: ", offset));
     }
-    return r.value();
+    return r;
   }
 
   void write_register(uint64_t offset, uint64_t value) override {
-    device_.write_register(offset, value);
+    device_->write_register(offset, value);
   }
 
-  void read_memory(uint64_t device_addr, void* dst, uint64_t bytes) override {
-    if (!device_.read_memory(device_addr, dst, bytes)) {
-      throw std::out_of_range(fmt::format(
-          "memory window read of 0x{:x} + {} bytes is outside device memory", device_addr, bytes));
-    }
+  isa::Status read_memory(uint64_t device_addr, void* dst, uint64_t bytes) override {
+    return device_->read_memory(device_addr, dst, bytes);
   }
 
-  void write_memory(uint64_t device_addr, const void* src, uint64_t bytes) override {
-    if (!device_.write_memory(device_addr, src, bytes)) {
-      throw std::out_of_range(fmt::format(
-          "memory window write of 0x{:x} + {} bytes is outside device memory", device_addr, bytes));
-    }
+  isa::Status write_memory(uint64_t device_addr, const void* src, uint64_t bytes) override {
+    return device_->write_memory(device_addr, src, bytes);
   }
 
-  uint64_t map_host(void* ptr, uint64_t bytes) override { return host_memory_.map(ptr, bytes); }
-  void unmap_host(uint64_t bus_addr) override { host_memory_.unmap(bus_addr); }
+  isa::Result<uint64_t> map_host(void* ptr, uint64_t bytes) override {
+    return host_memory_.map(ptr, bytes);
+  }
+  isa::Status unmap_host(uint64_t bus_addr) override { return host_memory_.unmap(bus_addr); }
 
   void set_interrupt_handler(std::function<void(uint64_t)> handler) override {
     // Waits for a handler that is running right now, so the old one is never called after this.
@@ -152,11 +161,15 @@ class InProcessBackend final : public driver::Backend {
     handler_ = std::move(handler);
   }
 
-  uint64_t now_ps() override { return device_.now_ps(); }
-  void write_artifacts(const std::string& dir) override { device_.write_artifacts(dir); }
-  std::string config_json() override { return sim::to_json(device_.config()); }
-  void set_trace_level(trace::TraceLevel level) override { device_.set_trace_level(level); }
-  void trace_host_call(trace::HostCall call) override { device_.trace_host_call(std::move(call)); }
+  uint64_t now_ps() override { return device_->now_ps(); }
+  isa::Status write_artifacts(const std::string& dir) override {
+    return device_->write_artifacts(dir);
+  }
+  std::string config_json() override { return sim::to_json(device_->config()); }
+  isa::Status set_trace_level(trace::TraceLevel level) override {
+    return device_->set_trace_level(level);
+  }
+  void trace_host_call(trace::HostCall call) override { device_->trace_host_call(std::move(call)); }
 
   void set_lost_handler(std::function<void(const std::string&)> handler) override {
     {
@@ -164,10 +177,12 @@ class InProcessBackend final : public driver::Backend {
       lost_handler_ = std::move(handler);
     }
     // The simulator tells us (on its thread, as it ends) and tells a late handler at once.
-    device_.set_lost_handler([this](const std::string& why) { deliver_lost(why); });
+    device_->set_lost_handler([this](const std::string& why) { deliver_lost(why); });
   }
 
  private:
+  InProcessBackend() = default;
+
   void deliver_lost(const std::string& why) {
     std::lock_guard lock(handler_mu_);
     if (lost_handler_) lost_handler_(why);
@@ -184,15 +199,14 @@ class InProcessBackend final : public driver::Backend {
   std::mutex handler_mu_;
   std::function<void(uint64_t)> handler_;
   std::function<void(const std::string&)> lost_handler_;
-  sim::Device device_;
+  std::unique_ptr<sim::Device> device_;
 };
 
 // Registers the backend when the program starts.
 const bool registered = [] {
-  driver::register_backend("inprocess", [](const driver::BackendOptions& options) {
-    return std::make_unique<InProcessBackend>(options);
-  });
-  return true;
+  const isa::Status added = driver::register_backend("inprocess", InProcessBackend::open);
+  assert(added && "backend 'inprocess' is registered once");
+  return added.ok();
 }();
 
 }  // namespace

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <stdexcept>
 
 namespace mtia::driver {
 namespace {
@@ -23,16 +22,22 @@ constexpr uint64_t align_up(uint64_t v, uint64_t a) {
 
 }  // namespace
 
-Allocator::Allocator(uint64_t base, uint64_t bytes, uint64_t alignment)
-    : size_(bytes), alignment_(alignment) {
+isa::Result<std::unique_ptr<Allocator>> Allocator::create(uint64_t base, uint64_t bytes,
+                                                          uint64_t alignment) {
   if (alignment == 0 || !std::has_single_bit(alignment)) {
-    throw std::invalid_argument(
-        fmt::format("allocator alignment {} is not a power of two", alignment));
+    return isa::reject(isa::ErrorCode::kInvalidArgument,
+                       fmt::format("allocator alignment {} is not a power of two", alignment));
   }
   if (bytes > UINT64_MAX - base) {
-    throw std::invalid_argument(
+    return isa::reject(
+        isa::ErrorCode::kInvalidArgument,
         fmt::format("allocator range 0x{:x} + {} bytes overflows 64 bits", base, bytes));
   }
+  return std::unique_ptr<Allocator>(new Allocator(base, bytes, alignment));
+}
+
+Allocator::Allocator(uint64_t base, uint64_t bytes, uint64_t alignment)
+    : size_(bytes), alignment_(alignment) {
   // Trim the range to whole granules so every free range is granule-aligned.
   const uint64_t start = align_up(base, alignment);
   const uint64_t end = (base + bytes) & ~(alignment - 1);
@@ -43,12 +48,15 @@ Allocator::Allocator(uint64_t base, uint64_t bytes, uint64_t alignment)
   }
 }
 
-uint64_t Allocator::allocate(uint64_t bytes, uint64_t alignment) {
-  if (bytes == 0) throw std::invalid_argument("cannot allocate 0 bytes of device memory");
+isa::Result<uint64_t> Allocator::allocate(uint64_t bytes, uint64_t alignment) {
+  if (bytes == 0) {
+    return isa::reject(isa::ErrorCode::kInvalidArgument,
+                       "cannot allocate 0 bytes of device memory");
+  }
   if (alignment == 0) alignment = alignment_;
   if (!std::has_single_bit(alignment)) {
-    throw std::invalid_argument(
-        fmt::format("allocation alignment {} is not a power of two", alignment));
+    return isa::reject(isa::ErrorCode::kInvalidArgument,
+                       fmt::format("allocation alignment {} is not a power of two", alignment));
   }
   alignment = std::max(alignment, alignment_);
 
@@ -56,13 +64,13 @@ uint64_t Allocator::allocate(uint64_t bytes, uint64_t alignment) {
   auto out_of_memory = [&] {
     uint64_t largest = 0;
     for (const auto& [start, len] : free_) largest = std::max(largest, len);
-    return OutOfMemory(fmt::format(
-        "out of device memory: requested {} bytes (aligned to {}), {} bytes free, largest free "
-        "range {} bytes",
-        bytes, alignment, stats_.free_bytes, largest));
+    return isa::reject(isa::ErrorCode::kOutOfMemory,
+                       fmt::format("out of device memory: requested {} bytes (aligned to {}), {} "
+                                   "bytes free, largest free range {} bytes",
+                                   bytes, alignment, stats_.free_bytes, largest));
   };
   // Larger than the heap: reject before rounding, which could overflow.
-  if (bytes > size_) throw out_of_memory();
+  if (bytes > size_) return out_of_memory();
   const uint64_t need = align_up(bytes, alignment_);
 
   for (auto it = free_.begin(); it != free_.end(); ++it) {
@@ -88,30 +96,36 @@ uint64_t Allocator::allocate(uint64_t bytes, uint64_t alignment) {
     stats_.total_allocations += 1;
     return addr;
   }
-  throw out_of_memory();
+  return out_of_memory();
 }
 
-void Allocator::free(uint64_t address) {
+isa::Status Allocator::free(uint64_t address) {
   std::lock_guard lock(mu_);
   auto it = live_.find(address);
   if (it == live_.end()) {
     if (auto f = freed_.find(address); f != freed_.end()) {
-      throw std::invalid_argument(fmt::format(
-          "double free: device address 0x{:x} ({} bytes) was already freed", address, f->second));
+      return isa::reject(
+          isa::ErrorCode::kInvalidPointer,
+          fmt::format("double free: device address 0x{:x} ({} bytes) was already freed", address,
+                      f->second));
     }
     // Inside a live allocation but not at its start: say which one it belongs to.
     auto next = live_.upper_bound(address);
     if (next != live_.begin()) {
       const auto& [start, block] = *std::prev(next);
       if (address - start < block.bytes) {
-        throw std::invalid_argument(fmt::format(
-            "cannot free device address 0x{:x}: it points inside the allocation at 0x{:x} ({} "
-            "bytes), not at its start",
-            address, start, block.bytes));
+        return isa::reject(
+            isa::ErrorCode::kInvalidPointer,
+            fmt::format(
+                "cannot free device address 0x{:x}: it points inside the allocation at 0x{:x} ({} "
+                "bytes), not at its start",
+                address, start, block.bytes));
       }
     }
-    throw std::invalid_argument(fmt::format(
-        "cannot free device address 0x{:x}: it was never allocated by this device", address));
+    return isa::reject(
+        isa::ErrorCode::kInvalidPointer,
+        fmt::format("cannot free device address 0x{:x}: it was never allocated by this device",
+                    address));
   }
 
   const Block block = it->second;
@@ -141,6 +155,7 @@ void Allocator::free(uint64_t address) {
 
   if (freed_.size() >= kFreedMemory) freed_.erase(freed_.begin());
   freed_.emplace(address, block.bytes);
+  return {};
 }
 
 std::optional<Allocation> Allocator::find(uint64_t address, uint64_t bytes) const {

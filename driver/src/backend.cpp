@@ -5,7 +5,6 @@
 
 #include <map>
 #include <mutex>
-#include <stdexcept>
 
 namespace mtia::driver {
 namespace {
@@ -21,19 +20,25 @@ Registry& registry() {
   return r;
 }
 
+isa::Failure bad(std::string why) {
+  return isa::reject(isa::ErrorCode::kInvalidArgument, std::move(why));
+}
+
 }  // namespace
 
-void register_backend(const std::string& name, BackendFactory factory) {
-  if (name.empty()) throw std::invalid_argument("a backend needs a non-empty name");
-  if (!factory) throw std::invalid_argument(fmt::format("backend '{}' has no factory", name));
+isa::Status register_backend(const std::string& name, BackendFactory factory) {
+  if (name.empty()) return bad("a backend needs a non-empty name");
+  if (!factory) return bad(fmt::format("backend '{}' has no factory", name));
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   if (!r.factories.emplace(name, std::move(factory)).second) {
-    throw std::invalid_argument(fmt::format("backend '{}' is already registered", name));
+    return bad(fmt::format("backend '{}' is already registered", name));
   }
+  return {};
 }
 
-std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOptions& options) {
+isa::Result<std::unique_ptr<Backend>> create_backend(const std::string& name,
+                                                     const BackendOptions& options) {
   BackendFactory factory;
   {
     Registry& r = registry();
@@ -42,7 +47,7 @@ std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOp
     if (it == r.factories.end()) {
       std::string known;
       for (const auto& [n, f] : r.factories) known += (known.empty() ? "" : ", ") + n;
-      throw std::invalid_argument(fmt::format(
+      return bad(fmt::format(
           "unknown device backend '{}'; known backends: {}{}", name, known.empty() ? "none" : known,
           known.empty() ? " (link the executable with mtia_backend_inprocess)" : ""));
     }

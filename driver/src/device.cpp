@@ -110,36 +110,46 @@ std::string describe_error(isa::ErrorCode error, uint64_t arg0, uint64_t arg1) {
   }
 }
 
+// A device that does not answer as an MTIA device of this release should.
+isa::Failure unavailable(std::string why) {
+  return isa::reject(isa::ErrorCode::kDeviceUnavailable, std::move(why));
+}
+
+isa::Failure bad_argument(std::string why) {
+  return isa::reject(isa::ErrorCode::kInvalidArgument, std::move(why));
+}
+
 class DeviceImpl final : public Device {
  public:
   DeviceImpl(std::unique_ptr<Backend> backend, isa::WaitPolicy wait)
       : wait_(wait), backend_(std::move(backend)) {
     be_ = backend_.get();
-    read_info();
-    layout_queues();
+  }
+
+  // Reads the device's identity, lays out and starts its queues. A device that fails this is
+  // destroyed at once.
+  isa::Status init() {
+    MTIA_RETURN_IF_ERROR(read_info());
+    MTIA_RETURN_IF_ERROR(layout_queues());
     be_->set_interrupt_handler([this](uint64_t mask) { on_interrupt(mask); });
     be_->set_lost_handler([this](const std::string& why) { on_lost(why); });
-    try {
-      for (auto& q : queues_) configure_queue(*q, /*reset_first=*/true);
-      be_->write_register(isa::reg::kIntEnable, all_queues_mask_);
-      // Register reads are answered in order after the posted writes above.
-      for (auto& q : queues_) {
-        const uint64_t state = read_reg(isa::reg::queue_reg(q->id, isa::reg::kQueueState));
-        if (state != static_cast<uint64_t>(isa::QueueState::kRunning)) {
-          throw std::runtime_error(fmt::format(
-              "device queue {} did not start after configuration (state {}); the ring at "
-              "0x{:x} ({} slots) was rejected by the firmware",
-              q->id, state, q->ring_addr, kRingSlots));
-        }
+    for (auto& q : queues_) configure_queue(*q, /*reset_first=*/true);
+    be_->write_register(isa::reg::kIntEnable, all_queues_mask_);
+    // Register reads are answered in order after the posted writes above.
+    for (auto& q : queues_) {
+      MTIA_ASSIGN_OR_RETURN(const uint64_t state,
+                            read_reg(isa::reg::queue_reg(q->id, isa::reg::kQueueState)));
+      if (state != static_cast<uint64_t>(isa::QueueState::kRunning)) {
+        return unavailable(
+            fmt::format("device queue {} did not start after configuration (state {}); the "
+                        "ring at 0x{:x} ({} slots) was rejected by the firmware",
+                        q->id, state, q->ring_addr, kRingSlots));
       }
-    } catch (...) {
-      be_->set_interrupt_handler({});  // the destructor will not run to do this
-      be_->set_lost_handler({});
-      throw;
     }
     logger()->debug("opened {} (generation {}): {} queues, {} GiB DRAM, driver region {} MiB",
                     info_.preset_name, info_.generation, info_.num_queues, info_.dram_bytes >> 30,
                     reserved_end_ >> 20);
+    return {};
   }
 
   ~DeviceImpl() override {
@@ -149,12 +159,7 @@ class DeviceImpl final : public Device {
     be_->set_lost_handler({});
     for (auto& q : queues_) {
       if (!lost_reason().empty()) break;  // nothing more will arrive
-      try {
-        drain(*q);
-      } catch (const std::exception& e) {
-        logger()->error("queue {}: collecting completions while closing failed: {}", q->id,
-                        e.what());
-      }
+      drain(*q);
     }
     backend_.reset();
     // Packets still in flight will never complete: abort them so their callbacks run and
@@ -173,13 +178,16 @@ class DeviceImpl final : public Device {
   const DeviceInfo& info() const override { return info_; }
   Backend& backend() override { return *be_; }
   Allocator& allocator() override { return *allocator_; }
-  uint64_t map_host(void* ptr, uint64_t bytes) override { return be_->map_host(ptr, bytes); }
-  void unmap_host(uint64_t bus_addr) override { be_->unmap_host(bus_addr); }
+  isa::Result<uint64_t> map_host(void* ptr, uint64_t bytes) override {
+    return be_->map_host(ptr, bytes);
+  }
+  isa::Status unmap_host(uint64_t bus_addr) override { return be_->unmap_host(bus_addr); }
   uint32_t num_queues() const override { return info_.num_queues; }
 
-  uint64_t submit(uint32_t queue, const isa::Packet& packet,
-                  CompletionCallback on_complete) override {
-    Queue& q = get_queue(queue);
+  isa::Result<uint64_t> submit(uint32_t queue, const isa::Packet& packet,
+                               CompletionCallback on_complete) override {
+    MTIA_ASSIGN_OR_RETURN(Queue * qp, get_queue(queue));
+    Queue& q = *qp;
     isa::Packet p = packet;
     // The packet's type decides its layout, so it also decides the opcode.
     const auto opcode = static_cast<isa::Opcode>(p.index() + 1);
@@ -190,7 +198,8 @@ class DeviceImpl final : public Device {
     std::unique_lock lock(q.mu);
     q.space_cv.wait(lock, [&] { return q.tail - q.completed < kRingSlots || lost_; });
     if (lost_) {
-      throw std::runtime_error(fmt::format("the device was lost: {}", lost_reason()));
+      return isa::reject(isa::ErrorCode::kDeviceLost,
+                         fmt::format("the device was lost: {}", lost_reason()));
     }
     const uint64_t seq = q.last_seq + 1;
     std::visit(
@@ -204,8 +213,8 @@ class DeviceImpl final : public Device {
     uint8_t slot[isa::kPacketSlotBytes];
     isa::encode_packet(p, slot);
     const uint64_t index = q.tail;
-    be_->write_memory(q.ring_addr + (index % kRingSlots) * isa::kPacketSlotBytes, slot,
-                      sizeof slot);
+    MTIA_RETURN_IF_ERROR(be_->write_memory(
+        q.ring_addr + (index % kRingSlots) * isa::kPacketSlotBytes, slot, sizeof slot));
     // Commit before the doorbell: the completion may arrive as soon as it rings.
     q.slots[index % kRingSlots] = Pending{seq, opcode, std::move(on_complete)};
     q.last_seq = seq;
@@ -215,10 +224,11 @@ class DeviceImpl final : public Device {
     return seq;
   }
 
-  Completion wait(uint32_t queue, uint64_t seq) override {
-    Queue& q = get_queue(queue);
+  isa::Result<Completion> wait(uint32_t queue, uint64_t seq) override {
+    MTIA_ASSIGN_OR_RETURN(Queue * qp, get_queue(queue));
+    Queue& q = *qp;
     std::unique_lock lock(q.mu);
-    check_seq(q, seq);
+    MTIA_RETURN_IF_ERROR(check_seq(q, seq));
     if (q.done_through < seq) {
       // Spin or yield first (the wait policy), so that a short wait costs no scheduler
       // wake-up on either side; then sleep until the completion wakes us.
@@ -241,75 +251,83 @@ class DeviceImpl final : public Device {
     return c;
   }
 
-  bool is_done(uint32_t queue, uint64_t seq) override {
-    Queue& q = get_queue(queue);
-    std::lock_guard lock(q.mu);
-    check_seq(q, seq);
-    return q.done_through >= seq;
+  isa::Result<bool> is_done(uint32_t queue, uint64_t seq) override {
+    MTIA_ASSIGN_OR_RETURN(Queue * q, get_queue(queue));
+    std::lock_guard lock(q->mu);
+    MTIA_RETURN_IF_ERROR(check_seq(*q, seq));
+    return q->done_through >= seq;
   }
 
-  uint64_t last_submitted(uint32_t queue) override {
-    Queue& q = get_queue(queue);
-    std::lock_guard lock(q.mu);
-    return q.last_seq;
+  isa::Result<uint64_t> last_submitted(uint32_t queue) override {
+    MTIA_ASSIGN_OR_RETURN(Queue * q, get_queue(queue));
+    std::lock_guard lock(q->mu);
+    return q->last_seq;
   }
 
  private:
-  uint64_t read_reg(uint64_t offset) { return be_->read_register(offset); }
+  isa::Result<uint64_t> read_reg(uint64_t offset) {
+    isa::Result<uint64_t> v = be_->read_register(offset);
+    if (!v) return unavailable(v.error().reason);
+    return v;
+  }
 
-  void read_info() {
-    const uint64_t id = read_reg(isa::reg::kDeviceId);
+  isa::Status read_info() {
+    MTIA_ASSIGN_OR_RETURN(const uint64_t id, read_reg(isa::reg::kDeviceId));
     if ((id & 0xFFFF'FFFF'0000'0000ull) != isa::kDeviceIdMagic) {
-      throw std::runtime_error(fmt::format(
+      return unavailable(fmt::format(
           "the device did not identify as an MTIA device: register DEVICE_ID reads 0x{:x}, "
           "expected 0x{:x} | generation",
           id, isa::kDeviceIdMagic));
     }
-    const uint64_t isa_version = read_reg(isa::reg::kIsaVersion);
+    MTIA_ASSIGN_OR_RETURN(const uint64_t isa_version, read_reg(isa::reg::kIsaVersion));
     if (isa_version != isa::kPacketVersion) {
-      throw std::runtime_error(fmt::format(
+      return unavailable(fmt::format(
           "the device's firmware speaks packet version {}, this driver speaks version {}; use "
           "a driver and firmware built from the same release",
           isa_version, isa::kPacketVersion));
     }
     info_.generation = static_cast<uint32_t>(id & 0xFFFF'FFFF);
-    info_.firmware_version = read_reg(isa::reg::kFirmwareVer);
-    const uint64_t nq = read_reg(isa::reg::kNumQueues);
+    MTIA_ASSIGN_OR_RETURN(info_.firmware_version, read_reg(isa::reg::kFirmwareVer));
+    MTIA_ASSIGN_OR_RETURN(const uint64_t nq, read_reg(isa::reg::kNumQueues));
     if (nq < 1 || nq > isa::kMaxQueues) {
-      throw std::runtime_error(
+      return unavailable(
           fmt::format("the device reports {} queues; expected 1..{}", nq, isa::kMaxQueues));
     }
     info_.num_queues = static_cast<uint32_t>(nq);
-    info_.dram_bytes = read_reg(isa::reg::kDramBytes);
-    info_.sram_bytes = read_reg(isa::reg::kSramBytes);
-    info_.local_store_bytes = read_reg(isa::reg::kLocalStoreBytes);
-    const uint64_t grid = read_reg(isa::reg::kPeGrid);
+    MTIA_ASSIGN_OR_RETURN(info_.dram_bytes, read_reg(isa::reg::kDramBytes));
+    MTIA_ASSIGN_OR_RETURN(info_.sram_bytes, read_reg(isa::reg::kSramBytes));
+    MTIA_ASSIGN_OR_RETURN(info_.local_store_bytes, read_reg(isa::reg::kLocalStoreBytes));
+    MTIA_ASSIGN_OR_RETURN(const uint64_t grid, read_reg(isa::reg::kPeGrid));
     info_.pe_rows = static_cast<uint32_t>((grid >> 8) & 0xFF);
     info_.pe_cols = static_cast<uint32_t>(grid & 0xFF);
-    info_.clock_hz = read_reg(isa::reg::kClockHz);
-    info_.dma_engines = static_cast<uint32_t>(read_reg(isa::reg::kNumDmaEngines));
+    MTIA_ASSIGN_OR_RETURN(info_.clock_hz, read_reg(isa::reg::kClockHz));
+    MTIA_ASSIGN_OR_RETURN(const uint64_t engines, read_reg(isa::reg::kNumDmaEngines));
+    info_.dma_engines = static_cast<uint32_t>(engines);
     char name[17] = {};
-    const uint64_t n0 = read_reg(isa::reg::kPresetName0);
-    const uint64_t n1 = read_reg(isa::reg::kPresetName1);
+    MTIA_ASSIGN_OR_RETURN(const uint64_t n0, read_reg(isa::reg::kPresetName0));
+    MTIA_ASSIGN_OR_RETURN(const uint64_t n1, read_reg(isa::reg::kPresetName1));
     std::memcpy(name, &n0, 8);
     std::memcpy(name + 8, &n1, 8);
     info_.preset_name = name;
+    return {};
   }
 
-  void layout_queues() {
+  isa::Status layout_queues() {
     const uint64_t nq = info_.num_queues;
     const uint64_t rings = nq * kRingSlots * isa::kPacketSlotBytes;
     const uint64_t records = nq * kRingSlots * isa::kCompletionRecordBytes;
     const uint64_t error_records = nq * isa::kErrorRecordBytes;
     reserved_end_ = align_up(isa::kDramBase + rings + records + error_records, kDriverRegionAlign);
     if (reserved_end_ - isa::kDramBase >= info_.dram_bytes) {
-      throw std::runtime_error(fmt::format(
+      return unavailable(fmt::format(
           "the device has {} bytes of DRAM, too little for the driver's {} queue rings ({} "
           "bytes)",
           info_.dram_bytes, nq, reserved_end_ - isa::kDramBase));
     }
-    allocator_ = std::make_unique<Allocator>(
-        reserved_end_, info_.dram_bytes - (reserved_end_ - isa::kDramBase), kHeapAlignment);
+    MTIA_ASSIGN_OR_RETURN(
+        allocator_,
+        Allocator::create(reserved_end_, info_.dram_bytes - (reserved_end_ - isa::kDramBase),
+                          kHeapAlignment));
     all_queues_mask_ = nq == 64 ? ~0ull : (1ull << nq) - 1;
 
     const std::vector<uint8_t> zeros(kRingSlots * isa::kCompletionRecordBytes, 0);
@@ -322,10 +340,12 @@ class DeviceImpl final : public Device {
       static_assert(isa::kCompletionRecordBytes % isa::kErrorRecordAlign == 0 &&
                     isa::kErrorRecordBytes % isa::kErrorRecordAlign == 0);
       // Stale records from an earlier user of the device must never match a new seq.
-      be_->write_memory(q->completion_addr, zeros.data(), zeros.size());
-      be_->write_memory(q->error_record_addr, zeros.data(), isa::kErrorRecordBytes);
+      MTIA_RETURN_IF_ERROR(be_->write_memory(q->completion_addr, zeros.data(), zeros.size()));
+      MTIA_RETURN_IF_ERROR(
+          be_->write_memory(q->error_record_addr, zeros.data(), isa::kErrorRecordBytes));
       queues_.push_back(std::move(q));
     }
+    return {};
   }
 
   // Posted register writes only: this also runs from the interrupt handler.
@@ -339,22 +359,22 @@ class DeviceImpl final : public Device {
     be_->write_register(reg(isa::reg::kQueueControl), isa::kQueueEnable);
   }
 
-  Queue& get_queue(uint32_t queue) {
+  isa::Result<Queue*> get_queue(uint32_t queue) {
     if (queue >= queues_.size()) {
-      throw std::out_of_range(
-          fmt::format("queue {} does not exist: the device has {} queues (0..{})", queue,
-                      queues_.size(), queues_.size() - 1));
+      return bad_argument(fmt::format("queue {} does not exist: the device has {} queues (0..{})",
+                                      queue, queues_.size(), queues_.size() - 1));
     }
-    return *queues_[queue];
+    return queues_[queue].get();
   }
 
-  static void check_seq(const Queue& q, uint64_t seq) {
+  static isa::Status check_seq(const Queue& q, uint64_t seq) {
     if (seq == 0 || seq > q.last_seq) {
-      throw std::invalid_argument(fmt::format(
+      return bad_argument(fmt::format(
           "seq {} was never submitted to queue {} (sequence numbers start at 1; the last one "
           "submitted is {})",
           seq, q.id, q.last_seq));
     }
+    return {};
   }
 
   std::string lost_reason() const override {
@@ -412,8 +432,15 @@ class DeviceImpl final : public Device {
         const uint64_t first = q.completed % kRingSlots;
         const uint64_t n = std::min({q.tail - q.completed, kRecordBatch, kRingSlots - first});
         std::array<uint8_t, kRecordBatch * isa::kCompletionRecordBytes> raw;
-        be_->read_memory(q.completion_addr + first * isa::kCompletionRecordBytes, raw.data(),
-                         n * isa::kCompletionRecordBytes);
+        if (isa::Status read =
+                be_->read_memory(q.completion_addr + first * isa::kCompletionRecordBytes,
+                                 raw.data(), n * isa::kCompletionRecordBytes);
+            !read) {
+          // The driver's own ring is device memory it laid out: only a broken backend fails.
+          logger()->error("queue {}: cannot read its completion ring: {}", q.id,
+                          read.error().reason);
+          break;
+        }
         for (uint64_t i = 0; i < n; ++i) {
           const uint8_t* rec = raw.data() + i * isa::kCompletionRecordBytes;
           Pending& p = q.slots[(first + i)];
@@ -496,7 +523,10 @@ class DeviceImpl final : public Device {
   // reason and exit status into `c` when the record describes that very packet.
   void read_error_record(const Queue& q, const isa::CompletionRecord& r, Completion& c) {
     uint8_t raw[isa::kErrorRecordBytes];
-    be_->read_memory(q.error_record_addr, raw, sizeof raw);
+    if (isa::Status read = be_->read_memory(q.error_record_addr, raw, sizeof raw); !read) {
+      logger()->warn("queue {}: cannot read its error record: {}", q.id, read.error().reason);
+      return;
+    }
     uint32_t magic;
     std::memcpy(&magic, raw, sizeof magic);
     if (magic == 0) return;  // the firmware has written no record since the queue was set up
@@ -576,16 +606,19 @@ class DeviceImpl final : public Device {
   std::vector<std::unique_ptr<Queue>> queues_;
   std::string lost_why_;           // why the device was lost; written once, before lost_
   std::atomic<bool> lost_{false};  // set once; lost_why_ may be read after seeing it set
-  // Declared last so it is destroyed first: if the constructor throws, the device (and its
+  // Declared last so it is destroyed first: if init() fails, the device (and its
   // interrupt thread) stops before the queues the handler uses are destroyed.
   std::unique_ptr<Backend> backend_;
 };
 
 }  // namespace
 
-std::unique_ptr<Device> Device::open(const std::string& backend_name,
-                                     const BackendOptions& options) {
-  return std::make_unique<DeviceImpl>(create_backend(backend_name, options), options.wait);
+isa::Result<std::unique_ptr<Device>> Device::open(const std::string& backend_name,
+                                                  const BackendOptions& options) {
+  MTIA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(backend_name, options));
+  auto device = std::make_unique<DeviceImpl>(std::move(backend), options.wait);
+  MTIA_RETURN_IF_ERROR(device->init());
+  return std::unique_ptr<Device>(std::move(device));
 }
 
 }  // namespace mtia::driver

@@ -17,8 +17,8 @@ namespace mtia::firmware {
 namespace {
 
 using isa::ErrorCode;
+using isa::Failure;
 using isa::QueueState;
-using isa::Rejection;
 
 // Ring limits. Slots are 256 bytes, so a ring is at most 16 MiB.
 constexpr uint64_t kMinRingSlots = 2;
@@ -38,7 +38,7 @@ void log_message(Platform& platform, LogLevel level, fmt::format_string<Args...>
   }
 }
 
-Rejection bad_register(uint64_t offset, const char* what) {
+Failure bad_register(uint64_t offset, const char* what) {
   return isa::reject(ErrorCode::kBadRegister,
                      fmt::format("BAR0 offset 0x{:04x}: {}", offset, what));
 }
@@ -343,7 +343,7 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
     queue.busy = true;
     ++queue.head;
     platform_.packet_dispatched(q, queue.current);
-    complete(q, ErrorCode::kDeviceAddressFault, slot_addr, isa::kPacketSlotBytes);
+    complete(q, isa::reject(ErrorCode::kDeviceAddressFault, {}, slot_addr, isa::kPacketSlotBytes));
     return true;
   }
 
@@ -357,7 +357,7 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
     queue.busy = true;
     ++queue.head;
     platform_.packet_dispatched(q, queue.current);
-    complete(q, decoded.error().code, 0, 0, decoded.error().reason);
+    complete(q, decoded.error());
     return true;
   }
 
@@ -387,7 +387,7 @@ void CommandProcessor::execute(uint32_t q, const isa::Packet& packet) {
       [&](const auto& p) {
         using P = std::decay_t<decltype(p)>;
         if constexpr (std::is_same_v<P, isa::NopPacket>) {
-          complete(q, ErrorCode::kNone, 0, 0);
+          complete(q, isa::Status{});
         } else if constexpr (std::is_same_v<P, isa::DmaCopyPacket> ||
                              std::is_same_v<P, isa::FillPacket>) {
           DmaJob job;
@@ -407,22 +407,23 @@ void CommandProcessor::execute(uint32_t q, const isa::Packet& packet) {
           platform_.dma_start(engine, job);
         } else if constexpr (std::is_same_v<P, isa::SignalPacket>) {
           const bool host = p.space == static_cast<uint8_t>(isa::AddressSpace::kHost);
-          const bool ok = host ? platform_.write_host(p.addr, &p.value, sizeof(p.value))
-                               : platform_.write_device(p.addr, &p.value, sizeof(p.value));
-          if (ok) {
-            complete(q, ErrorCode::kNone, 0, 0);
-          } else {
-            complete(q, host ? ErrorCode::kHostAddressFault : ErrorCode::kDeviceAddressFault,
-                     p.addr, sizeof(p.value));
-          }
+          const isa::Status written =
+              host ? platform_.write_host(p.addr, &p.value, sizeof(p.value))
+                   : platform_.write_device(p.addr, &p.value, sizeof(p.value));
+          // The driver words an address fault from its numbers: the record carries no text.
+          complete(q, written ? written
+                              : isa::reject(written.error().code, {}, written.error().arg0,
+                                            written.error().arg1));
         } else if constexpr (std::is_same_v<P, isa::WaitPacket>) {
           queue.waiting = p;
           poll_wait(q);  // an already-satisfied wait completes at once
         } else if constexpr (std::is_same_v<P, isa::LaunchPacket>) {
           if (p.grid_rows > config_.pe_rows || p.grid_cols > config_.pe_cols) {
-            complete(q, ErrorCode::kBadDims, p.grid_rows, p.grid_cols,
-                     fmt::format("launch grid {}x{} does not fit the chip's {}x{} PEs", p.grid_rows,
-                                 p.grid_cols, config_.pe_rows, config_.pe_cols));
+            complete(q, isa::reject(
+                            ErrorCode::kBadDims,
+                            fmt::format("launch grid {}x{} does not fit the chip's {}x{} PEs",
+                                        p.grid_rows, p.grid_cols, config_.pe_rows, config_.pe_cols),
+                            p.grid_rows, p.grid_cols));
             return;
           }
           assert(!launch_busy_);  // try_dispatch held the packet back otherwise
@@ -445,7 +446,7 @@ bool CommandProcessor::poll_wait(uint32_t q) {
   if (!platform_.read_device(wait.addr, &fence, sizeof(fence))) {
     const uint64_t addr = wait.addr;
     queue.waiting.reset();
-    complete(q, ErrorCode::kDeviceAddressFault, addr, sizeof(fence));
+    complete(q, isa::reject(ErrorCode::kDeviceAddressFault, {}, addr, sizeof(fence)));
     return true;
   }
   bool released = false;
@@ -462,11 +463,11 @@ bool CommandProcessor::poll_wait(uint32_t q) {
   }
   if (!released) return false;
   queue.waiting.reset();
-  complete(q, ErrorCode::kNone, 0, 0);
+  complete(q, isa::Status{});
   return true;
 }
 
-void CommandProcessor::on_dma_done(unsigned engine, const DmaStatus& status) {
+void CommandProcessor::on_dma_done(unsigned engine, const isa::Status& outcome) {
   if (engine >= engine_busy_.size() || !engine_busy_[engine]) {
     // A platform bug, not a user error: report it loudly but keep the device alive.
     log_message(platform_, LogLevel::kError,
@@ -481,10 +482,10 @@ void CommandProcessor::on_dma_done(unsigned engine, const DmaStatus& status) {
                 "DMA engine {} finished a job of a queue that was reset; dropped", engine);
     return;
   }
-  complete(*owner, status.error, status.arg0, status.arg1);
+  complete(*owner, outcome);
 }
 
-void CommandProcessor::on_launch_done(const LaunchStatus& status) {
+void CommandProcessor::on_launch_done(const isa::Status& outcome) {
   if (!launch_busy_) {
     log_message(platform_, LogLevel::kError,
                 "launch completion while no launch is running; ignored");
@@ -498,14 +499,17 @@ void CommandProcessor::on_launch_done(const LaunchStatus& status) {
                 "a launch of a queue that was reset has finished; dropped");
     return;
   }
-  complete(*owner, status.error, status.arg0, status.arg1, status.message, status.exit_status);
+  complete(*owner, outcome);
 }
 
-void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0, uint64_t arg1,
-                                std::string_view detail, std::optional<int64_t> exit_status) {
+void CommandProcessor::complete(uint32_t q, const isa::Status& outcome) {
   Queue& queue = queues_[q];
   assert(queue.busy && queue.state == QueueState::kRunning);
-  const bool failed = error != ErrorCode::kNone;
+  const bool failed = !outcome.ok();
+  const isa::ErrorCode error = isa::error_code(outcome);
+  const uint64_t arg0 = failed ? outcome.error().arg0 : 0;
+  const uint64_t arg1 = failed ? outcome.error().arg1 : 0;
+  const std::string_view detail = failed ? std::string_view(outcome.error().reason) : "";
   const uint64_t index = queue.completed;  // one packet in flight: it is the oldest
 
   isa::CompletionRecord record{};
@@ -524,8 +528,8 @@ void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0,
   queue.busy = false;
   // The error record goes first: once the driver sees the failed completion, it is there.
   if (failed && queue.error_record != 0) {
-    const isa::ErrorRecord why =
-        isa::make_error_record(record.seq, index, record.opcode, error, detail, exit_status);
+    const isa::ErrorRecord why = isa::make_error_record(record.seq, index, record.opcode, error,
+                                                        detail, outcome.error().exit_status);
     if (!platform_.write_device(queue.error_record, &why, sizeof why)) {
       log_message(platform_, LogLevel::kError,
                   "queue {} packet {}: cannot write its error record at 0x{:x}", q, index,
@@ -534,7 +538,7 @@ void CommandProcessor::complete(uint32_t q, isa::ErrorCode error, uint64_t arg0,
   }
   const uint64_t record_addr =
       queue.completion + (index % queue.size) * isa::kCompletionRecordBytes;
-  const bool written = platform_.write_device(record_addr, &record, sizeof(record));
+  const isa::Status written = platform_.write_device(record_addr, &record, sizeof(record));
   if (!written) {
     // The driver cannot learn the outcome from the ring; the error state (and the interrupt,
     // if enabled) is how it finds out. `completed` stays put: there is no record to read.

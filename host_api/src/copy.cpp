@@ -49,17 +49,21 @@ static Side pageable_side(Device::Impl& d, const uint8_t* p, const ByteRange& sp
   if (!keep_after_return) {
     r->kind = HostRegion::Kind::kTemporary;
     r->ptr = const_cast<uint8_t*>(p + span.lo);  // the device writes here only for dst sides
-    try {
-      r->bus = d.dev->map_host(r->ptr, r->bytes);
+    if (isa::Result<uint64_t> bus = d.dev->map_host(r->ptr, r->bytes); bus) {
+      r->bus = bus.value();
       if (r->bus % elem == 0) {
         side.region = r;
         side.base = r->bus - span.lo;
         return side;
       }
-      d.dev->unmap_host(r->bus);  // the mapping broke the alignment: bounce instead
-    } catch (const std::exception& e) {
+      // The mapping broke the alignment: bounce instead.
+      if (isa::Status unmapped = d.dev->unmap_host(r->bus); !unmapped) {
+        d.log->error("unmapping {} failed: {}", static_cast<const void*>(r->ptr),
+                     unmapped.error().reason);
+      }
+    } else {
       d.log->debug("mapping pageable memory {} + {} bytes failed ({}); using a bounce buffer",
-                   static_cast<const void*>(r->ptr), r->bytes, e.what());
+                   static_cast<const void*>(r->ptr), r->bytes, bus.error().reason);
     }
   }
   // A pinned staging copy of the whole span. A destination is pre-filled with the caller's
@@ -94,13 +98,14 @@ std::shared_ptr<HostRegion> Device::Impl::take_staging(uint64_t bytes) {
     throw Error(ErrorKind::kOutOfMemory,
                 fmt::format("no host memory for a {}-byte staging buffer", capacity));
   }
-  try {
-    r->bus = dev->map_host(r->ptr, capacity);
-  } catch (const std::exception& e) {
+  isa::Result<uint64_t> bus = dev->map_host(r->ptr, capacity);
+  if (!bus) {
     std::free(r->ptr);
     throw Error(ErrorKind::kOutOfMemory,
-                fmt::format("cannot map a {}-byte staging buffer for DMA: {}", capacity, e.what()));
+                fmt::format("cannot map a {}-byte staging buffer for DMA: {}", capacity,
+                            bus.error().reason));
   }
+  r->bus = bus.value();
   return r;
 }
 

@@ -61,11 +61,7 @@ WaitPolicy resolve_wait_policy(const DeviceOptions& o) {
     }
     return *o.wait;
   }
-  try {
-    return isa::wait_policy_from_environment();
-  } catch (const std::invalid_argument& e) {
-    throw Error(ErrorKind::kInvalidArgument, e.what());
-  }
+  return value_or_raise(isa::wait_policy_from_environment());
 }
 
 }  // namespace
@@ -98,15 +94,16 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   bo.unit_threads = o.unit_threads;
   bo.inline_work_ns = o.inline_work_ns;
   bo.lazy_loads = o.lazy_loads;
-  try {
-    dev = driver::Device::open(o.backend, bo);
-  } catch (const std::invalid_argument& e) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("cannot open a device with preset '{}': {}", o.preset, e.what()));
-  } catch (const std::exception& e) {
+  isa::Result<std::unique_ptr<driver::Device>> opened = driver::Device::open(o.backend, bo);
+  if (!opened) {
+    const isa::Failure& f = opened.error();
+    if (f.code == isa::ErrorCode::kInvalidArgument) {
+      raise(f, fmt::format("cannot open a device with preset '{}': ", o.preset));
+    }
     throw Error(ErrorKind::kDeviceUnavailable,
-                fmt::format("cannot open the '{}' device: {}", o.backend, e.what()));
+                fmt::format("cannot open the '{}' device: {}", o.backend, f.reason));
   }
+  dev = std::move(opened).value();
   trace = std::make_unique<HostTrace>(dev->backend(), trace_level);
   const driver::DeviceInfo& info = dev->info();
   props.backend = o.backend;
@@ -171,10 +168,10 @@ Device::Impl::~Impl() {
   tasks_cv.notify_all();
   if (worker.joinable()) worker.join();
   // 3. Fence repairs the worker submitted.
-  try {
-    if (uint64_t last = dev->last_submitted(repair_queue); last > 0) dev->wait(repair_queue, last);
-  } catch (const std::exception& e) {
-    log->error("closing the device: waiting for fence repairs failed: {}", e.what());
+  if (isa::Result<uint64_t> last = dev->last_submitted(repair_queue); last && last.value() > 0) {
+    if (auto waited = dev->wait(repair_queue, last.value()); !waited) {
+      log->error("closing the device: waiting for fence repairs failed: {}", waited.error().reason);
+    }
   }
   // Anything deferred after the worker stopped runs here, while the device still exists.
   for (;;) {
@@ -244,20 +241,17 @@ uint64_t Device::now_ps() {
 }
 
 void Device::write_artifacts(const std::string& dir) {
-  try {
-    impl_->dev->backend().write_artifacts(dir);
-  } catch (const std::exception& e) {
+  if (isa::Status written = impl_->dev->backend().write_artifacts(dir); !written) {
     throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("cannot write the device's artifacts to '{}': {}", dir, e.what()));
+                fmt::format("cannot write the device's artifacts to '{}': {}", dir,
+                            written.error().reason));
   }
 }
 
 void Device::set_trace_level(TraceLevel level) {
-  try {
-    impl_->dev->backend().set_trace_level(level);
-  } catch (const std::exception& e) {
+  if (isa::Status set = impl_->dev->backend().set_trace_level(level); !set) {
     throw Error(ErrorKind::kDeviceUnavailable,
-                fmt::format("cannot change the trace level: {}", e.what()));
+                fmt::format("cannot change the trace level: {}", set.error().reason));
   }
   impl_->trace->set_level(level);
 }
@@ -281,16 +275,16 @@ DevicePtr Device::malloc(uint64_t bytes) {
                 "malloc(0): cannot allocate 0 bytes of device memory; skip the allocation for "
                 "empty tensors");
   }
-  uint64_t addr = 0;
-  try {
-    addr = impl_->dev->allocator().allocate(bytes);
-  } catch (const driver::OutOfMemory& e) {
-    throw Error(ErrorKind::kOutOfMemory,
-                fmt::format("malloc({} bytes): {}; free unused allocations or request less", bytes,
-                            e.what()));
-  } catch (const std::invalid_argument& e) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("malloc({} bytes): {}", bytes, e.what()));
+  isa::Result<uint64_t> allocated = impl_->dev->allocator().allocate(bytes);
+  if (!allocated) {
+    const isa::Failure& f = allocated.error();
+    if (f.code == isa::ErrorCode::kOutOfMemory) {
+      raise(f, fmt::format("malloc({} bytes): ", bytes),
+            "; free unused allocations or request less");
+    }
+    raise(f, fmt::format("malloc({} bytes): ", bytes));
   }
+  const uint64_t addr = allocated.value();
   std::lock_guard lock(impl_->mu);
   impl_->allocated += bytes;
   impl_->peak = std::max(impl_->peak, impl_->allocated);
@@ -313,12 +307,9 @@ void Device::free(DevicePtr ptr) {
     }
   }
   const auto alloc = d.dev->allocator().find(addr, 1);
-  try {
-    d.dev->allocator().free(addr);
-  } catch (const std::invalid_argument& e) {
-    throw Error(
-        ErrorKind::kInvalidPointer,
-        fmt::format("free(0x{:x}): {}; pass a pointer malloc() returned, once", addr, e.what()));
+  if (isa::Status freed = d.dev->allocator().free(addr); !freed) {
+    raise(freed.error(), fmt::format("free(0x{:x}): ", addr),
+          "; pass a pointer malloc() returned, once");
   }
   // The allocator accepted it, so `alloc` was this very block.
   std::lock_guard lock(d.mu);
@@ -421,13 +412,14 @@ void* Device::host_alloc(size_t bytes) {
   r->ptr = static_cast<uint8_t*>(p);
   r->bytes = bytes;
   r->kind = HostRegion::Kind::kAllocated;
-  try {
-    r->bus = d.dev->map_host(p, bytes);
-  } catch (const std::exception& e) {
+  isa::Result<uint64_t> bus = d.dev->map_host(p, bytes);
+  if (!bus) {
     std::free(p);
-    throw Error(ErrorKind::kOutOfMemory,
-                fmt::format("host_alloc({} bytes): cannot map it for DMA: {}", bytes, e.what()));
+    throw Error(
+        ErrorKind::kOutOfMemory,
+        fmt::format("host_alloc({} bytes): cannot map it for DMA: {}", bytes, bus.error().reason));
   }
+  r->bus = bus.value();
   std::lock_guard lock(d.mu);
   d.pinned[reinterpret_cast<uintptr_t>(p)] = r;
   d.freed_host.erase(reinterpret_cast<uintptr_t>(p));
@@ -505,13 +497,13 @@ void Device::host_register(void* ptr, size_t bytes) {
   r->ptr = static_cast<uint8_t*>(ptr);
   r->bytes = bytes;
   r->kind = HostRegion::Kind::kRegistered;
-  try {
-    r->bus = d.dev->map_host(ptr, bytes);
-  } catch (const std::exception& e) {
-    throw Error(
-        ErrorKind::kInvalidArgument,
-        fmt::format("host_register({}, {}): cannot map it for DMA: {}", ptr, bytes, e.what()));
+  isa::Result<uint64_t> bus = d.dev->map_host(ptr, bytes);
+  if (!bus) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("host_register({}, {}): cannot map it for DMA: {}", ptr, bytes,
+                            bus.error().reason));
   }
+  r->bus = bus.value();
   std::lock_guard lock(d.mu);
   d.pinned[key] = r;
   d.freed_host.erase(key);
@@ -534,11 +526,9 @@ bool Device::is_pinned(const void* ptr, size_t bytes) const {
 }
 
 void Device::Impl::release_region(const std::shared_ptr<HostRegion>& r) {
-  try {
-    dev->unmap_host(r->bus);
-  } catch (const std::exception& e) {
+  if (isa::Status unmapped = dev->unmap_host(r->bus); !unmapped) {
     log->error("unmapping host memory at {} ({} bytes) failed: {}",
-               static_cast<const void*>(r->ptr), r->bytes, e.what());
+               static_cast<const void*>(r->ptr), r->bytes, unmapped.error().reason);
   }
   if (r->kind == HostRegion::Kind::kAllocated || r->kind == HostRegion::Kind::kStaging) {
     std::free(r->ptr);

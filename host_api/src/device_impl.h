@@ -26,6 +26,7 @@
 #include "mtia/device.h"
 #include "mtia/driver/device.h"
 #include "mtia/error.h"
+#include "raise.h"
 
 namespace mtia {
 
@@ -125,7 +126,7 @@ struct Device::Impl {
   void return_staging(const std::shared_ptr<HostRegion>& r);
   FenceSlot take_fence_slot();
   // A device block for a launch's argument block of `bytes` (at most 512), and back.
-  uint64_t take_arg_block(uint64_t bytes);
+  isa::Result<uint64_t> take_arg_block(uint64_t bytes);
   void give_arg_block(uint64_t addr);
   void record(Event e, Stream s);
   void repair_fence(std::shared_ptr<EventState> ev, uint64_t value, std::string failure);

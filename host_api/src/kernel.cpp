@@ -158,7 +158,7 @@ KernelModule Device::load_module(const void* elf, size_t bytes) {
   }
   // Written through the memory window before any launch is queued; the launch's doorbell
   // orders it before the PEs read it.
-  impl_->dev->backend().write_memory(image.address(), p, bytes);
+  check(impl_->dev->backend().write_memory(image.address(), p, bytes), "loading a kernel module: ");
   if (state->has_metadata) {
     for (const isa::KernelInfo& k : info.value().kernels) {
       Kernel kernel;
@@ -202,7 +202,7 @@ constexpr uint32_t kArgSlots = 1024;  // 512 KiB: a full ring of launches on eac
 static_assert(kArgSlotBytes == 512);
 }  // namespace
 
-uint64_t Device::Impl::take_arg_block(uint64_t bytes) {
+isa::Result<uint64_t> Device::Impl::take_arg_block(uint64_t bytes) {
   {
     std::lock_guard lock(args_mu);
     const uint64_t arena = arg_arena.load(std::memory_order_relaxed);
@@ -213,9 +213,10 @@ uint64_t Device::Impl::take_arg_block(uint64_t bytes) {
     }
     if (arena == 0 && !arg_arena_failed) {
       uint64_t made = 0;
-      try {
-        made = dev->allocator().allocate(kArgSlots * kArgSlotBytes);
-      } catch (const std::exception&) {
+      if (isa::Result<uint64_t> arena_block =
+              dev->allocator().allocate(kArgSlots * kArgSlotBytes)) {
+        made = arena_block.value();
+      } else {
         arg_arena_failed = true;  // a small device: every block from the allocator
       }
       if (made != 0) {
@@ -239,7 +240,9 @@ void Device::Impl::give_arg_block(uint64_t addr) {
     arg_slots_free.push_back(static_cast<uint32_t>((addr - arg_arena) / kArgSlotBytes));
     return;
   }
-  dev->allocator().free(addr);
+  if (isa::Status freed = dev->allocator().free(addr); !freed) {
+    log->error("returning an argument block failed: {}", freed.error().reason);
+  }
 }
 
 void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& args, Stream stream,
@@ -320,13 +323,18 @@ void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& arg
   }
   uint64_t args_addr = 0;
   if (block_bytes != 0) {
-    try {
-      args_addr = d.take_arg_block(block_bytes);
-    } catch (const std::exception& e) {
+    isa::Result<uint64_t> taken = d.take_arg_block(block_bytes);
+    if (!taken) {
       throw Error(ErrorKind::kOutOfMemory,
-                  fmt::format("{}: no device memory for its argument block: {}", what(), e.what()));
+                  fmt::format("{}: no device memory for its argument block: {}", what(),
+                              taken.error().reason));
     }
-    d.dev->backend().write_memory(args_addr, block.data(), block_bytes);
+    args_addr = taken.value();
+    if (isa::Status written = d.dev->backend().write_memory(args_addr, block.data(), block_bytes);
+        !written) {
+      d.give_arg_block(args_addr);
+      raise(written.error(), what() + ": cannot write its argument block: ");
+    }
   }
 
   isa::LaunchPacket p{};

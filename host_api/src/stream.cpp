@@ -67,15 +67,14 @@ uint64_t Device::Impl::submit(const std::shared_ptr<StreamState>& s, const isa::
     }
     if (extra) extra(c);
   };
-  uint64_t seq = 0;
   check_lost();
-  try {
-    seq = dev->submit(s->queue, packet, std::move(on_complete));
-  } catch (const std::exception& e) {
+  isa::Result<uint64_t> submitted = dev->submit(s->queue, packet, std::move(on_complete));
+  if (!submitted) {
     check_lost();
-    throw Error(ErrorKind::kDeviceUnavailable,
-                fmt::format("cannot submit to hardware queue {}: {}", s->queue, e.what()));
+    throw Error(ErrorKind::kDeviceUnavailable, fmt::format("cannot submit to hardware queue {}: {}",
+                                                           s->queue, submitted.error().reason));
   }
+  const uint64_t seq = submitted.value();
   ApiCall::submitted(*trace, s->queue, seq);
   std::lock_guard lock(mu);
   s->last_seq = std::max(s->last_seq, seq);
@@ -84,14 +83,14 @@ uint64_t Device::Impl::submit(const std::shared_ptr<StreamState>& s, const isa::
 
 void Device::Impl::wait_seq(const StreamState& s, uint64_t seq) {
   if (seq == 0) return;
-  try {
-    const driver::Completion c = dev->wait(s.queue, seq);  // after the packet's callback ran
-    trace->observed(c.end_ps);  // the host clock of the trace (host_trace.h)
-  } catch (const std::exception& e) {
+  // After the packet's callback ran.
+  const isa::Result<driver::Completion> c = dev->wait(s.queue, seq);
+  if (!c) {
     check_lost();
     throw Error(ErrorKind::kDeviceUnavailable,
-                fmt::format("waiting for hardware queue {} failed: {}", s.queue, e.what()));
+                fmt::format("waiting for hardware queue {} failed: {}", s.queue, c.error().reason));
   }
+  trace->observed(c.value().end_ps);  // the host clock of the trace (host_trace.h)
 }
 
 void Device::Impl::check_lost() const {
@@ -171,13 +170,13 @@ bool Device::query(Stream stream) {
     last = s->last_seq;
   }
   if (last != 0) {
-    const bool done = d.dev->is_done(s->queue, last);
+    const bool done = value_or_raise(d.dev->is_done(s->queue, last));
     // Not done but handled: its completion callbacks are running now (the stream's mark is set
     // before them). Wait the moment they take, so that an event recorded last on the stream
     // is done too whenever the stream is.
     if (!done && s->done_seq.load(std::memory_order_acquire) < last) return false;
     if (!done || call.active()) {
-      const driver::Completion c = d.dev->wait(s->queue, last);
+      const driver::Completion c = value_or_raise(d.dev->wait(s->queue, last));
       if (call.active()) d.trace->observed(c.end_ps);
     }
   }
@@ -252,21 +251,20 @@ FenceSlot Device::Impl::take_fence_slot() {
       return slot;
     }
   }
-  uint64_t base = 0;
-  try {
-    base = dev->allocator().allocate(kFenceSlab);
-  } catch (const std::exception& e) {
-    throw Error(ErrorKind::kOutOfMemory,
-                fmt::format("create_event: no device memory for event fences: {}", e.what()));
+  isa::Result<uint64_t> slab = dev->allocator().allocate(kFenceSlab);
+  if (!slab) {
+    throw Error(
+        ErrorKind::kOutOfMemory,
+        fmt::format("create_event: no device memory for event fences: {}", slab.error().reason));
   }
+  const uint64_t base = slab.value();
   // Fences start at zero; nothing refers to the new slab yet, so a direct write is ordered.
   static const std::vector<uint8_t> zeros(kFenceSlab, 0);
-  try {
-    dev->backend().write_memory(base, zeros.data(), zeros.size());
-  } catch (const std::exception& e) {
-    dev->allocator().free(base);
-    throw Error(ErrorKind::kDeviceUnavailable,
-                fmt::format("create_event: cannot initialise event fences: {}", e.what()));
+  if (isa::Status zeroed = dev->backend().write_memory(base, zeros.data(), zeros.size()); !zeroed) {
+    (void)dev->allocator().free(base);  // it was just allocated
+    throw Error(
+        ErrorKind::kDeviceUnavailable,
+        fmt::format("create_event: cannot initialise event fences: {}", zeroed.error().reason));
   }
   std::lock_guard lock(mu);
   runtime_blocks.insert(base);
@@ -323,15 +321,13 @@ void Device::Impl::repair_fence(std::shared_ptr<EventState> ev, uint64_t value,
     }
     cv.notify_all();
   };
-  try {
-    dev->submit(repair_queue, sig, finish);
-  } catch (const std::exception& e) {
+  if (isa::Result<uint64_t> submitted = dev->submit(repair_queue, sig, finish); !submitted) {
     // The repair cannot run (on a lost device nothing can; waiters learn of the loss from
     // check_lost()): the record ends failed all the same.
     driver::Completion failed;
     failed.ok = false;
     failed.lost = !dev->lost_reason().empty();
-    failed.message = std::string("cannot submit a fence repair: ") + e.what();
+    failed.message = "cannot submit a fence repair: " + submitted.error().reason;
     finish(failed);
   }
 }

@@ -10,6 +10,7 @@
 #include "host_trace.h"
 #include "mtia/error.h"
 #include "mtia/trace.h"
+#include "raise.h"
 
 namespace mtia {
 
@@ -89,11 +90,7 @@ void ApiCall::submitted(HostTrace& trace, uint32_t queue, uint64_t seq) {
 // ---- summary ---------------------------------------------------------------------------------
 
 TraceSummary summarize_trace(std::string_view text) {
-  try {
-    return trace::summarize_trace_json(text);
-  } catch (const trace::BadTrace& e) {
-    throw Error(ErrorKind::kInvalidArgument, e.what());
-  }
+  return value_or_raise(trace::summarize_trace_json(text));
 }
 
 TraceSummary summarize_trace_file(const std::string& path) {

@@ -28,7 +28,7 @@ std::string hex(uint64_t v) {
 }
 
 // Checks sizes[0..ndims) >= 1 and unused sizes zero.
-std::optional<Rejection> check_shape(const uint64_t* sizes, int ndims) {
+Status check_shape(const uint64_t* sizes, int ndims) {
   if (ndims < 1 || ndims > kMaxDims) {
     return reject(ErrorCode::kBadDims,
                   "ndims is " + std::to_string(ndims) + ", must be 1.." + std::to_string(kMaxDims));
@@ -43,11 +43,11 @@ std::optional<Rejection> check_shape(const uint64_t* sizes, int ndims) {
     }
   }
   if (auto count = element_count(sizes, ndims); !count) return count.error();
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Rejection> check_region(const char* side, const uint64_t* sizes, int ndims,
-                                      uint64_t elem_size, const NdRegion& r) {
+Status check_region(const char* side, const uint64_t* sizes, int ndims, uint64_t elem_size,
+                    const NdRegion& r) {
   const std::string who = side;
   if (r.space >= static_cast<uint8_t>(AddressSpace::kCount)) {
     return reject(ErrorCode::kBadAddressSpace, who + " address space " + std::to_string(r.space) +
@@ -75,18 +75,18 @@ std::optional<Rejection> check_region(const char* side, const uint64_t* sizes, i
   if (auto span = region_span(sizes, ndims, elem_size, r); !span) {
     return reject(span.error().code, who + ": " + span.error().reason);
   }
-  return std::nullopt;
+  return {};
 }
 
 // A destination written more than once per byte: more elements than its span has room for
 // (by pigeonhole, two of them share bytes; a zero stride is the plain case). The result would
 // depend on the order of the writes, and the count is unbounded by memory: 2^60 writes to one
 // byte would keep the DMA engine busy for ever. Rejected, so work is bounded by memory size.
-std::optional<Rejection> check_destination_fits(const uint64_t* sizes, int ndims,
-                                                uint64_t elem_size, const NdRegion& dst) {
+Status check_destination_fits(const uint64_t* sizes, int ndims, uint64_t elem_size,
+                              const NdRegion& dst) {
   const auto count = element_count(sizes, ndims);
   const auto span = region_span(sizes, ndims, elem_size, dst);
-  if (!count || !span) return std::nullopt;  // reported by the shape and region checks
+  if (!count || !span) return {};  // reported by the shape and region checks
   if (count.value() > span.value().size() / elem_size) {
     return reject(ErrorCode::kBadDims,
                   "the destination writes " + std::to_string(count.value()) + " elements of " +
@@ -94,10 +94,10 @@ std::optional<Rejection> check_destination_fits(const uint64_t* sizes, int ndims
                       std::to_string(span.value().size()) +
                       " bytes: it overlaps itself (a zero or too small stride)");
   }
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Rejection> check_header(const PacketHeader& h, Opcode expected) {
+Status check_header(const PacketHeader& h, Opcode expected) {
   (void)expected;
   if (h.version != kPacketVersion) {
     return reject(ErrorCode::kBadVersion, "packet version " + std::to_string(h.version) +
@@ -109,14 +109,14 @@ std::optional<Rejection> check_header(const PacketHeader& h, Opcode expected) {
                   "unknown flag bits " + hex(h.flags & ~kPacketFlagsMask));
   }
   if (h.reserved != 0) return reject(ErrorCode::kReservedNotZero, "header reserved field not zero");
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Rejection> check_body(const NopPacket&) {
-  return std::nullopt;
+Status check_body(const NopPacket&) {
+  return {};
 }
 
-std::optional<Rejection> check_body(const DmaCopyPacket& p) {
+Status check_body(const DmaCopyPacket& p) {
   if (p.reserved0 != 0 || p.reserved1 != 0) {
     return reject(ErrorCode::kReservedNotZero, "DMA copy reserved fields must be zero");
   }
@@ -124,13 +124,13 @@ std::optional<Rejection> check_body(const DmaCopyPacket& p) {
     return reject(ErrorCode::kBadElementSize,
                   "element size " + std::to_string(p.elem_size) + " is not 1, 2, 4 or 8");
   }
-  if (auto r = check_shape(p.sizes, p.ndims)) return r;
-  if (auto r = check_region("source", p.sizes, p.ndims, p.elem_size, p.src)) return r;
-  if (auto r = check_region("destination", p.sizes, p.ndims, p.elem_size, p.dst)) return r;
+  if (Status r = check_shape(p.sizes, p.ndims); !r) return r;
+  if (Status r = check_region("source", p.sizes, p.ndims, p.elem_size, p.src); !r) return r;
+  if (Status r = check_region("destination", p.sizes, p.ndims, p.elem_size, p.dst); !r) return r;
   return check_destination_fits(p.sizes, p.ndims, p.elem_size, p.dst);
 }
 
-std::optional<Rejection> check_body(const FillPacket& p) {
+Status check_body(const FillPacket& p) {
   if (p.reserved0 != 0 || p.reserved1 != 0) {
     return reject(ErrorCode::kReservedNotZero, "fill reserved fields must be zero");
   }
@@ -141,12 +141,12 @@ std::optional<Rejection> check_body(const FillPacket& p) {
   if (p.pattern_size < 8 && (p.pattern >> (8 * p.pattern_size)) != 0) {
     return reject(ErrorCode::kReservedNotZero, "pattern has bits above its pattern size");
   }
-  if (auto r = check_shape(p.sizes, p.ndims)) return r;
-  if (auto r = check_region("destination", p.sizes, p.ndims, p.pattern_size, p.dst)) return r;
+  if (Status r = check_shape(p.sizes, p.ndims); !r) return r;
+  if (Status r = check_region("destination", p.sizes, p.ndims, p.pattern_size, p.dst); !r) return r;
   return check_destination_fits(p.sizes, p.ndims, p.pattern_size, p.dst);
 }
 
-std::optional<Rejection> check_body(const SignalPacket& p) {
+Status check_body(const SignalPacket& p) {
   if (p.space >= static_cast<uint8_t>(AddressSpace::kCount)) {
     return reject(ErrorCode::kBadAddressSpace, "signal address space " + std::to_string(p.space) +
                                                    " is not device (0) or host (1)");
@@ -158,10 +158,10 @@ std::optional<Rejection> check_body(const SignalPacket& p) {
     return reject(ErrorCode::kMisaligned,
                   "signal address " + hex(p.addr) + " is not 8-byte aligned");
   }
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Rejection> check_body(const WaitPacket& p) {
+Status check_body(const WaitPacket& p) {
   if (p.condition >= static_cast<uint8_t>(WaitCondition::kCount)) {
     return reject(ErrorCode::kReservedNotZero,
                   "wait condition " + std::to_string(p.condition) + " is unknown");
@@ -172,10 +172,10 @@ std::optional<Rejection> check_body(const WaitPacket& p) {
   if (p.addr % 8 != 0) {
     return reject(ErrorCode::kMisaligned, "wait address " + hex(p.addr) + " is not 8-byte aligned");
   }
-  return std::nullopt;
+  return {};
 }
 
-std::optional<Rejection> check_body(const LaunchPacket& p) {
+Status check_body(const LaunchPacket& p) {
   if (!all_zero(p.reserved, sizeof p.reserved)) {
     return reject(ErrorCode::kReservedNotZero, "launch reserved fields must be zero");
   }
@@ -184,7 +184,7 @@ std::optional<Rejection> check_body(const LaunchPacket& p) {
                                            std::to_string(p.grid_cols) +
                                            " is not within 1..8 x 1..8");
   }
-  return std::nullopt;
+  return {};
 }
 
 template <typename P>
@@ -197,8 +197,10 @@ Result<Packet> decode_as(const uint8_t* slot) {
                       " packet has non-zero bytes after its " + std::to_string(sizeof p) +
                       "-byte body");
   }
-  if (auto r = check_header(p.header, static_cast<Opcode>(p.header.opcode))) return *r;
-  if (auto r = check_body(p)) return *r;
+  if (Status r = check_header(p.header, static_cast<Opcode>(p.header.opcode)); !r) {
+    return r.error();
+  }
+  if (Status r = check_body(p); !r) return r.error();
   return Packet{p};
 }
 

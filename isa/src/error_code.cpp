@@ -38,6 +38,16 @@ const char* error_code_name(ErrorCode code) {
       return "kernel fault";
     case ErrorCode::kWatchdog:
       return "kernel watchdog";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kInvalidPointer:
+      return "invalid pointer";
+    case ErrorCode::kOutOfMemory:
+      return "out of memory";
+    case ErrorCode::kDeviceUnavailable:
+      return "device unavailable";
+    case ErrorCode::kDeviceLost:
+      return "device lost";
     case ErrorCode::kCount:
       break;
   }

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -41,14 +40,15 @@ std::optional<WaitPolicy> parse_wait_policy(std::string_view text) {
   return std::nullopt;
 }
 
-WaitPolicy wait_policy_from_environment(WaitPolicy fallback) {
+Result<WaitPolicy> wait_policy_from_environment(WaitPolicy fallback) {
   const char* env = std::getenv("MTIA_EMU_WAIT");
   if (env == nullptr || *env == 0) return fallback;
   if (auto p = parse_wait_policy(env)) return *p;
-  throw std::invalid_argument(
+  return reject(
+      ErrorCode::kInvalidArgument,
       "MTIA_EMU_WAIT=" + std::string(env) +
-      " is not a wait policy; use auto (spin while a core is free, then yield, then block), "
-      "spin, yield or block");
+          " is not a wait policy; use auto (spin while a core is free, then yield, then block), "
+          "spin, yield or block");
 }
 
 unsigned usable_cores() {

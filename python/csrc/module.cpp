@@ -12,6 +12,7 @@
 #include "allocator.h"
 #include "fallback.h"
 #include "hooks.h"
+#include "install_location.h"
 #include "launch.h"
 #include "random.h"
 #include "runtime.h"
@@ -89,7 +90,10 @@ PYBIND11_MODULE(_C, m) {
       "_lazy_init", [] { Runtime::get(); }, release());
   m.def("_is_initialized", &Runtime::is_initialized);
   m.def("_shutdown", &Runtime::shutdown, release());
-  m.def("_preset_dir", [] { return std::string(MTIA_PRESET_DIR); });
+  m.def("_preset_dir", [] {
+    const std::string& installed = installed_data_dir();
+    return installed.empty() ? std::string(MTIA_PRESET_DIR) : installed + "/presets";
+  });
   m.def("_properties", &device_properties_dict);
   m.def("_memory_stats", &memory_stats_dict);
   // The default MTIA generator as a torch.Generator, for torch.mtia.default_generators.

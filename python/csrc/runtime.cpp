@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "allocator.h"
+#include "install_location.h"
 #include "log.h"
 #include "mtia/trace.h"
 
@@ -37,6 +38,10 @@ std::string find_kernel_library(const std::string& requested) {
                 "' is not a file; point MTIA_EMU_KERNELS (or init(kernels=...)) at "
                 "build/kernels/mtia_kernels.elf");
     return requested;
+  }
+  // An installed extension uses its installation's library; one in the build tree, the tree's.
+  if (const std::string& installed = installed_data_dir(); !installed.empty()) {
+    return installed + "/mtia_kernels.elf";
   }
   TORCH_CHECK(fs::is_regular_file(MTIA_KERNEL_LIBRARY_ELF, ec),
               "torch_mtia_emu: the kernel library " MTIA_KERNEL_LIBRARY_ELF

@@ -64,7 +64,8 @@ def is_initialized() -> bool:
 
 def presets() -> List[str]:
     """The chip presets that init(preset=...) and MTIA_EMU_PRESET accept by name: the preset
-    files in $MTIA_EMU_PRESET_DIR, else in the source tree's presets/."""
+    files in $MTIA_EMU_PRESET_DIR, else in the installation's share/mtia-emu/presets (an
+    installed package) or the source tree's presets/."""
     directory = os.environ.get("MTIA_EMU_PRESET_DIR") or _C._preset_dir()
     return sorted(f[:-len(".json")] for f in os.listdir(directory) if f.endswith(".json"))
 

@@ -223,32 +223,41 @@ bool parse_bool(const std::string& text, bool& out) {
   return false;
 }
 
-// Sets a field from a JSON value; throws std::runtime_error with `where` in the message.
-void set_from_json(ChipConfig& config, const Field& field, const nlohmann::json& v,
-                   const std::string& where) {
-  std::visit(
-      [&](auto member) {
+// Every problem with a preset or an override is the caller's bad argument.
+isa::Failure bad_field(std::string why) {
+  return isa::reject(isa::ErrorCode::kInvalidArgument, std::move(why));
+}
+
+// Sets a field from a JSON value; a failure names `where`.
+isa::Status set_from_json(ChipConfig& config, const Field& field, const nlohmann::json& v,
+                          const std::string& where) {
+  return std::visit(
+      [&](auto member) -> isa::Status {
         using T = std::remove_reference_t<decltype(member_ref(config, member))>;
         if constexpr (std::is_same_v<T, std::string>) {
-          if (!v.is_string()) throw std::runtime_error(where + ": expected a string");
+          if (!v.is_string()) return bad_field(where + ": expected a string");
           member_ref(config, member) = v.get<std::string>();
+          return {};
         } else if constexpr (std::is_same_v<T, bool>) {
-          if (!v.is_boolean()) throw std::runtime_error(where + ": expected true or false");
+          if (!v.is_boolean()) return bad_field(where + ": expected true or false");
           member_ref(config, member) = v.get<bool>();
+          return {};
         } else if constexpr (std::is_same_v<T, double>) {
-          if (!v.is_number()) throw std::runtime_error(where + ": expected a number");
+          if (!v.is_number()) return bad_field(where + ": expected a number");
           member_ref(config, member) = v.get<double>();
+          return {};
         } else {
           if (!v.is_number_unsigned()) {
-            throw std::runtime_error(where + ": expected an unsigned integer");
+            return bad_field(where + ": expected an unsigned integer");
           }
           const uint64_t u = v.get<uint64_t>();
           if (u > std::numeric_limits<T>::max()) {
-            throw std::runtime_error(where + ": " + std::to_string(u) + " is too large (max " +
-                                     std::to_string(std::numeric_limits<T>::max()) + ")");
+            return bad_field(where + ": " + std::to_string(u) + " is too large (max " +
+                             std::to_string(std::numeric_limits<T>::max()) + ")");
           }
           member_ref(config, member) = static_cast<T>(u);
         }
+        return {};
       },
       field.member);
 }
@@ -258,65 +267,62 @@ nlohmann::ordered_json get_as_json(const ChipConfig& config, const Field& field)
                     field.member);
 }
 
-ChipConfig load_file(const std::filesystem::path& path) {
+isa::Result<ChipConfig> load_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open preset file " + path.string());
+  if (!in) return bad_field("cannot open preset file " + path.string());
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   return parse_preset(text, path.string());
 }
 
 }  // namespace
 
-ChipConfig parse_preset(const std::string& text, const std::string& origin) {
+isa::Result<ChipConfig> parse_preset(const std::string& text, const std::string& origin) {
   const std::filesystem::path path(origin);
   nlohmann::json doc;
-  try {
+  try {  // nlohmann reports a parse error only by exception: it ends here
     doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error("preset file " + path.string() + " is not valid JSON: " + e.what());
+    return bad_field("preset file " + path.string() + " is not valid JSON: " + e.what());
   }
   if (!doc.is_object()) {
-    throw std::runtime_error("preset file " + path.string() +
-                             ": top level must be an object of fields");
+    return bad_field("preset file " + path.string() + ": top level must be an object of fields");
   }
   ChipConfig config;
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     const std::string where = "preset file " + path.string() + ", field '" + it.key() + "'";
     const Field* field = find_field(it.key());
     if (field == nullptr) {
-      throw std::runtime_error(where + ": unknown field; valid fields: " + valid_keys_list());
+      return bad_field(where + ": unknown field; valid fields: " + valid_keys_list());
     }
     const auto& entry = it.value();
     if (!entry.is_object() || !entry.contains("value")) {
-      throw std::runtime_error(where +
-                               ": expected {\"value\": ..., \"unit\": ..., \"source\": ...}");
+      return bad_field(where + ": expected {\"value\": ..., \"unit\": ..., \"source\": ...}");
     }
     for (auto e = entry.begin(); e != entry.end(); ++e) {
       if (e.key() != "value" && e.key() != "unit" && e.key() != "source" &&
           e.key() != "description") {
-        throw std::runtime_error(where + ": unexpected member '" + e.key() +
-                                 "' (allowed: value, unit, source, description)");
+        return bad_field(where + ": unexpected member '" + e.key() +
+                         "' (allowed: value, unit, source, description)");
       }
       if (e.key() != "value" && !e.value().is_string()) {
-        throw std::runtime_error(where + ": '" + e.key() + "' must be a string");
+        return bad_field(where + ": '" + e.key() + "' must be a string");
       }
     }
     if (entry.contains("unit") && entry["unit"].get<std::string>() != field->key.unit) {
-      throw std::runtime_error(where + ": unit is '" + entry["unit"].get<std::string>() +
-                               "' but this field is in '" + field->key.unit + "'");
+      return bad_field(where + ": unit is '" + entry["unit"].get<std::string>() +
+                       "' but this field is in '" + field->key.unit + "'");
     }
-    set_from_json(config, *field, entry["value"], where);
+    if (isa::Status set = set_from_json(config, *field, entry["value"], where); !set)
+      return set.error();
   }
   for (const auto& f : fields()) {
     if (!f.optional && !doc.contains(f.key.key)) {
-      throw std::runtime_error("preset file " + path.string() + " lacks field '" + f.key.key +
-                               "' (every field must be given, with its source)");
+      return bad_field("preset file " + path.string() + " lacks field '" + f.key.key +
+                       "' (every field must be given, with its source)");
     }
   }
-  try {
-    validate(config);
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error("preset file " + path.string() + ": " + e.what());
+  if (isa::Status valid = validate(config); !valid) {
+    return isa::with_context(valid.error(), "preset file " + path.string() + ": ");
   }
   return config;
 }
@@ -402,96 +408,98 @@ std::vector<std::string> preset_names() {
   return names;
 }
 
-ChipConfig load_preset(const std::string& name_or_path) {
+isa::Result<ChipConfig> load_preset(const std::string& name_or_path) {
   if (name_or_path.empty()) {
-    throw std::runtime_error("empty preset name; available presets: " + join(preset_names()));
+    return bad_field("empty preset name; available presets: " + join(preset_names()));
   }
   const bool is_path = name_or_path.find('/') != std::string::npos ||
                        std::filesystem::path(name_or_path).extension() == ".json";
   if (is_path) return load_file(name_or_path);
   const auto path = std::filesystem::path(preset_directory()) / (name_or_path + ".json");
   if (!std::filesystem::exists(path)) {
-    throw std::runtime_error("unknown preset '" + name_or_path + "' (looked for " + path.string() +
-                             "); available presets: " + join(preset_names()) +
-                             " (set MTIA_EMU_PRESET_DIR to look elsewhere)");
+    return bad_field("unknown preset '" + name_or_path + "' (looked for " + path.string() +
+                     "); available presets: " + join(preset_names()) +
+                     " (set MTIA_EMU_PRESET_DIR to look elsewhere)");
   }
   return load_file(path);
 }
 
-void apply_override(ChipConfig& config, const std::string& assignment) {
+isa::Status apply_override(ChipConfig& config, const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos) {
-    throw std::invalid_argument("config override '" + assignment +
-                                "' is not of the form key=value; valid keys: " + valid_keys_list());
+    return bad_field("config override '" + assignment +
+                     "' is not of the form key=value; valid keys: " + valid_keys_list());
   }
   const std::string key = trim(assignment.substr(0, eq));
   const std::string text = trim(assignment.substr(eq + 1));
   const Field* field = find_field(key);
   if (field == nullptr) {
-    throw std::invalid_argument("unknown config key '" + key +
-                                "'; valid keys: " + valid_keys_list());
+    return bad_field("unknown config key '" + key + "'; valid keys: " + valid_keys_list());
   }
   const std::string unit = field->key.unit.empty() ? "" : " (" + field->key.unit + ")";
-  std::visit(
-      [&](auto member) {
+  return std::visit(
+      [&](auto member) -> isa::Status {
         using T = std::remove_reference_t<decltype(member_ref(config, member))>;
         if constexpr (std::is_same_v<T, std::string>) {
-          if (text.empty()) throw std::invalid_argument("config key '" + key + "' needs a value");
+          if (text.empty()) return bad_field("config key '" + key + "' needs a value");
           if (const std::string why = text_problem(text); !why.empty()) {
-            throw std::invalid_argument("config key '" + key + "': the value " + why);
+            return bad_field("config key '" + key + "': the value " + why);
           }
           member_ref(config, member) = text;
+          return {};
         } else if constexpr (std::is_same_v<T, bool>) {
           bool v = false;
           if (!parse_bool(text, v)) {
-            throw std::invalid_argument("config key '" + key + "' expects true or false, got '" +
-                                        text + "'");
+            return bad_field("config key '" + key + "' expects true or false, got '" + text + "'");
           }
           member_ref(config, member) = v;
+          return {};
         } else if constexpr (std::is_same_v<T, double>) {
           double v = 0;
           if (!parse_double(text, v)) {
-            throw std::invalid_argument("config key '" + key + "' expects a number" + unit +
-                                        ", got '" + text + "'");
+            return bad_field("config key '" + key + "' expects a number" + unit + ", got '" + text +
+                             "'");
           }
           member_ref(config, member) = v;
+          return {};
         } else {
           T v = 0;
           if (!parse_unsigned(text, v)) {
-            throw std::invalid_argument(
-                "config key '" + key + "' expects an unsigned integer" + unit + " no larger than " +
-                std::to_string(std::numeric_limits<T>::max()) + ", got '" + text + "'");
+            return bad_field("config key '" + key + "' expects an unsigned integer" + unit +
+                             " no larger than " + std::to_string(std::numeric_limits<T>::max()) +
+                             ", got '" + text + "'");
           }
           member_ref(config, member) = v;
+          return {};
         }
       },
       field->member);
 }
 
-void validate(const ChipConfig& c) {
-  auto fail = [](const std::string& msg) { throw std::invalid_argument("invalid config: " + msg); };
-  if (const std::string why = text_problem(c.name); !why.empty()) fail("name " + why);
+isa::Status validate(const ChipConfig& c) {
+  auto fail = [](const std::string& msg) { return bad_field("invalid config: " + msg); };
+  if (const std::string why = text_problem(c.name); !why.empty()) return fail("name " + why);
   if (c.generation != 1 && c.generation != 2) {
-    fail("generation is " + std::to_string(c.generation) + "; must be 1 or 2");
+    return fail("generation is " + std::to_string(c.generation) + "; must be 1 or 2");
   }
   if (c.pe_rows < 1 || c.pe_rows > 8) {
-    fail("pe_rows is " + std::to_string(c.pe_rows) + "; must be 1..8");
+    return fail("pe_rows is " + std::to_string(c.pe_rows) + "; must be 1..8");
   }
   if (c.pe_cols < 1 || c.pe_cols > 8) {
-    fail("pe_cols is " + std::to_string(c.pe_cols) + "; must be 1..8");
+    return fail("pe_cols is " + std::to_string(c.pe_cols) + "; must be 1..8");
   }
-  if (c.clock_hz == 0) fail("clock_hz is 0; must be positive");
+  if (c.clock_hz == 0) return fail("clock_hz is 0; must be positive");
   if (c.local_store_bytes == 0 || c.local_store_bytes > isa::kLocalStoreStride) {
-    fail("local_store_bytes is " + std::to_string(c.local_store_bytes) + "; must be 1.." +
-         std::to_string(isa::kLocalStoreStride) + " (the per-PE address window)");
+    return fail("local_store_bytes is " + std::to_string(c.local_store_bytes) + "; must be 1.." +
+                std::to_string(isa::kLocalStoreStride) + " (the per-PE address window)");
   }
   if (c.sram_bytes == 0 || c.sram_bytes > isa::kLocalStoreBase - isa::kSramBase) {
-    fail("sram_bytes is " + std::to_string(c.sram_bytes) + "; must be 1.." +
-         std::to_string(isa::kLocalStoreBase - isa::kSramBase));
+    return fail("sram_bytes is " + std::to_string(c.sram_bytes) + "; must be 1.." +
+                std::to_string(isa::kLocalStoreBase - isa::kSramBase));
   }
   if (c.dram_bytes == 0 || c.dram_bytes > isa::kDramMaxBytes) {
-    fail("dram_bytes is " + std::to_string(c.dram_bytes) + "; must be 1.." +
-         std::to_string(isa::kDramMaxBytes) + " (128 GiB)");
+    return fail("dram_bytes is " + std::to_string(c.dram_bytes) + "; must be 1.." +
+                std::to_string(isa::kDramMaxBytes) + " (128 GiB)");
   }
   // Bandwidths are used at 1 MB/s resolution (see memory_system.h), so 0.001 GB/s is the floor.
   const std::pair<const char*, double> bandwidths[] = {
@@ -505,7 +513,7 @@ void validate(const ChipConfig& c) {
     if (!std::isfinite(v) || v < 0.001 || v > 1e6) {
       std::ostringstream msg;
       msg << key << " is " << v << "; must be a positive bandwidth of 0.001..1e6 GB/s";
-      fail(msg.str());
+      return fail(msg.str());
     }
   }
   const std::pair<const char*, double> durations[] = {
@@ -517,7 +525,7 @@ void validate(const ChipConfig& c) {
     if (!std::isfinite(v) || v < 0 || v > 1e9) {
       std::ostringstream msg;
       msg << key << " is " << v << "; must be 0..1e9 ns";
-      fail(msg.str());
+      return fail(msg.str());
     }
   }
   const std::pair<const char*, uint32_t> bursts[] = {
@@ -527,8 +535,8 @@ void validate(const ChipConfig& c) {
   };
   for (const auto& [key, v] : bursts) {
     if (!is_power_of_two(v) || v > 65536) {
-      fail(std::string(key) + " is " + std::to_string(v) +
-           "; must be a power of two from 1 to 65536");
+      return fail(std::string(key) + " is " + std::to_string(v) +
+                  "; must be a power of two from 1 to 65536");
     }
   }
   // Unit rates divide work; fixed costs may be 0.
@@ -545,30 +553,31 @@ void validate(const ChipConfig& c) {
   };
   for (const auto& [key, v] : rates) {
     if (v < 1 || v > (1u << 20)) {
-      fail(std::string(key) + " is " + std::to_string(v) + "; must be 1.." +
-           std::to_string(1u << 20));
+      return fail(std::string(key) + " is " + std::to_string(v) + "; must be 1.." +
+                  std::to_string(1u << 20));
     }
   }
   if (c.pe_quantum_cycles < 1 || c.pe_quantum_cycles > (uint64_t{1} << 32)) {
-    fail("pe_quantum_cycles is " + std::to_string(c.pe_quantum_cycles) + "; must be 1.." +
-         std::to_string(uint64_t{1} << 32));
+    return fail("pe_quantum_cycles is " + std::to_string(c.pe_quantum_cycles) + "; must be 1.." +
+                std::to_string(uint64_t{1} << 32));
   }
   if (c.pe_slice_cycles < 1 || c.pe_slice_cycles > c.pe_quantum_cycles) {
-    fail("pe_slice_cycles is " + std::to_string(c.pe_slice_cycles) +
-         "; must be 1..pe_quantum_cycles (" + std::to_string(c.pe_quantum_cycles) + ")");
+    return fail("pe_slice_cycles is " + std::to_string(c.pe_slice_cycles) +
+                "; must be 1..pe_quantum_cycles (" + std::to_string(c.pe_quantum_cycles) + ")");
   }
-  if (c.pe_watchdog_cycles < 1) fail("pe_watchdog_cycles is 0; must be at least 1");
+  if (c.pe_watchdog_cycles < 1) return fail("pe_watchdog_cycles is 0; must be at least 1");
   if (c.kernel_image_max_bytes < 64 || c.kernel_image_max_bytes > (uint64_t{1} << 30)) {
-    fail("kernel_image_max_bytes is " + std::to_string(c.kernel_image_max_bytes) +
-         "; must be 64.." + std::to_string(uint64_t{1} << 30) + " (an ELF header to 1 GiB)");
+    return fail("kernel_image_max_bytes is " + std::to_string(c.kernel_image_max_bytes) +
+                "; must be 64.." + std::to_string(uint64_t{1} << 30) + " (an ELF header to 1 GiB)");
   }
   if (c.dma_engines < 1 || c.dma_engines > 64) {
-    fail("dma_engines is " + std::to_string(c.dma_engines) + "; must be 1..64");
+    return fail("dma_engines is " + std::to_string(c.dma_engines) + "; must be 1..64");
   }
   if (c.num_queues < 1 || c.num_queues > isa::kMaxQueues) {
-    fail("num_queues is " + std::to_string(c.num_queues) + "; must be 1.." +
-         std::to_string(isa::kMaxQueues));
+    return fail("num_queues is " + std::to_string(c.num_queues) + "; must be 1.." +
+                std::to_string(isa::kMaxQueues));
   }
+  return {};
 }
 
 std::string to_json(const ChipConfig& config) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -44,13 +45,17 @@ void configure_systemc_once() {
   });
 }
 
-void write_file(const std::filesystem::path& path, const std::string& text) {
+isa::Failure cannot_write(const std::filesystem::path& path) {
+  return isa::reject(isa::ErrorCode::kInvalidArgument,
+                     "cannot write " + path.string() + ": " + std::strerror(errno));
+}
+
+isa::Status write_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
   out.close();
-  if (!out) {
-    throw std::runtime_error("cannot write " + path.string() + ": " + std::strerror(errno));
-  }
+  if (!out) return cannot_write(path);
+  return {};
 }
 
 }  // namespace
@@ -70,7 +75,7 @@ struct Device::Impl {
   // Sends a request and waits for its answer.
   isa::Result<uint64_t> call(detail::HostRequest request);
   // Runs `fn` on the simulator thread and waits for it.
-  void run_on_sim(const std::function<void()>& fn, const char* what);
+  isa::Status run_on_sim(const std::function<void()>& fn, const char* what);
 };
 
 void Device::Impl::sim_main(std::promise<void>& started) {
@@ -150,58 +155,77 @@ isa::Result<uint64_t> Device::Impl::call(detail::HostRequest request) {
   return reply.get(shared.wait);
 }
 
-void Device::Impl::run_on_sim(const std::function<void()>& fn, const char* what) {
+isa::Status Device::Impl::run_on_sim(const std::function<void()>& fn, const char* what) {
   detail::HostRequest r;
   r.kind = detail::HostRequest::Kind::kCall;
   r.call = fn;
   auto done = call(std::move(r));
-  if (!done) throw std::runtime_error(std::string(what) + ": " + done.error().reason);
+  if (!done) {
+    return isa::reject(isa::ErrorCode::kDeviceLost, std::string(what) + ": " + done.error().reason);
+  }
+  return {};
 }
 
-Device::Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt,
-               trace::TraceOptions trace, isa::WaitPolicy wait, const PeGridHostOptions& grid) {
-  validate(config);
-  const PeGridHostSettings grid_host = resolve(grid);
+isa::Result<std::unique_ptr<Device>> Device::open(const ChipConfig& config, HostMemory& host_memory,
+                                                  InterruptHandler on_interrupt,
+                                                  trace::TraceOptions trace, isa::WaitPolicy wait,
+                                                  const PeGridHostOptions& grid) {
+  if (isa::Status valid = validate(config); !valid) return valid.error();
+  isa::Result<PeGridHostSettings> grid_host = resolve(grid);
+  if (!grid_host) return grid_host.error();
   bool expected = false;
   if (!g_device_alive.compare_exchange_strong(expected, true)) {
-    throw std::runtime_error(
+    return isa::reject(
+        isa::ErrorCode::kDeviceUnavailable,
         "another mtia::sim::Device is open in this process; SystemC has one simulation "
         "context per process, so destroy the first device before creating a second");
   }
+  std::unique_ptr<Device> device(new Device());
+  // Building the model runs SystemC's and the memories' constructors, which report failure
+  // (a SystemC error, host address space refused, no memory) only by exception: they end here.
   try {
     configure_systemc_once();
-    impl_ = std::make_unique<Impl>();
-    auto& s = impl_->shared;
+    device->impl_ = std::make_unique<Impl>();
+    Impl* impl = device->impl_.get();
+    auto& s = impl->shared;
     s.config = config;
     s.wait = wait;
-    s.grid_host = grid_host;
+    s.grid_host = grid_host.value();
     s.memory = std::make_unique<MemorySystem>(config, host_memory);
     s.on_interrupt = std::move(on_interrupt);
     s.tracer =
         std::make_unique<detail::Tracer>("mtia-emu device 0 (" + config.name + ")", config, trace);
     std::promise<void> started;
     auto ready = started.get_future();
-    Impl* impl = impl_.get();
-    impl_->thread = std::thread([impl, &started] { impl->sim_main(started); });
+    impl->thread = std::thread([impl, &started] { impl->sim_main(started); });
     try {
       ready.get();
     } catch (...) {
-      impl_->thread.join();
+      impl->thread.join();
       throw;
     }
-    detail::logger("sim")->info("device started: preset {}, {} DMA engines, timing {}", config.name,
-                                config.dma_engines, config.timing ? "on" : "off");
-  } catch (...) {
-    impl_.reset();
+  } catch (const std::exception& e) {
+    device->impl_.reset();
     g_device_alive = false;
-    throw;
+    return isa::reject(isa::ErrorCode::kDeviceUnavailable,
+                       std::string("the simulator could not start: ") + e.what());
+  } catch (...) {
+    device->impl_.reset();
+    g_device_alive = false;
+    return isa::reject(isa::ErrorCode::kDeviceUnavailable,
+                       "the simulator could not start: a non-standard exception");
   }
+  detail::logger("sim")->info("device started: preset {}, {} DMA engines, timing {}", config.name,
+                              config.dma_engines, config.timing ? "on" : "off");
+  return device;
 }
 
 Device::~Device() {
+  if (!impl_) return;  // never started
   detail::HostRequest stop;
   stop.kind = detail::HostRequest::Kind::kStop;
-  impl_->call(std::move(stop));  // answered by the bridge, or at once if already stopped
+  // Answered by the bridge, or at once if already stopped: either way the thread ends.
+  (void)impl_->call(std::move(stop));
   impl_->thread.join();
   impl_.reset();
   g_device_alive = false;
@@ -241,18 +265,29 @@ isa::Result<uint64_t> Device::read_register(uint64_t offset) {
   return impl_->call(std::move(r));
 }
 
-bool Device::read_memory(uint64_t addr, void* dst, uint64_t bytes) {
-  const uint8_t* p = impl_->shared.memory->device().translate(addr, bytes);
-  if (p == nullptr) return false;
-  std::memcpy(dst, p, bytes);
-  return true;
+namespace {
+
+isa::Failure outside_device_memory(const char* what, uint64_t addr, uint64_t bytes) {
+  return isa::reject(isa::ErrorCode::kDeviceAddressFault,
+                     fmt::format("memory window {} of 0x{:x} + {} bytes is outside device memory",
+                                 what, addr, bytes),
+                     addr, bytes);
 }
 
-bool Device::write_memory(uint64_t addr, const void* src, uint64_t bytes) {
+}  // namespace
+
+isa::Status Device::read_memory(uint64_t addr, void* dst, uint64_t bytes) {
+  const uint8_t* p = impl_->shared.memory->device().translate(addr, bytes);
+  if (p == nullptr) return outside_device_memory("read", addr, bytes);
+  std::memcpy(dst, p, bytes);
+  return {};
+}
+
+isa::Status Device::write_memory(uint64_t addr, const void* src, uint64_t bytes) {
   uint8_t* p = impl_->shared.memory->device().translate(addr, bytes);
-  if (p == nullptr) return false;
+  if (p == nullptr) return outside_device_memory("write", addr, bytes);
   std::memcpy(p, src, bytes);
-  return true;
+  return {};
 }
 
 uint64_t Device::now_ps() const {
@@ -263,35 +298,39 @@ const ChipConfig& Device::config() const {
   return impl_->shared.config;
 }
 
-void Device::write_artifacts(const std::string& dir) {
+isa::Status Device::write_artifacts(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw std::runtime_error("cannot create directory " + dir + ": " + ec.message());
+  if (ec) {
+    return isa::reject(isa::ErrorCode::kInvalidArgument,
+                       "cannot create directory " + dir + ": " + ec.message());
+  }
   const std::filesystem::path base(dir);
   // The trace streams into its file on the simulator thread, which holds still meanwhile.
   const std::filesystem::path trace_path = base / "trace.json";
   std::ofstream trace(trace_path, std::ios::binary | std::ios::trunc);
-  std::string stats, summary;
+  std::string stats;
+  std::optional<isa::Result<trace::TraceSummary>> summary;
   uint64_t dropped = 0, dropped_detail = 0;
   Impl* impl = impl_.get();
-  impl_->run_on_sim(
+  isa::Status snapshot = impl_->run_on_sim(
       [impl, &trace, &stats, &summary, &dropped, &dropped_detail] {
         const detail::Tracer& tracer = *impl->shared.tracer;
         const uint64_t now = sc_core::sc_time_stamp().value();
         if (trace) tracer.write_json(trace, now);
-        summary = tracer.summary(now).to_json();
+        summary = tracer.summary(now);
         stats = impl->model->stats_json();
         dropped = tracer.dropped();
         dropped_detail = tracer.dropped_detail();
       },
       "cannot snapshot the device for write_artifacts");
+  if (!snapshot) return snapshot;
+  if (!summary->ok()) return summary->error();
   trace.close();
-  if (!trace) {
-    throw std::runtime_error("cannot write " + trace_path.string() + ": " + std::strerror(errno));
-  }
-  write_file(base / "stats.json", stats);
-  write_file(base / "summary.json", summary);
-  write_file(base / "config.json", to_json(impl_->shared.config));
+  if (!trace) return cannot_write(trace_path);
+  MTIA_RETURN_IF_ERROR(write_file(base / "stats.json", stats));
+  MTIA_RETURN_IF_ERROR(write_file(base / "summary.json", summary->value().to_json()));
+  MTIA_RETURN_IF_ERROR(write_file(base / "config.json", to_json(impl_->shared.config)));
   if (dropped > 0) {
     detail::logger("sim.trace")
         ->warn(
@@ -299,12 +338,13 @@ void Device::write_artifacts(const std::string& dir) {
             "operations); see otherData in the trace",
             dir, dropped, impl_->shared.tracer->max_events(), dropped_detail);
   }
+  return {};
 }
 
-void Device::set_trace_level(trace::TraceLevel level) {
+isa::Status Device::set_trace_level(trace::TraceLevel level) {
   Impl* impl = impl_.get();
-  impl_->run_on_sim([impl, level] { impl->shared.tracer->set_level(level); },
-                    "cannot change the trace level");
+  return impl_->run_on_sim([impl, level] { impl->shared.tracer->set_level(level); },
+                           "cannot change the trace level");
 }
 
 trace::TraceLevel Device::trace_level() const {
@@ -315,11 +355,12 @@ void Device::trace_host_call(trace::HostCall call) {
   impl_->shared.tracer->host_call(std::move(call));
 }
 
-std::string Device::stats_json() {
+isa::Result<std::string> Device::stats_json() {
   std::string stats;
   Impl* impl = impl_.get();
-  impl_->run_on_sim([impl, &stats] { stats = impl->model->stats_json(); },
-                    "cannot snapshot the device statistics");
+  isa::Status snapshot = impl_->run_on_sim([impl, &stats] { stats = impl->model->stats_json(); },
+                                           "cannot snapshot the device statistics");
+  if (!snapshot) return snapshot.error();
   return stats;
 }
 

@@ -34,13 +34,15 @@ uint32_t default_unit_threads() {
 
 }  // namespace
 
-PeGridHostSettings resolve(const PeGridHostOptions& o) {
+isa::Result<PeGridHostSettings> resolve(const PeGridHostOptions& o) {
   if (o.unit_threads && *o.unit_threads > kMaxUnitThreads) {
-    throw std::invalid_argument(fmt::format("unit_threads is {}; must be 0..{} host threads",
-                                            *o.unit_threads, kMaxUnitThreads));
+    return isa::reject(isa::ErrorCode::kInvalidArgument,
+                       fmt::format("unit_threads is {}; must be 0..{} host threads",
+                                   *o.unit_threads, kMaxUnitThreads));
   }
   if (o.inline_work_ns && *o.inline_work_ns > kMaxInlineWorkNs) {
-    throw std::invalid_argument(
+    return isa::reject(
+        isa::ErrorCode::kInvalidArgument,
         fmt::format("inline_work_ns is {}; must be 0..{} ns", *o.inline_work_ns, kMaxInlineWorkNs));
   }
   PeGridHostSettings s;

@@ -41,14 +41,15 @@ isa::Result<LocalDma::Job> LocalDma::cost(const mtia_pe_dma_desc& d, uint64_t no
   p.src.space = p.dst.space = static_cast<uint8_t>(isa::AddressSpace::kDevice);
   Job job;
   job.plan = memory_.plan_copy(p, now_ps);
-  DmaResult result{job.plan.error, job.plan.error_arg0, job.plan.error_arg1};
-  if (job.plan.error == isa::ErrorCode::kNone) result = memory_.bind(job.plan, job.copy);
-  if (result.error != isa::ErrorCode::kNone) {
+  const isa::Status bound =
+      job.plan.status.ok() ? memory_.bind(job.plan, job.copy) : job.plan.status;
+  if (!bound.ok()) {
+    const isa::Failure& f = bound.error();
     return isa::reject(
-        result.error,
+        f.code,
         fmt::format("dma.start: {}: device range 0x{:x} + {} bytes is not inside one device memory "
                     "(source {} 0x{:x}, destination {} 0x{:x})",
-                    isa::error_code_name(result.error), result.arg0, result.arg1,
+                    isa::error_code_name(f.code), f.arg0, f.arg1,
                     d.src_space == MTIA_PE_SPACE_LOCAL ? "local" : "device", d.src,
                     d.dst_space == MTIA_PE_SPACE_LOCAL ? "local" : "device", d.dst));
   }

@@ -393,9 +393,7 @@ bool MemorySystem::check_side(const uint64_t* sizes, int ndims, uint32_t elem,
                               const isa::NdRegion& region, SideInfo& side, DmaPlan& plan) {
   auto span = isa::region_span(sizes, ndims, elem, region);
   if (!span) {
-    plan.error = span.error().code;
-    plan.error_arg0 = region.addr;
-    plan.error_arg1 = 0;
+    plan.status = isa::reject(span.error().code, {}, region.addr, 0);
     return false;
   }
   side.span = span.value();
@@ -407,25 +405,19 @@ bool MemorySystem::check_side(const uint64_t* sizes, int ndims, uint32_t elem,
       side.host = false;
       side.memory = device_.kind_of(lo, bytes);
       if (side.memory == MemoryKind::kNone) {
-        plan.error = isa::ErrorCode::kDeviceAddressFault;
-        plan.error_arg0 = lo;
-        plan.error_arg1 = bytes;
+        plan.status = isa::reject(isa::ErrorCode::kDeviceAddressFault, {}, lo, bytes);
         return false;
       }
       return true;
     case isa::AddressSpace::kHost:
       side.host = true;
       if (host_.translate(lo, bytes) == nullptr) {
-        plan.error = isa::ErrorCode::kHostAddressFault;
-        plan.error_arg0 = lo;
-        plan.error_arg1 = bytes;
+        plan.status = isa::reject(isa::ErrorCode::kHostAddressFault, {}, lo, bytes);
         return false;
       }
       return true;
     default:
-      plan.error = isa::ErrorCode::kBadAddressSpace;
-      plan.error_arg0 = region.space;
-      plan.error_arg1 = 0;
+      plan.status = isa::reject(isa::ErrorCode::kBadAddressSpace, {}, region.space, 0);
       return false;
   }
 }
@@ -512,24 +504,24 @@ uint8_t* MemorySystem::translate(const SideInfo& side) const {
   return device_.translate(side.span.lo, side.span.size());
 }
 
-DmaResult MemorySystem::bind(const DmaPlan& plan, BoundDma& out) const {
-  assert(plan.error == isa::ErrorCode::kNone);
+isa::Status MemorySystem::bind(const DmaPlan& plan, BoundDma& out) const {
+  assert(plan.status.ok());
   auto fault = [](const SideInfo& side) {
-    return DmaResult{
-        side.host ? isa::ErrorCode::kHostAddressFault : isa::ErrorCode::kDeviceAddressFault,
-        side.span.lo, side.span.size()};
+    return isa::reject(
+        side.host ? isa::ErrorCode::kHostAddressFault : isa::ErrorCode::kDeviceAddressFault, {},
+        side.span.lo, side.span.size());
   };
   out.is_fill = plan.is_fill;
   out.dst = translate(plan.dst);
   if (out.dst == nullptr) return fault(plan.dst);
   if (plan.is_fill) {
     out.fill = plan.fill;
-    return {};
+    return isa::Status{};
   }
   out.src = translate(plan.src);
   if (out.src == nullptr) return fault(plan.src);
   out.copy = plan.copy;
-  return {};
+  return isa::Status{};
 }
 
 void BoundDma::run() const {
@@ -541,12 +533,12 @@ void BoundDma::run() const {
   }
 }
 
-DmaResult MemorySystem::perform(const DmaPlan& plan) {
+isa::Status MemorySystem::perform(const DmaPlan& plan) {
   if (!plan.is_fill && !plan.src.host) notify_device_access(plan.src.span, false);
   if (!plan.dst.host) notify_device_access(plan.dst.span, true);
   BoundDma bound;
-  const DmaResult r = bind(plan, bound);
-  if (r.error == isa::ErrorCode::kNone) bound.run();
+  isa::Status r = bind(plan, bound);
+  if (r.ok()) bound.run();
   return r;
 }
 

@@ -184,36 +184,50 @@ void CommandProcessorModule::notify_work() {
   work_.notify(sc_core::SC_ZERO_TIME);
 }
 
-void CommandProcessorModule::dma_done(unsigned engine, const firmware::DmaStatus& status) {
-  fw_.on_dma_done(engine, status);
+void CommandProcessorModule::dma_done(unsigned engine, const isa::Status& outcome) {
+  fw_.on_dma_done(engine, outcome);
   notify_work();
 }
 
-bool CommandProcessorModule::read_device(uint64_t addr, void* dst, size_t bytes) {
+namespace {
+
+isa::Failure device_fault(uint64_t addr, uint64_t bytes) {
+  return isa::reject(isa::ErrorCode::kDeviceAddressFault,
+                     fmt::format("0x{:x} + {} bytes is not device memory", addr, bytes), addr,
+                     bytes);
+}
+
+}  // namespace
+
+isa::Status CommandProcessorModule::read_device(uint64_t addr, void* dst, size_t bytes) {
   const uint8_t* p = shared_.memory->device().translate(addr, bytes);
-  if (p == nullptr) return false;
+  if (p == nullptr) return device_fault(addr, bytes);
   shared_.memory->notify_device_access({addr, addr + bytes}, false);
   std::memcpy(dst, p, bytes);
-  return true;
+  return {};
 }
 
 bool CommandProcessorModule::device_range_valid(uint64_t addr, uint64_t bytes) const {
   return shared_.memory->device().translate(addr, bytes) != nullptr;
 }
 
-bool CommandProcessorModule::write_device(uint64_t addr, const void* src, size_t bytes) {
+isa::Status CommandProcessorModule::write_device(uint64_t addr, const void* src, size_t bytes) {
   uint8_t* p = shared_.memory->device().translate(addr, bytes);
-  if (p == nullptr) return false;
+  if (p == nullptr) return device_fault(addr, bytes);
   shared_.memory->notify_device_access({addr, addr + bytes}, true);
   std::memcpy(p, src, bytes);
-  return true;
+  return {};
 }
 
-bool CommandProcessorModule::write_host(uint64_t addr, const void* src, size_t bytes) {
+isa::Status CommandProcessorModule::write_host(uint64_t addr, const void* src, size_t bytes) {
   uint8_t* p = shared_.memory->host().translate(addr, bytes);
-  if (p == nullptr) return false;
+  if (p == nullptr) {
+    return isa::reject(isa::ErrorCode::kHostAddressFault,
+                       fmt::format("0x{:x} + {} bytes is not registered host memory", addr, bytes),
+                       addr, bytes);
+  }
   std::memcpy(p, src, bytes);
-  return true;
+  return {};
 }
 
 unsigned CommandProcessorModule::dma_engine_count() const {
@@ -241,9 +255,10 @@ void CommandProcessorModule::launch_start(const isa::LaunchPacket& launch) {
   grid_.submit(launch);
 }
 
-void CommandProcessorModule::launch_done(const firmware::LaunchStatus& status) {
-  shared_.tracer->launch_end(sc_core::sc_time_stamp().value(), static_cast<uint16_t>(status.error));
-  fw_.on_launch_done(status);
+void CommandProcessorModule::launch_done(const isa::Status& outcome) {
+  shared_.tracer->launch_end(sc_core::sc_time_stamp().value(),
+                             static_cast<uint16_t>(isa::error_code(outcome)));
+  fw_.on_launch_done(outcome);
   notify_work();
 }
 
@@ -359,8 +374,7 @@ void DmaEngine::run() {
     // One wait per job: the data moves at the end, when the transfer is complete.
     wait(ps(plan.end_ps - begin));
     shared_.sync_time();
-    DmaResult result{plan.error, plan.error_arg0, plan.error_arg1};
-    if (plan.error == isa::ErrorCode::kNone) result = memory.perform(plan);
+    const isa::Status result = plan.status.ok() ? memory.perform(plan) : plan.status;
 
     // The trace shows the bytes charged on the path's bottleneck (the busiest resource).
     int busiest = -1;
@@ -376,7 +390,7 @@ void DmaEngine::run() {
     const uint64_t eff = busiest < 0 ? 0 : plan.effective_bytes[busiest];
     ++jobs_;
     busy_ps_ += plan.end_ps - begin;
-    if (result.error == isa::ErrorCode::kNone) {
+    if (result.ok()) {
       bytes_ += plan.payload_bytes;
     } else {
       ++faults_;
@@ -391,21 +405,21 @@ void DmaEngine::run() {
     ev.dst = fill ? plan.fill.dst.addr : plan.copy.dst.addr;
     ev.dst_space = fill ? plan.fill.dst.space : plan.copy.dst.space;
     ev.effective_bytes = eff;
-    ev.error = static_cast<uint16_t>(result.error);
+    ev.error = static_cast<uint16_t>(isa::error_code(result));
     ev.queue = job_queue_;
     ev.seq = fill ? plan.fill.header.seq : plan.copy.header.seq;
     shared_.tracer->dma(index_, ev);
     shared_.tracer->reservations(plan);
-    if (result.error != isa::ErrorCode::kNone) {
+    if (!result.ok()) {
+      const isa::Failure& f = result.error();
       logger("sim.dma")->info("dma {}: {} failed: {} (arg0 0x{:x}, arg1 {})", index_,
-                              fill ? "fill" : "copy", isa::error_code_name(result.error),
-                              result.arg0, result.arg1);
+                              fill ? "fill" : "copy", isa::error_code_name(f.code), f.arg0, f.arg1);
     } else {
       logger("sim.dma")->debug("dma {}: {} of {} bytes, {} ps -> {} ps", index_,
                                fill ? "fill" : "copy", plan.payload_bytes, begin, plan.end_ps);
     }
     job_.reset();
-    cp_->dma_done(index_, {result.error, result.arg0, result.arg1});
+    cp_->dma_done(index_, result);
   }
 }
 
@@ -429,7 +443,7 @@ RegisterFile::RegisterFile(sc_core::sc_module_name name, CommandProcessorModule&
 
 void RegisterFile::b_transport(tlm::tlm_generic_payload& p, sc_core::sc_time& /*delay*/) {
   const uint64_t offset = p.get_address();
-  auto reject = [&](tlm::tlm_response_status status, isa::Rejection why) {
+  auto reject = [&](tlm::tlm_response_status status, isa::Failure why) {
     ++rejected_;
     logger("sim.bridge")
         ->warn("BAR0 {} at offset 0x{:x} rejected: {}", p.is_read() ? "read" : "write", offset,

@@ -154,18 +154,18 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   // Something the firmware may react to happened (register write, DMA completion).
   void notify_work();
   // A DMA engine finished its job (simulator thread, at the job's end time).
-  void dma_done(unsigned engine, const firmware::DmaStatus& status);
+  void dma_done(unsigned engine, const isa::Status& outcome);
   // The PE grid finished its launch (simulator thread, at the launch's end time).
-  void launch_done(const firmware::LaunchStatus& status);
+  void launch_done(const isa::Status& outcome);
 
   firmware::CommandProcessor& firmware() { return fw_; }
   Json stats_json() const;
 
   // firmware::Platform
-  bool read_device(uint64_t addr, void* dst, size_t bytes) override;
-  bool write_device(uint64_t addr, const void* src, size_t bytes) override;
+  isa::Status read_device(uint64_t addr, void* dst, size_t bytes) override;
+  isa::Status write_device(uint64_t addr, const void* src, size_t bytes) override;
   bool device_range_valid(uint64_t addr, uint64_t bytes) const override;
-  bool write_host(uint64_t addr, const void* src, size_t bytes) override;
+  isa::Status write_host(uint64_t addr, const void* src, size_t bytes) override;
   unsigned dma_engine_count() const override;
   void dma_start(unsigned engine, const firmware::DmaJob& job) override;
   void launch_start(const isa::LaunchPacket& launch) override;
@@ -234,14 +234,14 @@ class RegisterFile : public sc_core::sc_module {
 
   RegisterFile(sc_core::sc_module_name name, CommandProcessorModule& cp);
   // Why the most recent access was rejected (valid right after an error response).
-  const isa::Rejection& last_rejection() const { return last_rejection_; }
+  const isa::Failure& last_rejection() const { return last_rejection_; }
   Json stats_json() const;
 
  private:
   void b_transport(tlm::tlm_generic_payload& payload, sc_core::sc_time& delay);
 
   CommandProcessorModule& cp_;
-  isa::Rejection last_rejection_;
+  isa::Failure last_rejection_;
   uint64_t reads_ = 0;
   uint64_t writes_ = 0;
   uint64_t rejected_ = 0;

@@ -148,9 +148,9 @@ void PeGrid::run() {
     // The helper threads may work during the launch: the host's wait policy counts them.
     const int helpers = static_cast<int>(params_.unit_threads);
     isa::add_busy_threads(helpers);
-    std::optional<Failure> failure;
+    isa::Status outcome;
     try {
-      failure = execute(launch);
+      outcome = execute(launch);
     } catch (...) {
       isa::add_busy_threads(-helpers);
       throw;
@@ -158,36 +158,34 @@ void PeGrid::run() {
     isa::add_busy_threads(-helpers);
     ++stats_.launches;
     stats_.busy_ps += sc_core::sc_time_stamp().value() - begin;
-    firmware::LaunchStatus status;
-    if (failure) {
+    if (!outcome.ok()) {
       ++stats_.failed_launches;
-      status = {failure->error, failure->arg0, failure->arg1, failure->message,
-                failure->exit_status};
-      // The completion record has room for two numbers; the message reaches the host through
+      // The completion record has room for two numbers; the reason reaches the host through
       // the queue's error record (isa/error_record.h).
       logger("sim.pe")->warn("launch of image 0x{:x} failed: {}", launch.image_addr,
-                             failure->message);
+                             outcome.error().reason);
     }
     job_.reset();
-    cp_->launch_done(status);
+    cp_->launch_done(outcome);
   }
 }
 
-std::optional<PeGrid::Failure> PeGrid::load_program(const isa::LaunchPacket& launch,
-                                                    std::shared_ptr<const pe::Program>& out) {
+isa::Status PeGrid::load_program(const isa::LaunchPacket& launch,
+                                 std::shared_ptr<const pe::Program>& out) {
   const DeviceMemory& mem = shared_.memory->device();
   const uint64_t addr = launch.image_addr;
   auto bad = [&](std::string why) {
-    return Failure{isa::ErrorCode::kBadKernelImage, addr, 0,
-                   fmt::format("kernel image at 0x{:x}: {}", addr, why)};
+    return isa::reject(isa::ErrorCode::kBadKernelImage,
+                       fmt::format("kernel image at 0x{:x}: {}", addr, why), addr, 0);
   };
   // The file's extent, from its headers: the program header table and every segment's bytes
   // (sections are not needed to run it).
   constexpr uint64_t kEhdr = 64, kPhdr = 56;
   const uint8_t* ehdr = mem.translate(addr, kEhdr);
   if (ehdr == nullptr) {
-    return Failure{isa::ErrorCode::kDeviceAddressFault, addr, kEhdr,
-                   fmt::format("kernel image header at 0x{:x} is not in device memory", addr)};
+    return isa::reject(isa::ErrorCode::kDeviceAddressFault,
+                       fmt::format("kernel image header at 0x{:x} is not in device memory", addr),
+                       addr, kEhdr);
   }
   if (std::memcmp(ehdr,
                   "\x7f"
@@ -223,9 +221,10 @@ std::optional<PeGrid::Failure> PeGrid::load_program(const isa::LaunchPacket& lau
   }
   const uint8_t* bytes = mem.translate(addr, size);
   if (bytes == nullptr) {
-    return Failure{
-        isa::ErrorCode::kDeviceAddressFault, addr, size,
-        fmt::format("kernel image 0x{:x} + {} bytes is not in device memory", addr, size)};
+    return isa::reject(
+        isa::ErrorCode::kDeviceAddressFault,
+        fmt::format("kernel image 0x{:x} + {} bytes is not in device memory", addr, size), addr,
+        size);
   }
   if (launch.entry_offset >= MTIA_PE_IMAGE_MAX_BYTES || launch.entry_offset % 4 != 0) {
     return bad(
@@ -241,7 +240,7 @@ std::optional<PeGrid::Failure> PeGrid::load_program(const isa::LaunchPacket& lau
                                   std::memcmp(it->second.bytes.data(), bytes, size) == 0) {
     ++stats_.program_cache_hits;
     out = it->second.program;
-    return std::nullopt;
+    return isa::Status{};
   }
   auto elf = pe::parse_elf(std::span<const uint8_t>(bytes, size));
   if (!elf.ok()) return bad(elf.error().reason);
@@ -253,26 +252,28 @@ std::optional<PeGrid::Failure> PeGrid::load_program(const isa::LaunchPacket& lau
   if (cache_.size() >= params_.max_cached_programs) cache_.clear();
   cache_[key] = CachedProgram{std::vector<uint8_t>(bytes, bytes + size), entry, program.value()};
   out = program.value();
-  return std::nullopt;
+  return isa::Status{};
 }
 
-std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) {
+isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
   const uint64_t t0 = sc_core::sc_time_stamp().value();
   std::shared_ptr<const pe::Program> program;
-  if (auto f = load_program(launch, program)) return f;
+  if (isa::Status loaded = load_program(launch, program); !loaded) return loaded;
 
   if (launch.args_bytes > MTIA_PE_ARGS_MAX_BYTES) {
-    return Failure{isa::ErrorCode::kBadDims, launch.args_bytes, MTIA_PE_ARGS_MAX_BYTES,
-                   fmt::format("argument block of {} bytes exceeds the {}-byte window",
-                               launch.args_bytes, MTIA_PE_ARGS_MAX_BYTES)};
+    return isa::reject(isa::ErrorCode::kBadDims,
+                       fmt::format("argument block of {} bytes exceeds the {}-byte window",
+                                   launch.args_bytes, MTIA_PE_ARGS_MAX_BYTES),
+                       launch.args_bytes, MTIA_PE_ARGS_MAX_BYTES);
   }
   std::vector<uint8_t> args(launch.args_bytes);
   if (!args.empty()) {
     const uint8_t* p = shared_.memory->device().translate(launch.args_addr, args.size());
     if (p == nullptr) {
-      return Failure{isa::ErrorCode::kDeviceAddressFault, launch.args_addr, args.size(),
-                     fmt::format("argument block 0x{:x} + {} bytes is not in device memory",
-                                 launch.args_addr, args.size())};
+      return isa::reject(isa::ErrorCode::kDeviceAddressFault,
+                         fmt::format("argument block 0x{:x} + {} bytes is not in device memory",
+                                     launch.args_addr, args.size()),
+                         launch.args_addr, args.size());
     }
     std::memcpy(args.data(), p, args.size());
   }
@@ -308,15 +309,17 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
       ctx.watchdog_cycles = watchdog;
       ctx.sram_base = isa::kSramBase;
       ctx.sram_bytes = shared_.config.sram_bytes;
-      if (auto why = slot->core().start(program, ctx)) {
-        return Failure{isa::ErrorCode::kBadKernelImage, launch.image_addr, index,
-                       fmt::format("PE {} cannot start the kernel: {}", index, why->reason)};
+      if (isa::Status started = slot->core().start(program, ctx); !started) {
+        return isa::reject(
+            isa::ErrorCode::kBadKernelImage,
+            fmt::format("PE {} cannot start the kernel: {}", index, started.error().reason),
+            launch.image_addr, index);
       }
       pes.push_back(slot.get());
     }
   }
 
-  auto finish = [&](std::optional<Failure> failure) {
+  auto finish = [&](isa::Status outcome) {
     // The local stores hold every load when the launch ends. All copies are queued before
     // any is waited for, so the simulator thread helps with any PE's work meanwhile.
     for (Pe* p : pes) p->copy_loads();
@@ -332,21 +335,21 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
                                 t0 + cycles_to_ps(pes[i]->core().cycles()));
     }
     sync_to(t0 + cycles_to_ps(end));
-    return failure;
+    return outcome;
   };
   auto kernel_failure = [&](uint32_t i) {
     pe::RiscvCore& core = pes[i]->core();
     const uint32_t r = i / cols, c = i % cols;
     if (core.state() == pe::RiscvCore::State::kExited) {
-      return Failure{isa::ErrorCode::kKernelFault, core.pc(), i,
-                     fmt::format("PE {} (row {}, col {}) exited with status {} at pc 0x{:x}", i, r,
-                                 c, core.exit_status(), core.pc()),
-                     core.exit_status()};
+      return isa::Failure{isa::ErrorCode::kKernelFault,
+                          fmt::format("PE {} (row {}, col {}) exited with status {} at pc 0x{:x}",
+                                      i, r, c, core.exit_status(), core.pc()),
+                          core.pc(), i, core.exit_status()};
     }
     const pe::Fault& f = core.fault();
     const bool watchdog_hit = f.kind == pe::FaultKind::kWatchdog;
-    return Failure{watchdog_hit ? isa::ErrorCode::kWatchdog : isa::ErrorCode::kKernelFault, f.pc, i,
-                   fmt::format("PE {} (row {}, col {}): {}", i, r, c, f.reason)};
+    return isa::reject(watchdog_hit ? isa::ErrorCode::kWatchdog : isa::ErrorCode::kKernelFault,
+                       fmt::format("PE {} (row {}, col {}): {}", i, r, c, f.reason), f.pc, i);
   };
 
   uint64_t horizon = params_.quantum_cycles;
@@ -402,7 +405,7 @@ std::optional<PeGrid::Failure> PeGrid::execute(const isa::LaunchPacket& launch) 
     sync_to(t0 + cycles_to_ps(horizon));
     horizon += params_.quantum_cycles;
   }
-  return finish(std::nullopt);
+  return finish(isa::Status{});
 }
 
 Json PeGrid::stats_json() const {

@@ -108,13 +108,6 @@ class PeGrid : public sc_core::sc_module {
   class Pe;  // one PE: core, units, tags (grid_pe.h)
 
  private:
-  struct Failure {
-    isa::ErrorCode error = isa::ErrorCode::kNone;
-    uint64_t arg0 = 0;
-    uint64_t arg1 = 0;
-    std::string message;
-    std::optional<int64_t> exit_status = std::nullopt;  // a PE that exited non-zero
-  };
   struct CachedProgram {
     std::vector<uint8_t> bytes;
     uint64_t entry = 0;
@@ -123,10 +116,10 @@ class PeGrid : public sc_core::sc_module {
 
   void run();
   // Runs the launch to completion; returns its failure, if any.
-  std::optional<Failure> execute(const isa::LaunchPacket& launch);
+  isa::Status execute(const isa::LaunchPacket& launch);
   // Reads, parses and decodes the image (cached), or explains why it cannot be run.
-  std::optional<Failure> load_program(const isa::LaunchPacket& launch,
-                                      std::shared_ptr<const sim::pe::Program>& out);
+  isa::Status load_program(const isa::LaunchPacket& launch,
+                           std::shared_ptr<const sim::pe::Program>& out);
   // Advances SystemC time to `ps` (no-op if already there).
   void sync_to(uint64_t ps);
   // Finishes every PE's deferred unit work (see pe::UnitWorkers).

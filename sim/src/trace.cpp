@@ -44,7 +44,7 @@ Tracer::Tracer(std::string process_name, const ChipConfig& config, TraceOptions 
             [](const std::string& message) { logger("sim.trace")->warn("{}", message); }) {}
 
 void Tracer::reservations(const DmaPlan& plan, bool pe_dma) {
-  if (!on() || plan.error != isa::ErrorCode::kNone) return;
+  if (!on() || !plan.status.ok()) return;
   // Payload through each resource: once per side that uses it (a copy within one memory
   // reads and writes it).
   std::array<uint64_t, kNumResources> sides{};
@@ -70,7 +70,7 @@ void Tracer::write_json(std::ostream& out, uint64_t now_ps) const {
       [&](const trace::Recording& rec) { trace::write_trace_json(rec, level(), now_ps, out); });
 }
 
-trace::TraceSummary Tracer::summary(uint64_t now_ps) const {
+isa::Result<trace::TraceSummary> Tracer::summary(uint64_t now_ps) const {
   return sink_.read(
       [&](const trace::Recording& rec) { return trace::summarize(rec, level(), now_ps); });
 }

@@ -75,7 +75,7 @@ class Tracer {
   std::string json(uint64_t now_ps = 0) const;
   void write_json(std::ostream& out, uint64_t now_ps) const;
   // The run summary of the recording, computed in memory (as from the trace written now).
-  trace::TraceSummary summary(uint64_t now_ps) const;
+  isa::Result<trace::TraceSummary> summary(uint64_t now_ps) const;
 
  private:
   trace::Sink sink_;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 
 #include "mtia/driver/backend.h"
@@ -15,8 +16,9 @@ namespace mtia::test {
 // Forwards every call to an in-process backend.
 class WrappingBackend : public mtia::driver::Backend {
  public:
-  explicit WrappingBackend(const mtia::driver::BackendOptions& options)
-      : inner_(mtia::driver::create_backend("inprocess", options)) {}
+  // Forwards to `inner`, an in-process backend.
+  explicit WrappingBackend(std::unique_ptr<mtia::driver::Backend> inner)
+      : inner_(std::move(inner)) {}
 
   void set_interrupt_handler(std::function<void(uint64_t)> handler) override {
     inner_->set_interrupt_handler(std::move(handler));
@@ -24,20 +26,26 @@ class WrappingBackend : public mtia::driver::Backend {
   void set_lost_handler(std::function<void(const std::string&)> handler) override {
     inner_->set_lost_handler(std::move(handler));
   }
-  uint64_t read_register(uint64_t offset) override { return inner_->read_register(offset); }
+  mtia::isa::Result<uint64_t> read_register(uint64_t offset) override {
+    return inner_->read_register(offset);
+  }
   void write_register(uint64_t offset, uint64_t value) override {
     inner_->write_register(offset, value);
   }
-  void read_memory(uint64_t addr, void* dst, uint64_t bytes) override {
-    inner_->read_memory(addr, dst, bytes);
+  mtia::isa::Status read_memory(uint64_t addr, void* dst, uint64_t bytes) override {
+    return inner_->read_memory(addr, dst, bytes);
   }
-  void write_memory(uint64_t addr, const void* src, uint64_t bytes) override {
-    inner_->write_memory(addr, src, bytes);
+  mtia::isa::Status write_memory(uint64_t addr, const void* src, uint64_t bytes) override {
+    return inner_->write_memory(addr, src, bytes);
   }
-  uint64_t map_host(void* ptr, uint64_t bytes) override { return inner_->map_host(ptr, bytes); }
-  void unmap_host(uint64_t bus_addr) override { inner_->unmap_host(bus_addr); }
+  mtia::isa::Result<uint64_t> map_host(void* ptr, uint64_t bytes) override {
+    return inner_->map_host(ptr, bytes);
+  }
+  mtia::isa::Status unmap_host(uint64_t bus_addr) override { return inner_->unmap_host(bus_addr); }
   uint64_t now_ps() override { return inner_->now_ps(); }
-  void write_artifacts(const std::string& dir) override { inner_->write_artifacts(dir); }
+  mtia::isa::Status write_artifacts(const std::string& dir) override {
+    return inner_->write_artifacts(dir);
+  }
   std::string config_json() override { return inner_->config_json(); }
 
  protected:
@@ -56,13 +64,21 @@ class LosingBackend final : public WrappingBackend {
   static void register_once() {
     static std::once_flag once;
     std::call_once(once, [] {
-      mtia::driver::register_backend("losing", [](const mtia::driver::BackendOptions& o) {
-        return std::make_unique<LosingBackend>(o);
-      });
+      const mtia::isa::Status added = mtia::driver::register_backend(
+          "losing",
+          [](const mtia::driver::BackendOptions& o)
+              -> mtia::isa::Result<std::unique_ptr<mtia::driver::Backend>> {
+            auto inner = mtia::driver::create_backend("inprocess", o);
+            if (!inner) return inner.error();
+            return std::unique_ptr<mtia::driver::Backend>(
+                std::make_unique<LosingBackend>(std::move(inner).value()));
+          });
+      if (!added) throw std::logic_error(added.error().reason);
     });
   }
 
-  explicit LosingBackend(const mtia::driver::BackendOptions& options) : WrappingBackend(options) {
+  explicit LosingBackend(std::unique_ptr<mtia::driver::Backend> inner)
+      : WrappingBackend(std::move(inner)) {
     last = this;
   }
   ~LosingBackend() override { last = nullptr; }

@@ -70,21 +70,26 @@ class FakePlatform : public Platform {
   bool device_range_valid(uint64_t addr, uint64_t bytes) const override {
     return device_backed(addr, bytes);
   }
-  bool read_device(uint64_t addr, void* dst, size_t bytes) override {
-    if (!device_backed(addr, bytes)) return false;
+  isa::Status read_device(uint64_t addr, void* dst, size_t bytes) override {
+    if (!device_backed(addr, bytes)) return device_fault(addr, bytes);
     std::memcpy(dst, device.data() + addr, bytes);
-    return true;
+    return {};
   }
-  bool write_device(uint64_t addr, const void* src, size_t bytes) override {
+  isa::Status write_device(uint64_t addr, const void* src, size_t bytes) override {
     device_writes.push_back(addr);
-    if (!device_backed(addr, bytes)) return false;
+    if (!device_backed(addr, bytes)) return device_fault(addr, bytes);
     std::memcpy(device.data() + addr, src, bytes);
-    return true;
+    return {};
   }
-  bool write_host(uint64_t addr, const void* src, size_t bytes) override {
-    if (!host_backed(addr, bytes)) return false;
+  isa::Status write_host(uint64_t addr, const void* src, size_t bytes) override {
+    if (!host_backed(addr, bytes)) {
+      return isa::reject(isa::ErrorCode::kHostAddressFault, "not host memory", addr, bytes);
+    }
     std::memcpy(host.data() + (addr - kHostBase), src, bytes);
-    return true;
+    return {};
+  }
+  static isa::Failure device_fault(uint64_t addr, uint64_t bytes) {
+    return isa::reject(isa::ErrorCode::kDeviceAddressFault, "not device memory", addr, bytes);
   }
   unsigned dma_engine_count() const override { return engines_; }
   void dma_start(unsigned engine, const DmaJob& job) override {
@@ -121,7 +126,7 @@ class FakePlatform : public Platform {
   // Carries out a job functionally, element by element, as a DMA engine would, and returns
   // the status to hand to CommandProcessor::on_dma_done. A region outside memory is a fault
   // with its address and byte span, and nothing is written.
-  DmaStatus perform(const DmaJob& job) {
+  isa::Status perform(const DmaJob& job) {
     const bool copy = job.kind == DmaJob::Kind::kCopy;
     const int ndims = copy ? job.copy.ndims : job.fill.ndims;
     const uint64_t* sizes = copy ? job.copy.sizes : job.fill.sizes;
@@ -133,8 +138,9 @@ class FakePlatform : public Platform {
       const bool host = r->space == static_cast<uint8_t>(isa::AddressSpace::kHost);
       if (!span.ok() || !(host ? host_backed(span.value().lo, span.value().size())
                                : device_backed(span.value().lo, span.value().size()))) {
-        return {host ? isa::ErrorCode::kHostAddressFault : isa::ErrorCode::kDeviceAddressFault,
-                r->addr, span.ok() ? span.value().size() : 0};
+        return isa::reject(
+            host ? isa::ErrorCode::kHostAddressFault : isa::ErrorCode::kDeviceAddressFault, {},
+            r->addr, span.ok() ? span.value().size() : 0);
       }
     }
     uint64_t index[isa::kMaxDims] = {};

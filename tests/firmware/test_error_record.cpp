@@ -124,11 +124,9 @@ TEST_CASE("a failed launch hands the PE model's message and exit status to the e
   SECTION("a fault") {
     h.submit(1, launch(4, 0xABC00));
     REQUIRE(h.cp.step());
-    h.cp.on_launch_done({isa::ErrorCode::kKernelFault,
-                         0x10040,
-                         5,
-                         "PE 5 (row 0, col 5): misaligned access at pc 0x10040",
-                         {}});
+    h.cp.on_launch_done(isa::reject(isa::ErrorCode::kKernelFault,
+                                    "PE 5 (row 0, col 5): misaligned access at pc 0x10040", 0x10040,
+                                    5));
     const isa::ErrorRecord e = record_at(h, error_addr(1));
     CHECK(e.seq == 4);
     CHECK(e.error == static_cast<uint16_t>(isa::ErrorCode::kKernelFault));
@@ -140,8 +138,9 @@ TEST_CASE("a failed launch hands the PE model's message and exit status to the e
   SECTION("a non-zero exit status") {
     h.submit(2, launch(9, 0xABC00));
     REQUIRE(h.cp.step());
-    h.cp.on_launch_done({isa::ErrorCode::kKernelFault, 0x10008, 0,
-                         "PE 0 (row 0, col 0) exited with status 2 at pc 0x10008", int64_t{2}});
+    h.cp.on_launch_done(isa::Failure{isa::ErrorCode::kKernelFault,
+                                     "PE 0 (row 0, col 0) exited with status 2 at pc 0x10008",
+                                     0x10008, 0, int64_t{2}});
     const isa::ErrorRecord e = record_at(h, error_addr(2));
     CHECK(e.seq == 9);
     CHECK(e.flags == isa::kErrorExitStatus);
@@ -150,7 +149,7 @@ TEST_CASE("a failed launch hands the PE model's message and exit status to the e
   SECTION("a message longer than the record is cut and flagged") {
     h.submit(1, launch(5, 0xABC00));
     REQUIRE(h.cp.step());
-    h.cp.on_launch_done({isa::ErrorCode::kWatchdog, 0x10030, 0, std::string(2000, 'w'), {}});
+    h.cp.on_launch_done(isa::reject(isa::ErrorCode::kWatchdog, std::string(2000, 'w'), 0x10030, 0));
     const isa::ErrorRecord e = record_at(h, error_addr(1));
     CHECK(e.flags == isa::kErrorTextTruncated);
     CHECK(isa::error_record_text(e).size() == isa::kErrorTextBytes - 1);

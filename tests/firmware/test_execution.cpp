@@ -370,7 +370,7 @@ TEST_CASE("an error stops only its own queue", "[firmware][exec][errors]") {
     h.submit(0, launch(3, 0xABC00));
     REQUIRE(h.cp.step());
     REQUIRE(h.platform.launches.size() == 1);
-    h.cp.on_launch_done({isa::ErrorCode::kKernelFault, 0x10040, 5, "PE 5: a fault", {}});
+    h.cp.on_launch_done(isa::reject(isa::ErrorCode::kKernelFault, "PE 5: a fault", 0x10040, 5));
     want = isa::ErrorCode::kKernelFault;
     want_seq = 3;
     want_opcode = op(isa::Opcode::kLaunch);
@@ -396,7 +396,7 @@ TEST_CASE("an error stops only its own queue", "[firmware][exec][errors]") {
     CHECK(r.error_arg1 == 8);
     h.submit(0, launch(3, 0xABC00));  // the shared checks below use the main harness
     REQUIRE(h.cp.step());
-    h.cp.on_launch_done({isa::ErrorCode::kWatchdog, 0x10100, 0, "PE 0: watchdog", {}});
+    h.cp.on_launch_done(isa::reject(isa::ErrorCode::kWatchdog, "PE 0: watchdog", 0x10100, 0));
     want = isa::ErrorCode::kWatchdog;
     want_seq = 3;
     want_opcode = op(isa::Opcode::kLaunch);
@@ -417,7 +417,7 @@ TEST_CASE("an error stops only its own queue", "[firmware][exec][errors]") {
     h.submit(0, copy(2, {4}, 4, region(kDataArea, {4}), region(kDataArea + 64, {4})));
     REQUIRE(h.cp.step());
     h.cp.on_dma_done(h.platform.started.at(0).engine,
-                     {isa::ErrorCode::kHostAddressFault, 0xBAD000, 4096});
+                     isa::reject(isa::ErrorCode::kHostAddressFault, {}, 0xBAD000, 4096));
     want = isa::ErrorCode::kHostAddressFault;
     want_seq = 2;
     want_opcode = op(isa::Opcode::kDmaCopy);
@@ -699,7 +699,8 @@ TEST_CASE("a launch of a queue reset mid-launch is dropped and the grid freed",
   h.submit(1, launch(2, 0x2000));
   h.run();
   CHECK(h.platform.launches.size() == 1);  // the grid is still running the old launch
-  h.cp.on_launch_done({isa::ErrorCode::kKernelFault, 1, 2, "", {}});  // belongs to nobody now
+  h.cp.on_launch_done(
+      isa::reject(isa::ErrorCode::kKernelFault, "", 1, 2));  // belongs to nobody now
   CHECK(h.cp.stats().packets_failed == 0);
   h.run();
   REQUIRE(h.platform.launches.size() == 2);

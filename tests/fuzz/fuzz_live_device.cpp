@@ -48,11 +48,15 @@ struct Rig {
   uint64_t tail[2] = {};
 
   Rig() {
-    sim::ChipConfig config = sim::load_preset("mtia-v2");
+    auto preset = sim::load_preset("mtia-v2");
+    FUZZ_CHECK(preset.ok());
+    sim::ChipConfig config = preset.value();
     // Small memories keep every valid packet short: nothing can copy gigabytes.
-    sim::apply_override(config, "dram_bytes=67108864");
-    sim::apply_override(config, "timing=false");
-    dev = std::make_unique<sim::Device>(config, host, [](uint64_t) {});
+    FUZZ_CHECK(sim::apply_override(config, "dram_bytes=67108864").ok());
+    FUZZ_CHECK(sim::apply_override(config, "timing=false").ok());
+    auto opened = sim::Device::open(config, host, [](uint64_t) {});
+    FUZZ_CHECK(opened.ok());
+    dev = std::move(opened).value();
     for (uint32_t q = 0; q < 2; ++q) setup(q);
   }
 
@@ -73,7 +77,8 @@ struct Rig {
   }
   void push(uint32_t q, const uint8_t (&slot)[isa::kPacketSlotBytes]) {
     FUZZ_CHECK(dev->write_memory(ring(q) + (tail[q] % kSlots) * isa::kPacketSlotBytes, slot,
-                                 isa::kPacketSlotBytes));
+                                 isa::kPacketSlotBytes)
+                   .ok());
     dev->write_register(reg::queue_reg(q, reg::kQueueTail), ++tail[q]);
   }
   // Waits (bounded) until queue q has completed everything pushed or halted on an error.

@@ -1,8 +1,8 @@
 // Chip presets: a preset file's text, then override assignments ("key=value", one a line),
-// as `--set` and MTIA_EMU_SET pass them. Bad input must end in an exception naming what is
-// wrong; a configuration that validates must print as JSON (the trace and config.json do).
+// as `--set` and MTIA_EMU_SET pass them. Bad input must end in a kInvalidArgument failure
+// naming what is wrong; a configuration that validates must print as JSON (the trace and
+// config.json do).
 #include <cstdint>
-#include <exception>
 #include <sstream>
 #include <string>
 
@@ -19,27 +19,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string overrides = nul == std::string::npos ? "" : input.substr(nul + 1);
 
   sim::ChipConfig config;
-  try {
-    config = sim::parse_preset(text, "fuzz.json");
-  } catch (const std::runtime_error& e) {
-    FUZZ_CHECK(std::string(e.what()).find("fuzz.json") != std::string::npos);
+  if (auto parsed = sim::parse_preset(text, "fuzz.json"); parsed) {
+    config = parsed.value();
+  } else {
+    FUZZ_CHECK(parsed.error().code == mtia::isa::ErrorCode::kInvalidArgument);
+    FUZZ_CHECK(parsed.error().reason.find("fuzz.json") != std::string::npos);
     // A preset that does not parse: overrides go onto a real one (read once).
-    static const sim::ChipConfig shipped = sim::load_preset("mtia-v2");
+    static const sim::ChipConfig shipped = sim::load_preset("mtia-v2").value();
     config = shipped;
   }
   std::istringstream lines(overrides);
   for (std::string line; std::getline(lines, line);) {
-    try {
-      sim::apply_override(config, line);
-    } catch (const std::invalid_argument& e) {
-      FUZZ_CHECK(e.what()[0] != '\0');
+    if (const mtia::isa::Status applied = sim::apply_override(config, line); !applied) {
+      FUZZ_CHECK(applied.error().code == mtia::isa::ErrorCode::kInvalidArgument);
+      FUZZ_CHECK(!applied.error().reason.empty());
     }
   }
-  try {
-    sim::validate(config);
-  } catch (const std::invalid_argument&) {
-    return 0;
-  }
+  if (!sim::validate(config)) return 0;
   FUZZ_CHECK(!sim::to_json(config).empty());
   return 0;
 }

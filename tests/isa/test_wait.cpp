@@ -61,23 +61,24 @@ TEST_CASE("wait policies have names that parse back", "[wait]") {
 TEST_CASE("MTIA_EMU_WAIT picks the policy and a bad value names the choices", "[wait]") {
   {
     ScopedEnv env("MTIA_EMU_WAIT", nullptr);
-    CHECK(wait_policy_from_environment() == WaitPolicy::kAuto);
-    CHECK(wait_policy_from_environment(WaitPolicy::kBlock) == WaitPolicy::kBlock);
+    CHECK(wait_policy_from_environment().value() == WaitPolicy::kAuto);
+    CHECK(wait_policy_from_environment(WaitPolicy::kBlock).value() == WaitPolicy::kBlock);
   }
   {
     ScopedEnv env("MTIA_EMU_WAIT", "");
-    CHECK(wait_policy_from_environment() == WaitPolicy::kAuto);
+    CHECK(wait_policy_from_environment().value() == WaitPolicy::kAuto);
   }
   for (WaitPolicy p : kAll) {
     ScopedEnv env("MTIA_EMU_WAIT", wait_policy_name(p));
-    CHECK(wait_policy_from_environment() == p);
+    CHECK(wait_policy_from_environment().value() == p);
   }
   ScopedEnv env("MTIA_EMU_WAIT", "fast");
-  try {
-    wait_policy_from_environment();
+  const Result<WaitPolicy> bad = wait_policy_from_environment();
+  if (bad.ok()) {
     FAIL("a bad MTIA_EMU_WAIT was accepted");
-  } catch (const std::invalid_argument& e) {
-    const std::string what = e.what();
+  } else {
+    CHECK(bad.error().code == ErrorCode::kInvalidArgument);
+    const std::string what = bad.error().reason;
     CHECK(what.find("MTIA_EMU_WAIT=fast") != std::string::npos);
     CHECK(what.find("auto") != std::string::npos);
     CHECK(what.find("spin") != std::string::npos);

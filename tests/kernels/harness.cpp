@@ -306,8 +306,8 @@ LaunchResult Device::run(std::shared_ptr<const Program> program,
     launch.pe_col = p % config.grid_cols;
     launch.args = arg_block;
     launch.watchdog_cycles = config.watchdog_cycles;
-    if (auto bad = pe.core->start(program, launch)) {
-      result.error = "launch rejected: " + bad->reason;
+    if (auto bad = pe.core->start(program, launch); !bad) {
+      result.error = "launch rejected: " + bad.error().reason;
       return result;
     }
   }

@@ -257,7 +257,7 @@ struct Machine {
     for (auto& s : extra) image.segments.push_back(std::move(s));
     core = std::make_unique<mtia::sim::pe::RiscvCore>(config, ls, port);
     auto rejected = core->start(program_of(image), launch);
-    if (rejected) throw std::runtime_error("start rejected: " + rejected->reason);
+    if (!rejected) throw std::runtime_error("start rejected: " + rejected.error().reason);
     return *core;
   }
 

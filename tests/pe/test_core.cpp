@@ -93,7 +93,7 @@ TEST_CASE("fetch outside the code faults", "[pe][fault]") {
     image.segments.push_back(code_segment({jal(0, 0x100)}));
     image.segments.push_back(code_segment({kEcall}, kCode + 0x200));
     m.core = std::make_unique<RiscvCore>(m.config, m.ls, m.port);
-    REQUIRE_FALSE(m.core->start(program_of(image), m.launch));
+    REQUIRE(m.core->start(program_of(image), m.launch));
     REQUIRE(m.core->run(10).reason == StopReason::kFault);
     CHECK(m.core->fault().kind == FaultKind::kFetchFault);
     CHECK(m.core->fault().pc == kCode + 0x100);
@@ -323,21 +323,21 @@ TEST_CASE("start rejects bad launches and does not touch the core", "[pe][start]
   mtia::sim::pe::LaunchContext bad;
   bad.pe_row = 1;  // grid is 1 x 1
   auto r = core.start(program, bad);
-  REQUIRE(r);
-  CHECK_THAT(r->reason, Contains("not inside"));
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().reason, Contains("not inside"));
   CHECK(core.state() == RiscvCore::State::kIdle);
   CHECK_THROWS_AS(core.run(1), std::logic_error);
 
   mtia::sim::pe::LaunchContext big;
   big.args.assign(MTIA_PE_ARGS_MAX_BYTES + 1, 0);
   r = core.start(program, big);
-  REQUIRE(r);
-  CHECK_THAT(r->reason, Contains("argument"));
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().reason, Contains("argument"));
 
   mtia::sim::pe::LaunchContext zero_grid;
   zero_grid.grid_cols = 0;
-  CHECK(core.start(program, zero_grid));
-  CHECK(core.start(nullptr, {}));
+  CHECK_FALSE(core.start(program, zero_grid));
+  CHECK_FALSE(core.start(nullptr, {}));
 }
 
 TEST_CASE("start rejects a program whose local-store data does not fit", "[pe][start]") {
@@ -350,8 +350,8 @@ TEST_CASE("start rejects a program whose local-store data does not fit", "[pe][s
   CHECK(program->local_store_bytes_used() == Machine::kLsBytes + 8);
   RiscvCore core(m.config, m.ls, m.port);
   auto r = core.start(program, {});
-  REQUIRE(r);
-  CHECK_THAT(r->reason, Contains("local-store"));
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().reason, Contains("local-store"));
 }
 
 TEST_CASE("local-store segments are initialised at every start", "[pe][start]") {
@@ -365,7 +365,7 @@ TEST_CASE("local-store segments are initialised at every start", "[pe][start]") 
   RiscvCore core(m.config, m.ls, m.port);
   for (int launch = 0; launch < 2; ++launch) {
     std::fill(m.ls.begin(), m.ls.end(), 0xee);
-    REQUIRE_FALSE(core.start(program, {}));
+    REQUIRE(core.start(program, {}));
     CHECK(m.ls[16] == 7);
     CHECK(m.ls[18] == 0);     // zero fill of the segment
     CHECK(m.ls[24] == 0xee);  // the rest of the local store is left alone
@@ -390,13 +390,13 @@ TEST_CASE("writable image data is fresh at every start", "[pe][start]") {
   RiscvCore core(m.config, m.ls, m.port);
   RiscvCore other(m.config, m.ls, m.port);
   for (int launch = 0; launch < 2; ++launch) {
-    REQUIRE_FALSE(core.start(program, {}));
+    REQUIRE(core.start(program, {}));
     REQUIRE(core.run(10).reason == StopReason::kExit);
     CHECK(core.exit_status() == 6);
   }
   // Two cores sharing one program do not share its writable data.
-  REQUIRE_FALSE(core.start(program, {}));
-  REQUIRE_FALSE(other.start(program, {}));
+  REQUIRE(core.start(program, {}));
+  REQUIRE(other.start(program, {}));
   REQUIRE(core.run(10).reason == StopReason::kExit);
   REQUIRE(other.run(10).reason == StopReason::kExit);
   CHECK(other.exit_status() == 6);

@@ -26,9 +26,9 @@ void expect_rejected(const D& base, const char* name, std::function<void(D&)> mu
   mutate(d);
   INFO(name);
   auto r = validate(d, kLs);
-  REQUIRE(r.has_value());
-  CHECK(r->code == code);
-  CHECK_FALSE(r->reason.empty());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == code);
+  CHECK_FALSE(r.error().reason.empty());
 }
 
 mtia_pe_dma_desc dma_2d() {
@@ -121,7 +121,7 @@ TEST_CASE("dtype sizes and names", "[pe][desc]") {
 
 TEST_CASE("DMA descriptors", "[pe][desc]") {
   const auto base = dma_2d();
-  CHECK_FALSE(validate(base, kLs));
+  CHECK(validate(base, kLs).ok());
   using D = mtia_pe_dma_desc;
   expect_rejected<D>(
       base, "zeroed", [](D& d) { d = D{}; }, ErrorCode::kBadVersion);
@@ -172,19 +172,19 @@ TEST_CASE("DMA descriptors", "[pe][desc]") {
 
   auto fits = base;
   fits.dst = L + kLs - 60;  // exactly the last 60 bytes
-  CHECK_FALSE(validate(fits, kLs));
+  CHECK(validate(fits, kLs).ok());
   auto broadcast = base;
   broadcast.src_strides[0] = 0;  // a repeated source row is fine
-  CHECK_FALSE(validate(broadcast, kLs));
+  CHECK(validate(broadcast, kLs).ok());
   auto device_only = base;
   device_only.dst_space = MTIA_PE_SPACE_DEVICE;
   device_only.dst = 0x100'0000'0000ull;  // SRAM: not checked against the local store
-  CHECK_FALSE(validate(device_only, kLs));
+  CHECK(validate(device_only, kLs).ok());
 }
 
 TEST_CASE("matmul descriptors", "[pe][desc]") {
   const auto base = matmul();
-  CHECK_FALSE(validate(base, kLs));
+  CHECK(validate(base, kLs).ok());
   using D = mtia_pe_matmul_desc;
   for (auto [in, out] :
        {std::pair{MTIA_PE_DT_INT8, MTIA_PE_DT_INT32}, std::pair{MTIA_PE_DT_FP16, MTIA_PE_DT_FP32},
@@ -192,7 +192,7 @@ TEST_CASE("matmul descriptors", "[pe][desc]") {
     D d = base;
     d.in_dtype = static_cast<uint8_t>(in);
     d.out_dtype = static_cast<uint8_t>(out);
-    CHECK_FALSE(validate(d, kLs));
+    CHECK(validate(d, kLs).ok());
   }
   expect_rejected<D>(
       base, "bf16 -> bf16", [](D& d) { d.out_dtype = MTIA_PE_DT_BF16; },
@@ -226,12 +226,12 @@ TEST_CASE("matmul descriptors", "[pe][desc]") {
   auto trans_b = base;  // B stored n x k = 8 x 32, ldb >= k
   trans_b.hdr.flags |= MTIA_PE_MM_TRANS_B;
   trans_b.ldb = 32;
-  CHECK_FALSE(validate(trans_b, kLs));
+  CHECK(validate(trans_b, kLs).ok());
 }
 
 TEST_CASE("SE descriptors", "[pe][desc]") {
   const auto base = se_add();
-  CHECK_FALSE(validate(base, kLs));
+  CHECK(validate(base, kLs).ok());
   using D = mtia_pe_se_desc;
   expect_rejected<D>(
       base, "op 0", [](D& d) { d.op = 0; }, ErrorCode::kBadOpcode);
@@ -293,45 +293,45 @@ TEST_CASE("SE descriptors", "[pe][desc]") {
 
   auto in_place = base;
   in_place.dst = in_place.src[0];
-  CHECK_FALSE(validate(in_place, kLs));
+  CHECK(validate(in_place, kLs).ok());
   auto imm = base;
   imm.mode[1] = MTIA_PE_OPND_IMMEDIATE;
   imm.src[1] = 0;
   imm.imm[1] = 0x3c00;  // 1.0 in fp16
-  CHECK_FALSE(validate(imm, kLs));
+  CHECK(validate(imm, kLs).ok());
   auto cmp = base;
   cmp.op = MTIA_PE_SE_GE;
   cmp.out_dtype = MTIA_PE_DT_BOOL;
-  CHECK_FALSE(validate(cmp, kLs));
+  CHECK(validate(cmp, kLs).ok());
   auto cast = base;  // fp16 -> int64 cast, unary
   cast.op = MTIA_PE_SE_CAST;
   cast.out_dtype = MTIA_PE_DT_INT64;
   cast.src[1] = 0;
-  CHECK_FALSE(validate(cast, kLs));
+  CHECK(validate(cast, kLs).ok());
   auto select = base;  // out = cond ? b : scalar
   select.op = MTIA_PE_SE_SELECT;
   select.src[0] = L + 0x800;  // bool condition: 1 byte per lane
   select.mode[2] = MTIA_PE_OPND_IMMEDIATE;
   select.imm[2] = 0xbc00;  // -1.0 in fp16
-  CHECK_FALSE(validate(select, kLs));
+  CHECK(validate(select, kLs).ok());
   auto bad_cond = select;
   bad_cond.src[0] = L + 0x800 + 1;  // bool is 1-byte aligned: still fine
-  CHECK_FALSE(validate(bad_cond, kLs));
+  CHECK(validate(bad_cond, kLs).ok());
   auto clamp = base;
   clamp.op = MTIA_PE_SE_CLAMP;
   clamp.mode[1] = clamp.mode[2] = MTIA_PE_OPND_BROADCAST;
   clamp.src[2] = L + 0x202;
-  CHECK_FALSE(validate(clamp, kLs));
+  CHECK(validate(clamp, kLs).ok());
 }
 
 TEST_CASE("RE descriptors", "[pe][desc]") {
   const auto base = re_sum();
-  CHECK_FALSE(validate(base, kLs));
+  CHECK(validate(base, kLs).ok());
   using D = mtia_pe_re_desc;
   auto ok = [&](std::function<void(D&)> f) {
     D d = base;
     f(d);
-    return !validate(d, kLs).has_value();
+    return validate(d, kLs).ok();
   };
   CHECK(ok([](D& d) { d.in_dtype = MTIA_PE_DT_BF16; }));  // bf16 summed into fp32
   CHECK(ok([](D& d) { d.in_dtype = d.out_dtype = MTIA_PE_DT_BF16; }));
@@ -401,7 +401,7 @@ TEST_CASE("RE descriptors", "[pe][desc]") {
 
 TEST_CASE("MLU descriptors", "[pe][desc]") {
   const auto base = mlu_transpose();
-  CHECK_FALSE(validate(base, kLs));
+  CHECK(validate(base, kLs).ok());
   using D = mtia_pe_mlu_desc;
   expect_rejected<D>(
       base, "op 3", [](D& d) { d.op = 3; }, ErrorCode::kBadOpcode);
@@ -420,9 +420,9 @@ TEST_CASE("MLU descriptors", "[pe][desc]") {
   // The transposed tile is 7 rows of ld_dst 4: (6 * 4 + 3) * 2 = 54 bytes.
   auto last = base;
   last.dst = L + kLs - 54;
-  CHECK_FALSE(validate(last, kLs));
+  CHECK(validate(last, kLs).ok());
   last.dst += 2;
-  CHECK(validate(last, kLs));
+  CHECK_FALSE(validate(last, kLs).ok());
 }
 
 TEST_CASE("read_descriptor reads through the core", "[pe][desc]") {

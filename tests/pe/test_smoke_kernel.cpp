@@ -164,7 +164,7 @@ TEST_CASE("the smoke kernel runs on three PEs and issues the expected units", "[
     launch.pe_col = p;
     launch.args = smoke_args(kIn, kOut, kN);
     launch.watchdog_cycles = 10'000'000;
-    REQUIRE_FALSE(pes[p].core->start(program, launch));
+    REQUIRE(pes[p].core->start(program, launch));
   }
 
   // Round-robin scheduler: waits complete at once (10 cycles later); the barrier releases
@@ -269,7 +269,7 @@ TEST_CASE("the smoke kernel reports a short argument block with its exit status"
   RiscvCore core({}, ls, units);
   mtia::sim::pe::LaunchContext launch;
   launch.args.assign(8, 0);
-  REQUIRE_FALSE(core.start(program, launch));
+  REQUIRE(core.start(program, launch));
   REQUIRE(core.run(10'000).reason == StopReason::kExit);
   CHECK(core.exit_status() == 1);
   CHECK(units.log.empty());

@@ -12,6 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "mtia/sim/chip_config.h"
+#include "must.h"
+
+using mtia::test::must;
 
 using mtia::sim::apply_override;
 using mtia::sim::ChipConfig;
@@ -34,18 +37,15 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
   out << text;
 }
 
-// Expects `fn` to throw E whose message contains every one of `parts`.
-template <typename E, typename Fn>
-void require_throws_with(Fn&& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    FAIL("expected an exception");
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const auto& part : parts) {
-      INFO("message: " << what);
-      CHECK(what.find(part) != std::string::npos);
-    }
+// Expects `fn` to fail as the caller's bad argument, with a reason that contains every one of
+// `parts`.
+template <typename Fn>
+void require_fails_with(Fn&& fn, std::initializer_list<std::string> parts) {
+  const mtia::isa::Failure f = mtia::test::failure(fn());
+  CHECK(f.code == mtia::isa::ErrorCode::kInvalidArgument);
+  for (const auto& part : parts) {
+    INFO("message: " << f.reason);
+    CHECK(f.reason.find(part) != std::string::npos);
   }
 }
 
@@ -58,7 +58,7 @@ nlohmann::json preset_doc(const std::string& name) {
 }  // namespace
 
 TEST_CASE("mtia-v1 preset carries the published v1 numbers", "[config]") {
-  const ChipConfig c = load_preset("mtia-v1");
+  const ChipConfig c = must(load_preset("mtia-v1"));
   CHECK(c.name == "mtia-v1");
   CHECK(c.generation == 1);
   CHECK(c.pe_rows == 8);
@@ -77,7 +77,7 @@ TEST_CASE("mtia-v1 preset carries the published v1 numbers", "[config]") {
 }
 
 TEST_CASE("mtia-v2 preset carries the published v2 numbers", "[config]") {
-  const ChipConfig c = load_preset("mtia-v2");
+  const ChipConfig c = must(load_preset("mtia-v2"));
   CHECK(c.name == "mtia-v2");
   CHECK(c.generation == 2);
   CHECK(c.pe_rows * c.pe_cols == 64);
@@ -166,7 +166,7 @@ TEST_CASE("presets are found by name, by path and through MTIA_EMU_PRESET_DIR", 
   CHECK(mtia::sim::preset_directory() == MTIA_PRESET_DIR);
 
   const auto path = std::filesystem::path(MTIA_PRESET_DIR) / "mtia-v2.json";
-  CHECK(load_preset(path.string()).name == "mtia-v2");
+  CHECK(must(load_preset(path.string())).name == "mtia-v2");
 
   const auto dir = temp_dir("presetdir");
   std::filesystem::copy_file(path, dir / "custom.json",
@@ -174,14 +174,14 @@ TEST_CASE("presets are found by name, by path and through MTIA_EMU_PRESET_DIR", 
   setenv("MTIA_EMU_PRESET_DIR", dir.c_str(), 1);
   CHECK(mtia::sim::preset_directory() == dir.string());
   CHECK(mtia::sim::preset_names() == std::vector<std::string>{"custom"});
-  CHECK(load_preset("custom").dram_bytes == 128ull << 30);
+  CHECK(must(load_preset("custom")).dram_bytes == 128ull << 30);
   unsetenv("MTIA_EMU_PRESET_DIR");
   std::filesystem::remove_all(dir);
 
-  require_throws_with<std::runtime_error>([] { load_preset("mtia-v9"); },
-                                          {"unknown preset 'mtia-v9'", "mtia-v1", "mtia-v2"});
-  require_throws_with<std::runtime_error>([] { load_preset("/nonexistent/x.json"); },
-                                          {"cannot open", "/nonexistent/x.json"});
+  require_fails_with([] { return load_preset("mtia-v9"); },
+                     {"unknown preset 'mtia-v9'", "mtia-v1", "mtia-v2"});
+  require_fails_with([] { return load_preset("/nonexistent/x.json"); },
+                     {"cannot open", "/nonexistent/x.json"});
 }
 
 TEST_CASE("preset files with mistakes are rejected with the file and field named", "[config]") {
@@ -195,90 +195,86 @@ TEST_CASE("preset files with mistakes are rejected with the file and field named
   {
     const auto p = dir / "syntax.json";
     write_text(p, "{ not json");
-    require_throws_with<std::runtime_error>([&] { load_preset(p.string()); },
-                                            {"syntax.json", "not valid JSON"});
+    require_fails_with([&] { return load_preset(p.string()); }, {"syntax.json", "not valid JSON"});
   }
   {
     auto d = doc;
     d["warp_drive"] = {{"value", 1}};
     const auto p = write_variant("unknown.json", d);
-    require_throws_with<std::runtime_error>([&] { load_preset(p); },
-                                            {"unknown.json", "'warp_drive'", "dram_bytes"});
+    require_fails_with([&] { return load_preset(p); },
+                       {"unknown.json", "'warp_drive'", "dram_bytes"});
   }
   {
     auto d = doc;
     d["dram_bandwidth_GBps"]["unit"] = "MB/s";
     const auto p = write_variant("unit.json", d);
-    require_throws_with<std::runtime_error>([&] { load_preset(p); },
-                                            {"dram_bandwidth_GBps", "MB/s", "GB/s"});
+    require_fails_with([&] { return load_preset(p); }, {"dram_bandwidth_GBps", "MB/s", "GB/s"});
   }
   {
     auto d = doc;
     d.erase("dma_engines");
     const auto p = write_variant("missing.json", d);
-    require_throws_with<std::runtime_error>([&] { load_preset(p); }, {"lacks field 'dma_engines'"});
+    require_fails_with([&] { return load_preset(p); }, {"lacks field 'dma_engines'"});
   }
   {
     auto d = doc;
     d["pe_rows"]["value"] = "eight";
     const auto p = write_variant("type.json", d);
-    require_throws_with<std::runtime_error>([&] { load_preset(p); },
-                                            {"'pe_rows'", "unsigned integer"});
+    require_fails_with([&] { return load_preset(p); }, {"'pe_rows'", "unsigned integer"});
   }
   {
     auto d = doc;
     d["pe_rows"]["value"] = 9;
     const auto p = write_variant("invalid.json", d);
-    require_throws_with<std::runtime_error>([&] { load_preset(p); }, {"invalid.json", "pe_rows"});
+    require_fails_with([&] { return load_preset(p); }, {"invalid.json", "pe_rows"});
   }
   std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("overrides set fields of every type", "[config]") {
-  ChipConfig c = load_preset("mtia-v2");
-  apply_override(c, "dram_bandwidth_GBps=100.5");
-  apply_override(c, "dma_engines = 2");
-  apply_override(c, "dram_bytes=0x40000000");
-  apply_override(c, "timing=false");
-  apply_override(c, "name=my-chip");
+  ChipConfig c = must(load_preset("mtia-v2"));
+  must(apply_override(c, "dram_bandwidth_GBps=100.5"));
+  must(apply_override(c, "dma_engines = 2"));
+  must(apply_override(c, "dram_bytes=0x40000000"));
+  must(apply_override(c, "timing=false"));
+  must(apply_override(c, "name=my-chip"));
   CHECK(c.dram_bandwidth_GBps == 100.5);
   CHECK(c.dma_engines == 2);
   CHECK(c.dram_bytes == 1ull << 30);
   CHECK_FALSE(c.timing);
   CHECK(c.name == "my-chip");
-  validate(c);
+  must(validate(c));
 }
 
 TEST_CASE("bad overrides are rejected with the key, the value and the valid keys", "[config]") {
-  ChipConfig c = load_preset("mtia-v2");
-  require_throws_with<std::invalid_argument>([&] { apply_override(c, "dram_bytes"); },
-                                             {"key=value", "dram_bytes", "pcie_latency_ns"});
-  require_throws_with<std::invalid_argument>(
-      [&] { apply_override(c, "dram_size=5"); },
+  ChipConfig c = must(load_preset("mtia-v2"));
+  require_fails_with([&] { return apply_override(c, "dram_bytes"); },
+                     {"key=value", "dram_bytes", "pcie_latency_ns"});
+  require_fails_with(
+      [&] { return apply_override(c, "dram_size=5"); },
       {"unknown config key 'dram_size'", "valid keys", "dram_bytes", "cp_packet_ns"});
-  require_throws_with<std::invalid_argument>([&] { apply_override(c, "dram_bytes=lots"); },
-                                             {"'dram_bytes'", "unsigned integer", "'lots'"});
-  require_throws_with<std::invalid_argument>([&] { apply_override(c, "dma_engines=-1"); },
-                                             {"'dma_engines'", "'-1'"});
-  require_throws_with<std::invalid_argument>([&] { apply_override(c, "pe_rows=4294967296"); },
-                                             {"'pe_rows'", "4294967295"});
-  require_throws_with<std::invalid_argument>([&] { apply_override(c, "dram_bandwidth_GBps=fast"); },
-                                             {"'dram_bandwidth_GBps'", "number", "GB/s", "'fast'"});
-  require_throws_with<std::invalid_argument>([&] { apply_override(c, "timing=maybe"); },
-                                             {"'timing'", "true or false", "'maybe'"});
-  require_throws_with<std::invalid_argument>([&] { apply_override(c, "name="); }, {"'name'"});
+  require_fails_with([&] { return apply_override(c, "dram_bytes=lots"); },
+                     {"'dram_bytes'", "unsigned integer", "'lots'"});
+  require_fails_with([&] { return apply_override(c, "dma_engines=-1"); },
+                     {"'dma_engines'", "'-1'"});
+  require_fails_with([&] { return apply_override(c, "pe_rows=4294967296"); },
+                     {"'pe_rows'", "4294967295"});
+  require_fails_with([&] { return apply_override(c, "dram_bandwidth_GBps=fast"); },
+                     {"'dram_bandwidth_GBps'", "number", "GB/s", "'fast'"});
+  require_fails_with([&] { return apply_override(c, "timing=maybe"); },
+                     {"'timing'", "true or false", "'maybe'"});
+  require_fails_with([&] { return apply_override(c, "name="); }, {"'name'"});
   // Strings go into JSON, traces and logs: UTF-8 of a bounded length, no control characters.
-  require_throws_with<std::invalid_argument>([&] { apply_override(c, "name=chip\xff\xfe"); },
-                                             {"'name'", "not UTF-8", "byte 4"});
-  require_throws_with<std::invalid_argument>([&] { apply_override(c, "name=\xc0\xaf"); },
-                                             {"'name'", "not UTF-8"});  // overlong '/'
-  require_throws_with<std::invalid_argument>([&] { apply_override(c, "name=ab\xe2\x82"); },
-                                             {"'name'", "truncated"});
-  require_throws_with<std::invalid_argument>([&] { apply_override(c, "name=a\x01b"); },
-                                             {"'name'", "control character"});
-  require_throws_with<std::invalid_argument>(
-      [&] { apply_override(c, "name=" + std::string(129, 'x')); }, {"'name'", "129 bytes"});
-  apply_override(c, "name=\xe2\x82\xac-chip");  // well-formed UTF-8 passes
+  require_fails_with([&] { return apply_override(c, "name=chip\xff\xfe"); },
+                     {"'name'", "not UTF-8", "byte 4"});
+  require_fails_with([&] { return apply_override(c, "name=\xc0\xaf"); },
+                     {"'name'", "not UTF-8"});  // overlong '/'
+  require_fails_with([&] { return apply_override(c, "name=ab\xe2\x82"); }, {"'name'", "truncated"});
+  require_fails_with([&] { return apply_override(c, "name=a\x01b"); },
+                     {"'name'", "control character"});
+  require_fails_with([&] { return apply_override(c, "name=" + std::string(129, 'x')); },
+                     {"'name'", "129 bytes"});
+  must(apply_override(c, "name=\xe2\x82\xac-chip"));  // well-formed UTF-8 passes
   CHECK(c.name == "\xe2\x82\xac-chip");
   c.name = "mtia-v2";
   // Nothing changed by the failed attempts.
@@ -286,7 +282,7 @@ TEST_CASE("bad overrides are rejected with the key, the value and the valid keys
 }
 
 TEST_CASE("validate rejects inconsistent configurations, naming the field", "[config]") {
-  const ChipConfig good = load_preset("mtia-v2");
+  const ChipConfig good = must(load_preset("mtia-v2"));
   struct Case {
     const char* assignment;
     const char* expect;
@@ -318,23 +314,20 @@ TEST_CASE("validate rejects inconsistent configurations, naming the field", "[co
   for (const auto& tc : cases) {
     INFO(tc.assignment);
     ChipConfig c = good;
-    try {
-      apply_override(c, tc.assignment);
-    } catch (const std::invalid_argument&) {
+    if (!apply_override(c, tc.assignment)) {
       // inf / nan do not even parse as numbers: also a rejection naming the key.
-      require_throws_with<std::invalid_argument>([&] { apply_override(c, tc.assignment); },
-                                                 {tc.expect});
+      require_fails_with([&] { return apply_override(c, tc.assignment); }, {tc.expect});
       continue;
     }
-    require_throws_with<std::invalid_argument>([&] { validate(c); }, {tc.expect});
+    require_fails_with([&] { return validate(c); }, {tc.expect});
   }
 }
 
 TEST_CASE("to_json writes every field and reloads as the same configuration", "[config]") {
-  ChipConfig c = load_preset("mtia-v1");
-  apply_override(c, "dma_engines=3");
-  apply_override(c, "pcie_latency_ns=750.5");
-  apply_override(c, "timing=off");
+  ChipConfig c = must(load_preset("mtia-v1"));
+  must(apply_override(c, "dma_engines=3"));
+  must(apply_override(c, "pcie_latency_ns=750.5"));
+  must(apply_override(c, "timing=off"));
   const auto text = to_json(c);
   const auto doc = nlohmann::json::parse(text);
   for (const auto& key : config_keys()) {
@@ -347,7 +340,7 @@ TEST_CASE("to_json writes every field and reloads as the same configuration", "[
 
   const auto dir = temp_dir("roundtrip");
   write_text(dir / "config.json", text);
-  const ChipConfig back = load_preset((dir / "config.json").string());
+  const ChipConfig back = must(load_preset((dir / "config.json").string()));
   CHECK(to_json(back) == text);
   CHECK(back.pcie_latency_ns == 750.5);
   CHECK_FALSE(back.timing);

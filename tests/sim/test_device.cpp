@@ -24,6 +24,9 @@
 #include "mtia/isa/decode.h"
 #include "mtia/isa/registers.h"
 #include "mtia/sim/device.h"
+#include "must.h"
+
+using mtia::test::must;
 #include "rss.h"
 
 namespace isa = mtia::isa;
@@ -105,16 +108,16 @@ struct Rig {
   explicit Rig(const sim::ChipConfig& config) : Rig(config, host) {}
   // A device over other host memory than the rig's buffer.
   Rig(const sim::ChipConfig& config, sim::HostMemory& host_memory) {
-    dev = std::make_unique<sim::Device>(config, host_memory, [this](uint64_t mask) {
+    dev = must(sim::Device::open(config, host_memory, [this](uint64_t mask) {
       // Simulator thread: record and wake the test thread, nothing else.
       std::lock_guard<std::mutex> lock(mu);
       ++interrupts;
       irq_mask |= mask;
       cv.notify_all();
-    });
+    }));
     dev->write_register(reg::kIntEnable, ~uint64_t{0});
   }
-  explicit Rig(const char* preset = "mtia-v2") : Rig(sim::load_preset(preset)) {}
+  explicit Rig(const char* preset = "mtia-v2") : Rig(must(sim::load_preset(preset))) {}
 
   void setup_queue(uint32_t q) {
     tail[q] = 0;
@@ -256,7 +259,7 @@ TEST_CASE("two engines copying within DRAM at once share its bandwidth", "[devic
   CHECK(a.end_ps - a.start_ps == 100'000 + 10'240'000 + 100'000);
   // The second waits for the first's DRAM reservation: it ends one busy time later.
   CHECK(b.end_ps - a.end_ps == 10'240'000);
-  const auto stats = nlohmann::json::parse(rig.dev->stats_json());
+  const auto stats = nlohmann::json::parse(must(rig.dev->stats_json()));
   CHECK(stats["dram"]["busy_ps"]["value"] == 2 * 10'240'000);
   CHECK(stats["dram"]["bytes"]["value"] == 4 * kMiB);
   CHECK(stats["dma0"]["jobs"]["value"] == 1);
@@ -321,7 +324,7 @@ TEST_CASE("DMA faults end the packet with the right error and leave other queues
   rig.wait_interrupts(4);
   CHECK(rig.record(0, 0).seq == 8);
   CHECK(rig.record(0, 0).status == 0);
-  const auto stats = nlohmann::json::parse(rig.dev->stats_json());
+  const auto stats = nlohmann::json::parse(must(rig.dev->stats_json()));
   CHECK(stats["dma0"]["faults"]["value"].get<uint64_t>() +
             stats["dma1"]["faults"]["value"].get<uint64_t>() ==
         2);
@@ -345,7 +348,7 @@ TEST_CASE("bad register accesses are rejected and the device keeps working", "[d
   rig.doorbell(2);
   rig.wait_interrupts(1);
   CHECK(rig.record(2, 0).status == 0);
-  const auto stats = nlohmann::json::parse(rig.dev->stats_json());
+  const auto stats = nlohmann::json::parse(must(rig.dev->stats_json()));
   CHECK(stats["bridge"]["rejected_accesses"]["value"] == 5);
   CHECK(stats["bridge"]["bar0_rejected_accesses"]["value"] == 5);
   CHECK(stats["bridge"]["rejected_accesses"]["unit"] == "accesses");
@@ -384,7 +387,7 @@ RunResult run_sequence(const sim::ChipConfig& config) {
 }  // namespace
 
 TEST_CASE("the same sequence twice gives identical simulated times", "[device][determinism]") {
-  const auto config = sim::load_preset("mtia-v2");
+  const auto config = must(sim::load_preset("mtia-v2"));
   const RunResult first = run_sequence(config);
   const RunResult second = run_sequence(config);  // a fresh device, one after the other
   REQUIRE(first.records.size() == second.records.size());
@@ -400,7 +403,7 @@ TEST_CASE("the same sequence twice gives identical simulated times", "[device][d
 }
 
 TEST_CASE("timing off: zero timestamps, identical data", "[device][determinism]") {
-  auto config = sim::load_preset("mtia-v2");
+  auto config = must(sim::load_preset("mtia-v2"));
   const RunResult timed = run_sequence(config);
   config.timing = false;
   const RunResult untimed = run_sequence(config);
@@ -433,23 +436,21 @@ TEST_CASE("device DRAM of 128 GiB is lazy and bounds-checked", "[device][memory]
 
 TEST_CASE("one device at a time; devices open one after another", "[device]") {
   test::HostBuffer host(4096);
-  const auto config = sim::load_preset("mtia-v1");
+  const auto config = must(sim::load_preset("mtia-v1"));
   {
-    sim::Device first(config, host, nullptr);
-    try {
-      sim::Device second(config, host, nullptr);
-      FAIL("a second live device must be refused");
-    } catch (const std::runtime_error& e) {
-      CHECK(std::string(e.what()).find("another mtia::sim::Device") != std::string::npos);
-    }
-    CHECK(first.read_register(reg::kDeviceId).ok());
+    auto first = must(sim::Device::open(config, host, nullptr));
+    const isa::Failure second = mtia::test::failure(sim::Device::open(config, host, nullptr));
+    CHECK(second.code == isa::ErrorCode::kDeviceUnavailable);
+    CHECK(second.reason.find("another mtia::sim::Device") != std::string::npos);
+    CHECK(first->read_register(reg::kDeviceId).ok());
   }
   auto bad = config;
   bad.dma_engines = 0;
-  CHECK_THROWS_AS(sim::Device(bad, host, nullptr), std::invalid_argument);
+  CHECK(mtia::test::failure(sim::Device::open(bad, host, nullptr)).code ==
+        isa::ErrorCode::kInvalidArgument);
   for (int i = 0; i < 3; ++i) {
-    sim::Device again(config, host, nullptr);
-    CHECK(again.read_register(reg::kNumQueues).value() == config.num_queues);
+    auto again = must(sim::Device::open(config, host, nullptr));
+    CHECK(again->read_register(reg::kNumQueues).value() == config.num_queues);
   }
 }
 
@@ -465,7 +466,7 @@ TEST_CASE("write_artifacts writes a Perfetto-readable trace, stats and config", 
                        region(0, AS::kDevice, 1)));  // faults
     rig.doorbell(1);
     rig.wait_interrupts(1);
-    rig.dev->write_artifacts(dir.string());
+    must(rig.dev->write_artifacts(dir.string()));
   }
   std::ifstream trace_in(dir / "trace.json");
   const auto trace = nlohmann::json::parse(trace_in);
@@ -524,7 +525,7 @@ TEST_CASE("write_artifacts writes a Perfetto-readable trace, stats and config", 
   CHECK(stats["pcie_h2d"]["bytes"]["value"] == 4096);
   CHECK(stats["command_processor"]["packets_failed"]["value"] == 1);
 
-  const auto config = sim::load_preset((dir / "config.json").string());
+  const auto config = must(sim::load_preset((dir / "config.json").string()));
   CHECK(config.name == "mtia-v2");
   std::filesystem::remove_all(dir);
 }
@@ -559,16 +560,17 @@ TEST_CASE("register reads from the interrupt handler are refused instead of hang
   std::string reason;
   bool memory_ok = false;
   sim::Device* device = nullptr;
-  sim::Device dev(sim::load_preset("mtia-v2"), host, [&](uint64_t) {
+  auto opened = must(sim::Device::open(must(sim::load_preset("mtia-v2")), host, [&](uint64_t) {
     auto r = device->read_register(reg::kDeviceId);
     uint64_t word = 0;
-    const bool mem = device->read_memory(0, &word, 8);  // allowed from the handler
+    const bool mem = device->read_memory(0, &word, 8).ok();  // allowed from the handler
     std::lock_guard<std::mutex> lock(mu);
     called = true;
     reason = r.ok() ? "" : r.error().reason;
     memory_ok = mem;
     cv.notify_all();
-  });
+  }));
+  sim::Device& dev = *opened;
   device = &dev;
   dev.write_register(reg::kIntEnable, 1);
   dev.write_register(reg::queue_reg(0, reg::kQueueBase), ring_base(0));
@@ -600,7 +602,7 @@ TEST_CASE("a failure inside the simulator marks the device lost instead of hangi
   auto lost_future = lost.get_future();
   std::string why;
   {
-    Rig rig(sim::load_preset("mtia-v2"), failing);
+    Rig rig(must(sim::load_preset("mtia-v2")), failing);
     rig.dev->set_lost_handler([&](const std::string& w) { lost.set_value(w); });
     CHECK(rig.dev->lost_reason().empty());
     rig.setup_queue(0);

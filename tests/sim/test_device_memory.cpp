@@ -10,6 +10,9 @@
 #include "mtia/isa/address_map.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/device_memory.h"
+#include "must.h"
+
+using mtia::test::must;
 #include "rss.h"
 
 using mtia::sim::DeviceMemory;
@@ -17,7 +20,7 @@ using mtia::sim::MemoryKind;
 namespace isa = mtia::isa;
 
 TEST_CASE("translate follows the address map with exact bounds", "[memory]") {
-  const auto config = mtia::sim::load_preset("mtia-v2");
+  const auto config = must(mtia::sim::load_preset("mtia-v2"));
   DeviceMemory mem(config);
   const uint64_t dram = config.dram_bytes;
   const uint64_t sram = config.sram_bytes;
@@ -66,7 +69,7 @@ TEST_CASE("translate follows the address map with exact bounds", "[memory]") {
 }
 
 TEST_CASE("a 128 GiB DRAM is backed lazily", "[memory]") {
-  const auto config = mtia::sim::load_preset("mtia-v2");
+  const auto config = must(mtia::sim::load_preset("mtia-v2"));
   REQUIRE(config.dram_bytes == 128ull << 30);
   const uint64_t before = test::rss_bytes();
   {
@@ -85,7 +88,7 @@ TEST_CASE("a 128 GiB DRAM is backed lazily", "[memory]") {
 
 TEST_CASE("an unmappable size fails with a clear error", "[memory]") {
   // More address space than x86-64 user space has: mmap must refuse it.
-  auto config = mtia::sim::load_preset("mtia-v2");
+  auto config = must(mtia::sim::load_preset("mtia-v2"));
   config.dram_bytes = 1ull << 62;  // bypasses validate() on purpose
   try {
     DeviceMemory mem(config);

@@ -11,6 +11,9 @@
 #include "mtia/isa/address_map.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/memory_system.h"
+#include "must.h"
+
+using mtia::test::must;
 
 namespace isa = mtia::isa;
 namespace sim = mtia::sim;
@@ -189,7 +192,7 @@ isa::DmaCopyPacket copy_1d(uint64_t bytes, isa::NdRegion src, isa::NdRegion dst)
 }  // namespace
 
 TEST_CASE("DMA jobs move data between host, DRAM, SRAM and local stores", "[dma][functional]") {
-  const auto config = sim::load_preset("mtia-v2");
+  const auto config = must(sim::load_preset("mtia-v2"));
   test::HostBuffer host(1 << 20);
   sim::MemorySystem ms(config, host);
   for (uint64_t i = 0; i < host.size(); ++i) host.data()[i] = static_cast<uint8_t>(i * 7 + 1);
@@ -208,8 +211,8 @@ TEST_CASE("DMA jobs move data between host, DRAM, SRAM and local stores", "[dma]
   };
   for (const auto& [src, dst] : hops) {
     const auto plan = ms.plan_copy(copy_1d(n, src, dst), 0);
-    REQUIRE(plan.error == isa::ErrorCode::kNone);
-    REQUIRE(ms.perform(plan).error == isa::ErrorCode::kNone);
+    REQUIRE(isa::error_code(plan.status) == isa::ErrorCode::kNone);
+    REQUIRE(isa::error_code(ms.perform(plan)) == isa::ErrorCode::kNone);
   }
   CHECK(std::memcmp(host.data(), host.data() + 0x80000, n) == 0);
 
@@ -223,7 +226,7 @@ TEST_CASE("DMA jobs move data between host, DRAM, SRAM and local stores", "[dma]
   fill.sizes[1] = 5;
   fill.dst = region(dram, AS::kDevice, {64, 2});
   const auto plan = ms.plan_fill(fill, 0);
-  REQUIRE(ms.perform(plan).error == isa::ErrorCode::kNone);
+  REQUIRE(isa::error_code(ms.perform(plan)) == isa::ErrorCode::kNone);
   const uint8_t* d = ms.device().translate(dram, 256);
   for (int r = 0; r < 3; ++r) {
     for (int c = 0; c < 5; ++c) {
@@ -238,7 +241,7 @@ TEST_CASE("DMA jobs move data between host, DRAM, SRAM and local stores", "[dma]
 }
 
 TEST_CASE("regions outside memory fault with the span that does not fit", "[dma][faults]") {
-  const auto config = sim::load_preset("mtia-v2");
+  const auto config = must(sim::load_preset("mtia-v2"));
   test::HostBuffer host(1 << 16);
   sim::MemorySystem ms(config, host);
   using AS = isa::AddressSpace;
@@ -256,9 +259,9 @@ TEST_CASE("regions outside memory fault with the span that does not fit", "[dma]
     const uint64_t lo = config.dram_bytes - 3 * (1 << 20) - 32;
     p.dst = region(lo, AS::kDevice, {1 << 20, 1});
     const auto plan = ms.plan_copy(p, now);
-    CHECK(plan.error == isa::ErrorCode::kDeviceAddressFault);
-    CHECK(plan.error_arg0 == lo);
-    CHECK(plan.error_arg1 == 3 * (1 << 20) + 64);
+    CHECK(isa::error_code(plan.status) == isa::ErrorCode::kDeviceAddressFault);
+    CHECK(plan.status.error().arg0 == lo);
+    CHECK(plan.status.error().arg1 == 3 * (1 << 20) + 64);
     CHECK(plan.end_ps == now + setup);                   // reported after the descriptor fetch
     CHECK(ms.free_at_ps(sim::Resource::kPcieH2D) == 0);  // nothing was reserved
   }
@@ -266,27 +269,27 @@ TEST_CASE("regions outside memory fault with the span that does not fit", "[dma]
     const uint64_t lo = isa::kLocalStoreBase + config.local_store_bytes - 8;
     const auto plan =
         ms.plan_copy(copy_1d(16, region(lo, AS::kDevice, {1}), region(0, AS::kDevice, {1})), now);
-    CHECK(plan.error == isa::ErrorCode::kDeviceAddressFault);
-    CHECK(plan.error_arg0 == lo);
-    CHECK(plan.error_arg1 == 16);
+    CHECK(isa::error_code(plan.status) == isa::ErrorCode::kDeviceAddressFault);
+    CHECK(plan.status.error().arg0 == lo);
+    CHECK(plan.status.error().arg1 == 16);
   }
   SECTION("host region not registered") {
     const auto plan = ms.plan_copy(
         copy_1d(128, region(0, AS::kDevice, {1}), region(bus + (1 << 16) - 64, AS::kHost, {1})),
         now);
-    CHECK(plan.error == isa::ErrorCode::kHostAddressFault);
-    CHECK(plan.error_arg0 == bus + (1 << 16) - 64);
-    CHECK(plan.error_arg1 == 128);
+    CHECK(isa::error_code(plan.status) == isa::ErrorCode::kHostAddressFault);
+    CHECK(plan.status.error().arg0 == bus + (1 << 16) - 64);
+    CHECK(plan.status.error().arg1 == 128);
   }
   SECTION("host memory unregistered between planning and the end of the job") {
     const auto plan = ms.plan_copy(
         copy_1d(4096, region(bus + 0x8000, AS::kHost, {1}), region(0, AS::kDevice, {1})), now);
-    REQUIRE(plan.error == isa::ErrorCode::kNone);
+    REQUIRE(isa::error_code(plan.status) == isa::ErrorCode::kNone);
     host.truncate(0x4000);
     const auto result = ms.perform(plan);
-    CHECK(result.error == isa::ErrorCode::kHostAddressFault);
-    CHECK(result.arg0 == bus + 0x8000);
-    CHECK(result.arg1 == 4096);
+    CHECK(isa::error_code(result) == isa::ErrorCode::kHostAddressFault);
+    CHECK(result.error().arg0 == bus + 0x8000);
+    CHECK(result.error().arg1 == 4096);
   }
   SECTION("fill outside SRAM") {
     isa::FillPacket f{};
@@ -295,8 +298,8 @@ TEST_CASE("regions outside memory fault with the span that does not fit", "[dma]
     f.sizes[0] = 4;
     f.dst = region(isa::kSramBase + config.sram_bytes - 16, AS::kDevice, {8});
     const auto plan = ms.plan_fill(f, now);
-    CHECK(plan.error == isa::ErrorCode::kDeviceAddressFault);
-    CHECK(plan.error_arg0 == isa::kSramBase + config.sram_bytes - 16);
-    CHECK(plan.error_arg1 == 32);
+    CHECK(isa::error_code(plan.status) == isa::ErrorCode::kDeviceAddressFault);
+    CHECK(plan.status.error().arg0 == isa::kSramBase + config.sram_bytes - 16);
+    CHECK(plan.status.error().arg1 == 32);
   }
 }

@@ -8,6 +8,9 @@
 #include "mtia/isa/address_map.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/memory_system.h"
+#include "must.h"
+
+using mtia::test::must;
 
 namespace isa = mtia::isa;
 namespace sim = mtia::sim;
@@ -77,13 +80,13 @@ TEST_CASE("timing helpers", "[dma][timing]") {
 }
 
 TEST_CASE("contiguous 1 MiB host-to-device on mtia-v2", "[dma][timing]") {
-  const auto config = sim::load_preset("mtia-v2");
+  const auto config = must(sim::load_preset("mtia-v2"));
   test::HostBuffer host(kMiB);
   sim::MemorySystem ms(config, host);
   const uint64_t now = 7'000'000;
   const auto plan =
       ms.plan_copy(copy(1, 1, kMiB, 0, region(kBus, AS::kHost, 1), region(0, AS::kDevice, 1)), now);
-  REQUIRE(plan.error == isa::ErrorCode::kNone);
+  REQUIRE(plan.status.ok());
   // setup + 1 MiB / 31.5 GB/s + max(PCIe 500 ns, DRAM 100 ns)
   CHECK(plan.ready_ps == now + 100'000);
   CHECK(plan.start_ps == now + 100'000);
@@ -106,7 +109,7 @@ TEST_CASE("contiguous 1 MiB host-to-device on mtia-v2", "[dma][timing]") {
 }
 
 TEST_CASE("a transposed copy pays for partial bursts on the strided side", "[dma][timing]") {
-  const auto config = sim::load_preset("mtia-v2");
+  const auto config = must(sim::load_preset("mtia-v2"));
   test::HostBuffer host(kMiB);
   sim::MemorySystem ms(config, host);
 
@@ -144,7 +147,7 @@ TEST_CASE("a transposed copy pays for partial bursts on the strided side", "[dma
 }
 
 TEST_CASE("engines that share DRAM share its bandwidth", "[dma][timing]") {
-  const auto config = sim::load_preset("mtia-v2");
+  const auto config = must(sim::load_preset("mtia-v2"));
   test::HostBuffer host(4096);
   sim::MemorySystem ms(config, host);
   // DRAM -> DRAM 1 MiB charges read and write: 2 MiB / 204.8 GB/s = 10'240'000 ps.
@@ -180,7 +183,7 @@ TEST_CASE("engines that share DRAM share its bandwidth", "[dma][timing]") {
 }
 
 TEST_CASE("timing off: every duration is zero, the data is the same", "[dma][timing]") {
-  auto config = sim::load_preset("mtia-v2");
+  auto config = must(sim::load_preset("mtia-v2"));
   config.timing = false;
   test::HostBuffer host(kMiB);
   for (uint64_t i = 0; i < kMiB; ++i) host.data()[i] = static_cast<uint8_t>(i ^ (i >> 8));
@@ -191,7 +194,7 @@ TEST_CASE("timing off: every duration is zero, the data is the same", "[dma][tim
   CHECK(plan.ready_ps == now);
   CHECK(plan.start_ps == now);
   CHECK(plan.end_ps == now);
-  REQUIRE(ms.perform(plan).error == isa::ErrorCode::kNone);
+  REQUIRE(ms.perform(plan).ok());
   const uint8_t* d = ms.device().translate(0, kMiB);
   for (uint64_t i = 0; i < 512; i += 17) {
     for (uint64_t j = 0; j < 512; j += 13) {

@@ -15,6 +15,9 @@
 
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/grid_options.h"
+#include "must.h"
+
+using mtia::test::must;
 
 using mtia::sim::apply_override;
 using mtia::sim::ChipConfig;
@@ -73,7 +76,7 @@ TEST_CASE("grid host options: an option, else the environment, else the default"
   ScopedEnv lazy("MTIA_EMU_LAZY_LOADS", nullptr);
 
   // Defaults: host cores - 1 helpers, 5 us, lazy loads on.
-  const auto d = resolve({});
+  const auto d = must(resolve({}));
   const unsigned cores = std::thread::hardware_concurrency();
   CHECK(d.unit_threads == (cores > 1 ? cores - 1 : 0));
   CHECK(d.inline_work_ns == 5'000);
@@ -83,7 +86,7 @@ TEST_CASE("grid host options: an option, else the environment, else the default"
   ::setenv("MTIA_EMU_UNIT_THREADS", "3", 1);
   ::setenv("MTIA_EMU_INLINE_WORK_NS", "0", 1);
   ::setenv("MTIA_EMU_LAZY_LOADS", "0", 1);
-  const auto e = resolve({});
+  const auto e = must(resolve({}));
   CHECK(e.unit_threads == 3);
   CHECK(e.inline_work_ns == 0);
   CHECK_FALSE(e.lazy_loads);
@@ -93,7 +96,7 @@ TEST_CASE("grid host options: an option, else the environment, else the default"
   o.unit_threads = 0;
   o.inline_work_ns = 20'000;
   o.lazy_loads = true;
-  const auto r = resolve(o);
+  const auto r = must(resolve(o));
   CHECK(r.unit_threads == 0);
   CHECK(r.inline_work_ns == 20'000);
   CHECK(r.lazy_loads);
@@ -101,7 +104,7 @@ TEST_CASE("grid host options: an option, else the environment, else the default"
   // A field left unset still comes from the environment.
   PeGridHostOptions only_threads;
   only_threads.unit_threads = 7;
-  const auto mixed = resolve(only_threads);
+  const auto mixed = must(resolve(only_threads));
   CHECK(mixed.unit_threads == 7);
   CHECK(mixed.inline_work_ns == 0);
   CHECK_FALSE(mixed.lazy_loads);
@@ -112,7 +115,7 @@ TEST_CASE("grid host options: bad values", "[config][grid]") {
   ScopedEnv threads("MTIA_EMU_UNIT_THREADS", "lots");
   ScopedEnv inline_ns("MTIA_EMU_INLINE_WORK_NS", "-5");
   ScopedEnv lazy("MTIA_EMU_LAZY_LOADS", "2");
-  const auto r = resolve({});
+  const auto r = must(resolve({}));
   const unsigned cores = std::thread::hardware_concurrency();
   CHECK(r.unit_threads == (cores > 1 ? cores - 1 : 0));
   CHECK(r.inline_work_ns == 5'000);
@@ -121,16 +124,16 @@ TEST_CASE("grid host options: bad values", "[config][grid]") {
   // An option out of range is the caller's error.
   PeGridHostOptions o;
   o.unit_threads = 257;
-  CHECK_THROWS_WITH(resolve(o), Catch::Contains("unit_threads is 257"));
+  CHECK_THAT(mtia::test::failure(resolve(o)).reason, Catch::Contains("unit_threads is 257"));
   o.unit_threads.reset();
   o.inline_work_ns = 1'000'000'001;
-  CHECK_THROWS_WITH(resolve(o), Catch::Contains("inline_work_ns"));
+  CHECK_THAT(mtia::test::failure(resolve(o)).reason, Catch::Contains("inline_work_ns"));
 }
 
 TEST_CASE("grid scheduler fields: an override, else the preset, else the default",
           "[config][grid]") {
   // The shipped presets give them.
-  const ChipConfig v2 = load_preset("mtia-v2");
+  const ChipConfig v2 = must(load_preset("mtia-v2"));
   CHECK(v2.pe_quantum_cycles == 10'000);
   CHECK(v2.pe_slice_cycles == 256);
   CHECK(v2.pe_watchdog_cycles == 1'000'000'000);
@@ -139,14 +142,15 @@ TEST_CASE("grid scheduler fields: an override, else the preset, else the default
   // A preset from before these fields existed still loads, with the defaults.
   const auto old = preset_without(
       {"pe_quantum_cycles", "pe_slice_cycles", "pe_watchdog_cycles", "kernel_image_max_bytes"});
-  ChipConfig c = load_preset(old.string());
+  ChipConfig c = must(load_preset(old.string()));
   CHECK(c.pe_quantum_cycles == ChipConfig{}.pe_quantum_cycles);
   CHECK(c.pe_slice_cycles == ChipConfig{}.pe_slice_cycles);
   CHECK(c.pe_watchdog_cycles == ChipConfig{}.pe_watchdog_cycles);
   CHECK(c.kernel_image_max_bytes == ChipConfig{}.kernel_image_max_bytes);
   // ... but a required field still may not be left out.
   const auto broken = preset_without({"dma_engines"});
-  CHECK_THROWS_WITH(load_preset(broken.string()), Catch::Contains("lacks field 'dma_engines'"));
+  CHECK_THAT(mtia::test::failure(load_preset(broken.string())).reason,
+             Catch::Contains("lacks field 'dma_engines'"));
   std::filesystem::remove(old);
   std::filesystem::remove(broken);
 
@@ -154,11 +158,11 @@ TEST_CASE("grid scheduler fields: an override, else the preset, else the default
   std::ifstream in(std::filesystem::path(MTIA_PRESET_DIR) / "mtia-v1.json");
   nlohmann::json doc = nlohmann::json::parse(in);
   doc["pe_slice_cycles"]["value"] = 128;
-  const ChipConfig custom = mtia::sim::parse_preset(doc.dump(), "custom.json");
+  const ChipConfig custom = must(mtia::sim::parse_preset(doc.dump(), "custom.json"));
   CHECK(custom.pe_slice_cycles == 128);
   ChipConfig over = custom;
-  apply_override(over, "pe_slice_cycles=64");
-  apply_override(over, "pe_watchdog_cycles=20000");
+  must(apply_override(over, "pe_slice_cycles=64"));
+  must(apply_override(over, "pe_watchdog_cycles=20000"));
   CHECK(over.pe_slice_cycles == 64);
   CHECK(over.pe_watchdog_cycles == 20'000);
   // The effective configuration names them, with their units.
@@ -181,11 +185,11 @@ TEST_CASE("grid scheduler fields: bad values are rejected", "[config][grid]") {
   };
   for (const Case& tc : cases) {
     INFO(tc.assignment);
-    ChipConfig c = load_preset("mtia-v2");
-    apply_override(c, tc.assignment);
-    CHECK_THROWS_WITH(mtia::sim::validate(c), Catch::Contains(tc.expect));
+    ChipConfig c = must(load_preset("mtia-v2"));
+    must(apply_override(c, tc.assignment));
+    CHECK_THAT(mtia::test::failure(mtia::sim::validate(c)).reason, Catch::Contains(tc.expect));
   }
-  ChipConfig c = load_preset("mtia-v2");
-  CHECK_THROWS_WITH(apply_override(c, "pe_slice_cycles=-1"),
-                    Catch::Contains("expects an unsigned integer (cycles)"));
+  ChipConfig c = must(load_preset("mtia-v2"));
+  CHECK_THAT(mtia::test::failure(apply_override(c, "pe_slice_cycles=-1")).reason,
+             Catch::Contains("expects an unsigned integer (cycles)"));
 }

@@ -22,6 +22,9 @@
 #include "mtia/isa/pe/pe_ops.h"
 #include "mtia/isa/registers.h"
 #include "mtia/sim/device.h"
+#include "must.h"
+
+using mtia::test::must;
 
 namespace isa = mtia::isa;
 namespace sim = mtia::sim;
@@ -57,11 +60,11 @@ struct Rig {
   std::unique_ptr<sim::Device> dev;
 
   explicit Rig(sim::ChipConfig config) {
-    dev = std::make_unique<sim::Device>(config, host, [this](uint64_t) {
+    dev = must(sim::Device::open(config, host, [this](uint64_t) {
       std::lock_guard<std::mutex> lock(mu);
       ++interrupts;
       cv.notify_all();
-    });
+    }));
     dev->write_register(reg::kIntEnable, ~uint64_t{0});
     const auto elf = smoke_elf();
     REQUIRE(dev->write_memory(kImage, elf.data(), elf.size()));
@@ -139,7 +142,7 @@ constexpr auto kOk = static_cast<uint16_t>(isa::CompletionStatus::kOk);
 TEST_CASE("the smoke kernel runs on the device's PE grid and computes in + 1", "[launch][pe]") {
   const uint16_t rows = GENERATE(1, 2, 8);
   const uint16_t cols = GENERATE(1, 4, 8);
-  Rig rig(sim::load_preset("mtia-v2"));
+  Rig rig(must(sim::load_preset("mtia-v2")));
   rig.setup_queue(0);
   const uint32_t n = 5000;  // 20 chunks: not a multiple of the PE count
   rig.write_input(n);
@@ -157,7 +160,7 @@ TEST_CASE("the smoke kernel runs on the device's PE grid and computes in + 1", "
 
 TEST_CASE("a one-PE, one-chunk launch takes the hand-computed DMA and SE time",
           "[launch][pe][timing]") {
-  Rig rig(sim::load_preset("mtia-v2"));
+  Rig rig(must(sim::load_preset("mtia-v2")));
   rig.setup_queue(0);
   rig.write_input(256);
   rig.write_args(kIn, kOut, 256);
@@ -174,7 +177,7 @@ TEST_CASE("a one-PE, one-chunk launch takes the hand-computed DMA and SE time",
   // The core's own instructions come on top (the runtime's byte-wise memset of the
   // descriptors dominates): each costs 1..3 cycles here (no DIV in this kernel), and only the
   // few between an issue and its wait overlap the units.
-  const auto stats = nlohmann::json::parse(rig.dev->stats_json());
+  const auto stats = nlohmann::json::parse(must(rig.dev->stats_json()));
   const uint64_t instret = stats["pe_grid"]["instructions"]["value"];
   const uint64_t cycles = stats["pe_grid"]["pe_cycles"]["value"];
   const uint64_t took = rec.end_ps - rec.start_ps;
@@ -186,7 +189,7 @@ TEST_CASE("a one-PE, one-chunk launch takes the hand-computed DMA and SE time",
 }
 
 TEST_CASE("with timing off a launch computes the same and takes no time", "[launch][pe]") {
-  auto config = sim::load_preset("mtia-v2");
+  auto config = must(sim::load_preset("mtia-v2"));
   config.timing = false;
   Rig rig(config);
   rig.setup_queue(0);
@@ -202,7 +205,7 @@ TEST_CASE("with timing off a launch computes the same and takes no time", "[laun
 }
 
 TEST_CASE("launch faults fail only their queue, with the PE and pc", "[launch][pe][fault]") {
-  Rig rig(sim::load_preset("mtia-v1"));
+  Rig rig(must(sim::load_preset("mtia-v1")));
   rig.setup_queue(0);
   rig.setup_queue(1);
   uint16_t want_error = 0;
@@ -258,7 +261,7 @@ TEST_CASE("launch faults fail only their queue, with the PE and pc", "[launch][p
 }
 
 TEST_CASE("launches on two queues run one after the other, each correct", "[launch][pe]") {
-  Rig rig(sim::load_preset("mtia-v2"));
+  Rig rig(must(sim::load_preset("mtia-v2")));
   rig.setup_queue(0);
   rig.setup_queue(1);
   rig.write_input(2048);
@@ -275,7 +278,7 @@ TEST_CASE("launches on two queues run one after the other, each correct", "[laun
   // One launch at a time: the intervals do not overlap.
   CHECK((a.end_ps <= b.start_ps || b.end_ps <= a.start_ps));
   rig.check_output(2048);
-  const auto stats = nlohmann::json::parse(rig.dev->stats_json());
+  const auto stats = nlohmann::json::parse(must(rig.dev->stats_json()));
   CHECK(stats["pe_grid"]["launches"]["value"] == 2);
   CHECK(stats["pe_grid"]["program_loads"]["value"] == 1);    // the second reused the decode
   CHECK(stats["pe_grid"]["dma_ops"]["value"] == 2 * 2 * 4);  // 8 chunks, in + out each
@@ -283,7 +286,7 @@ TEST_CASE("launches on two queues run one after the other, each correct", "[laun
   // The trace has a track per launch PE with the kernel's span and its unit operations.
   const auto dir =
       std::filesystem::temp_directory_path() / ("mtia_launch_trace_" + std::to_string(::getpid()));
-  rig.dev->write_artifacts(dir.string());
+  must(rig.dev->write_artifacts(dir.string()));
   std::ifstream in(dir / "trace.json");
   const auto trace = nlohmann::json::parse(in);
   int kernels = 0, dmas = 0, ses = 0;
@@ -305,7 +308,7 @@ TEST_CASE("launches on two queues run one after the other, each correct", "[laun
 }
 
 TEST_CASE("simulation rate of the smoke kernel on 64 PEs", "[.][perf][launch]") {
-  Rig rig(sim::load_preset("mtia-v2"));
+  Rig rig(must(sim::load_preset("mtia-v2")));
   rig.setup_queue(0);
   const uint32_t n = 4 << 20;  // 16 MiB of int32
   std::vector<int32_t> in(n, 3);
@@ -317,7 +320,7 @@ TEST_CASE("simulation rate of the smoke kernel on 64 PEs", "[.][perf][launch]") 
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto rec = rig.record(0, 0);
   REQUIRE(rec.status == kOk);
-  const auto stats = nlohmann::json::parse(rig.dev->stats_json());
+  const auto stats = nlohmann::json::parse(must(rig.dev->stats_json()));
   const double pe_cycles = stats["pe_grid"]["pe_cycles"]["value"].get<double>();
   const double device_cycles = double(rec.end_ps - rec.start_ps) * 1.35e9 / 1e12;
   WARN("64 PEs: " << s << " s wall, " << device_cycles << " device cycles ("

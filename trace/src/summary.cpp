@@ -12,36 +12,41 @@ namespace {
 const char* const kUnitNames[] = {"dpe", "se", "re", "mlu", "dma"};
 const char* const kMemoryNames[] = {"dram", "sram", "pcie_h2d", "pcie_d2h"};
 
-double config_value(const nlohmann::json& config, const char* key) {
-  auto it = config.find(key);
-  if (it == config.end() || !it->is_object() || !it->contains("value") ||
-      !(*it)["value"].is_number()) {
-    throw BadTrace(
-        fmt::format("not an mtia-emu trace: otherData.config.{} is missing (the trace carries "
-                    "the effective configuration of its run)",
-                    key));
-  }
-  return (*it)["value"].get<double>();
-}
-
 }  // namespace
 
-void read_config(const nlohmann::json& config, SummaryInput& in) {
+isa::Status read_config(const nlohmann::json& config, SummaryInput& in) {
+  const char* missing = nullptr;  // the first key without a numeric value
+  auto config_value = [&](const char* key) {
+    auto it = config.find(key);
+    if (it == config.end() || !it->is_object() || !it->contains("value") ||
+        !(*it)["value"].is_number()) {
+      if (missing == nullptr) missing = key;
+      return 0.0;
+    }
+    return (*it)["value"].get<double>();
+  };
   in.preset = config.contains("name") && config["name"].is_object()
                   ? config["name"].value("value", "")
                   : "";
   TracePeaks& p = in.peaks;
-  p.pes = static_cast<uint32_t>(config_value(config, "pe_rows") * config_value(config, "pe_cols"));
-  p.clock_hz = config_value(config, "clock_hz");
+  p.pes = static_cast<uint32_t>(config_value("pe_rows") * config_value("pe_cols"));
+  p.clock_hz = config_value("clock_hz");
   const double per_s = p.pes * p.clock_hz;
-  p.dpe_int8_ops = 2 * config_value(config, "dpe_int8_macs_per_cycle") * per_s;
-  p.dpe_16bit_flops = 2 * config_value(config, "dpe_fp16_macs_per_cycle") * per_s;
-  p.dpe_fp32_flops = 2 * config_value(config, "dpe_fp32_macs_per_cycle") * per_s;
-  p.se_fp32_flops = config_value(config, "se_vector_bytes") / 4 * per_s;
-  p.memory_Bps["dram"] = config_value(config, "dram_bandwidth_GBps") * 1e9;
-  p.memory_Bps["sram"] = config_value(config, "sram_bandwidth_GBps") * 1e9;
-  p.memory_Bps["pcie_h2d"] = config_value(config, "pcie_h2d_bandwidth_GBps") * 1e9;
-  p.memory_Bps["pcie_d2h"] = config_value(config, "pcie_d2h_bandwidth_GBps") * 1e9;
+  p.dpe_int8_ops = 2 * config_value("dpe_int8_macs_per_cycle") * per_s;
+  p.dpe_16bit_flops = 2 * config_value("dpe_fp16_macs_per_cycle") * per_s;
+  p.dpe_fp32_flops = 2 * config_value("dpe_fp32_macs_per_cycle") * per_s;
+  p.se_fp32_flops = config_value("se_vector_bytes") / 4 * per_s;
+  p.memory_Bps["dram"] = config_value("dram_bandwidth_GBps") * 1e9;
+  p.memory_Bps["sram"] = config_value("sram_bandwidth_GBps") * 1e9;
+  p.memory_Bps["pcie_h2d"] = config_value("pcie_h2d_bandwidth_GBps") * 1e9;
+  p.memory_Bps["pcie_d2h"] = config_value("pcie_d2h_bandwidth_GBps") * 1e9;
+  if (missing != nullptr) {
+    return isa::reject(isa::ErrorCode::kInvalidArgument,
+                       fmt::format("not an mtia-emu trace: otherData.config.{} is missing (the "
+                                   "trace carries the effective configuration of its run)",
+                                   missing));
+  }
+  return {};
 }
 
 const char* copy_kind(bool fill, bool from_host, bool to_host) {

@@ -50,7 +50,7 @@ struct SummaryInput {
 
 // The preset's name and peaks from a configuration ({"key": {"value": ...}}); throws BadTrace
 // naming a missing key.
-void read_config(const nlohmann::json& config, SummaryInput& in);
+isa::Status read_config(const nlohmann::json& config, SummaryInput& in);
 // The kind of copy a successful host DMA job was.
 const char* copy_kind(bool fill, bool from_host, bool to_host);
 TraceSummary compute_summary(const SummaryInput& in);

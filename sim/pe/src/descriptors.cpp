@@ -6,7 +6,7 @@ namespace mtia::sim::pe {
 namespace {
 
 using isa::ErrorCode;
-using Check = std::optional<isa::Rejection>;
+using Check = isa::Status;
 using u128 = unsigned __int128;
 
 Check fail(ErrorCode code, std::string why) {
@@ -50,11 +50,11 @@ Check check_header(const mtia_pe_desc_header& h, uint8_t kind, uint16_t flags_ma
     return fail(ErrorCode::kReservedNotZero,
                 fmt::format("{} descriptor header reserved field is not zero", kind_name(kind)));
   }
-  return std::nullopt;
+  return {};
 }
 
 Check reserved_zero(const char* what, uint64_t value) {
-  if (value == 0) return std::nullopt;
+  if (value == 0) return {};
   return fail(ErrorCode::kReservedNotZero, fmt::format("{} must be zero", what));
 }
 
@@ -71,7 +71,7 @@ Check check_local(const char* what, uint64_t addr, u128 bytes, unsigned align, u
                             what, addr, static_cast<uint64_t>(std::min<u128>(bytes, ~0ull)),
                             MTIA_PE_LS_BASE, MTIA_PE_LS_BASE + ls));
   }
-  return std::nullopt;
+  return {};
 }
 
 // Bytes spanned by a rows x cols tile with leading dimension ld (elements).
@@ -160,8 +160,8 @@ const char* dtype_name(uint8_t dtype) {
 }
 
 Check validate(const mtia_pe_dma_desc& d, uint64_t ls_bytes) {
-  if (auto c = check_header(d.hdr, MTIA_PE_DESC_DMA, 0)) return c;
-  if (auto c = reserved_zero("DMA descriptor reserved0", d.reserved0)) return c;
+  if (Check c = check_header(d.hdr, MTIA_PE_DESC_DMA, 0); !c) return c;
+  if (Check c = reserved_zero("DMA descriptor reserved0", d.reserved0); !c) return c;
   if (d.ndims < 1 || d.ndims > MTIA_PE_DMA_MAX_DIMS) {
     return fail(ErrorCode::kBadDims,
                 fmt::format("DMA ndims {} is not in 1..{}", d.ndims, MTIA_PE_DMA_MAX_DIMS));
@@ -216,22 +216,22 @@ Check validate(const mtia_pe_dma_desc& d, uint64_t ls_bytes) {
     return fail(ErrorCode::kExtentOverflow, "DMA region runs past the 64-bit address space");
   }
   if (d.src_space == MTIA_PE_SPACE_LOCAL) {
-    if (auto c = check_local("DMA source", d.src, src_span, es, ls_bytes)) return c;
+    if (Check c = check_local("DMA source", d.src, src_span, es, ls_bytes); !c) return c;
   }
   if (d.dst_space == MTIA_PE_SPACE_LOCAL) {
-    if (auto c = check_local("DMA destination", d.dst, dst_span, es, ls_bytes)) return c;
+    if (Check c = check_local("DMA destination", d.dst, dst_span, es, ls_bytes); !c) return c;
   }
   if (d.src_space == MTIA_PE_SPACE_LOCAL && d.dst_space == MTIA_PE_SPACE_LOCAL &&
       overlaps(d.src, src_span, d.dst, dst_span)) {
     return fail(ErrorCode::kUnsupported, "DMA source and destination overlap in the local store");
   }
-  return std::nullopt;
+  return {};
 }
 
 Check validate(const mtia_pe_matmul_desc& d, uint64_t ls_bytes) {
-  if (auto c = check_header(d.hdr, MTIA_PE_DESC_MATMUL, MTIA_PE_MM_FLAGS_MASK)) return c;
-  if (auto c = reserved_zero("matmul descriptor reserved0", d.reserved0)) return c;
-  if (auto c = reserved_zero("matmul descriptor reserved1", d.reserved1)) return c;
+  if (Check c = check_header(d.hdr, MTIA_PE_DESC_MATMUL, MTIA_PE_MM_FLAGS_MASK); !c) return c;
+  if (Check c = reserved_zero("matmul descriptor reserved0", d.reserved0); !c) return c;
+  if (Check c = reserved_zero("matmul descriptor reserved1", d.reserved1); !c) return c;
   const bool pair_ok = (d.in_dtype == MTIA_PE_DT_INT8 && d.out_dtype == MTIA_PE_DT_INT32) ||
                        (d.in_dtype == MTIA_PE_DT_FP16 && d.out_dtype == MTIA_PE_DT_FP32) ||
                        (d.in_dtype == MTIA_PE_DT_BF16 && d.out_dtype == MTIA_PE_DT_FP32) ||
@@ -262,20 +262,20 @@ Check validate(const mtia_pe_matmul_desc& d, uint64_t ls_bytes) {
   const u128 a_bytes = tile_bytes(a_rows, a_cols, d.lda, ie);
   const u128 b_bytes = tile_bytes(b_rows, b_cols, d.ldb, ie);
   const u128 c_bytes = tile_bytes(d.m, d.n, d.ldc, oe);
-  if (auto c = check_local("matmul A", d.a, a_bytes, ie, ls_bytes)) return c;
-  if (auto c = check_local("matmul B", d.b, b_bytes, ie, ls_bytes)) return c;
-  if (auto c = check_local("matmul C", d.c, c_bytes, oe, ls_bytes)) return c;
+  if (Check c = check_local("matmul A", d.a, a_bytes, ie, ls_bytes); !c) return c;
+  if (Check c = check_local("matmul B", d.b, b_bytes, ie, ls_bytes); !c) return c;
+  if (Check c = check_local("matmul C", d.c, c_bytes, oe, ls_bytes); !c) return c;
   if (overlaps(d.c, c_bytes, d.a, a_bytes) || overlaps(d.c, c_bytes, d.b, b_bytes)) {
     return fail(ErrorCode::kUnsupported, "matmul C overlaps A or B");
   }
-  return std::nullopt;
+  return {};
 }
 
 Check validate(const mtia_pe_se_desc& d, uint64_t ls_bytes) {
-  if (auto c = check_header(d.hdr, MTIA_PE_DESC_SE, 0)) return c;
-  if (auto c = reserved_zero("SE descriptor reserved0", d.reserved0)) return c;
+  if (Check c = check_header(d.hdr, MTIA_PE_DESC_SE, 0); !c) return c;
+  if (Check c = reserved_zero("SE descriptor reserved0", d.reserved0); !c) return c;
   for (uint8_t b : d.reserved1) {
-    if (auto c = reserved_zero("SE descriptor reserved1", b)) return c;
+    if (Check c = reserved_zero("SE descriptor reserved1", b); !c) return c;
   }
   const mtia_pe_se_op_info rule = mtia_pe_se_info(d.op);
   if (rule.name == nullptr) {
@@ -292,7 +292,7 @@ Check validate(const mtia_pe_se_desc& d, uint64_t ls_bytes) {
 
   const unsigned oe = dtype_bytes(d.out_dtype);
   const u128 out_bytes = u128{d.count} * oe;
-  if (auto c = check_local("SE output", d.dst, out_bytes, oe, ls_bytes)) return c;
+  if (Check c = check_local("SE output", d.dst, out_bytes, oe, ls_bytes); !c) return c;
   static const char* const kName[3] = {"SE operand a", "SE operand b", "SE operand c"};
   for (int i = 0; i < 3; ++i) {
     if (i >= rule.arity) {
@@ -317,7 +317,7 @@ Check validate(const mtia_pe_se_desc& d, uint64_t ls_bytes) {
         }
         const bool vec = d.mode[i] == MTIA_PE_OPND_VECTOR;
         const u128 bytes = vec ? u128{d.count} * es : u128{es};
-        if (auto c = check_local(kName[i], d.src[i], bytes, es, ls_bytes)) return c;
+        if (Check c = check_local(kName[i], d.src[i], bytes, es, ls_bytes); !c) return c;
         // In place is fine (each lane reads before it writes); any other overlap is not.
         const bool in_place = vec && d.src[i] == d.dst && es == oe;
         if (!in_place && overlaps(d.src[i], bytes, d.dst, out_bytes)) {
@@ -343,13 +343,13 @@ Check validate(const mtia_pe_se_desc& d, uint64_t ls_bytes) {
                     fmt::format("{} mode {} is not defined", kName[i], d.mode[i]));
     }
   }
-  return std::nullopt;
+  return {};
 }
 
 Check validate(const mtia_pe_re_desc& d, uint64_t ls_bytes) {
-  if (auto c = check_header(d.hdr, MTIA_PE_DESC_RE, MTIA_PE_RE_FLAGS_MASK)) return c;
-  if (auto c = reserved_zero("RE descriptor reserved0", d.reserved0)) return c;
-  if (auto c = reserved_zero("RE descriptor reserved1", d.reserved1)) return c;
+  if (Check c = check_header(d.hdr, MTIA_PE_DESC_RE, MTIA_PE_RE_FLAGS_MASK); !c) return c;
+  if (Check c = reserved_zero("RE descriptor reserved0", d.reserved0); !c) return c;
+  if (Check c = reserved_zero("RE descriptor reserved1", d.reserved1); !c) return c;
   if (d.op == MTIA_PE_RE_INVALID || d.op >= MTIA_PE_RE_OP_COUNT) {
     return fail(ErrorCode::kBadOpcode, fmt::format("RE op {} is not defined", d.op));
   }
@@ -393,18 +393,18 @@ Check validate(const mtia_pe_re_desc& d, uint64_t ls_bytes) {
   const unsigned oe = dtype_bytes(out);
   const u128 src_bytes = tile_bytes(d.rows, d.cols, d.ld_src, ie);
   const u128 dst_bytes = u128{d.axis == 1 ? d.rows : d.cols} * oe;
-  if (auto c = check_local("RE source", d.src, src_bytes, ie, ls_bytes)) return c;
-  if (auto c = check_local("RE destination", d.dst, dst_bytes, oe, ls_bytes)) return c;
+  if (Check c = check_local("RE source", d.src, src_bytes, ie, ls_bytes); !c) return c;
+  if (Check c = check_local("RE destination", d.dst, dst_bytes, oe, ls_bytes); !c) return c;
   if (overlaps(d.src, src_bytes, d.dst, dst_bytes)) {
     return fail(ErrorCode::kUnsupported, "RE source and destination overlap");
   }
-  return std::nullopt;
+  return {};
 }
 
 Check validate(const mtia_pe_mlu_desc& d, uint64_t ls_bytes) {
-  if (auto c = check_header(d.hdr, MTIA_PE_DESC_MLU, 0)) return c;
-  if (auto c = reserved_zero("MLU descriptor reserved0", d.reserved0)) return c;
-  if (auto c = reserved_zero("MLU descriptor reserved1", d.reserved1)) return c;
+  if (Check c = check_header(d.hdr, MTIA_PE_DESC_MLU, 0); !c) return c;
+  if (Check c = reserved_zero("MLU descriptor reserved0", d.reserved0); !c) return c;
+  if (Check c = reserved_zero("MLU descriptor reserved1", d.reserved1); !c) return c;
   if (d.op != MTIA_PE_MLU_COPY && d.op != MTIA_PE_MLU_TRANSPOSE) {
     return fail(ErrorCode::kBadOpcode, fmt::format("MLU op {} is not defined", d.op));
   }
@@ -423,16 +423,17 @@ Check validate(const mtia_pe_mlu_desc& d, uint64_t ls_bytes) {
   }
   const u128 src_bytes = tile_bytes(d.rows, d.cols, d.ld_src, d.elem_size);
   const u128 dst_bytes = tile_bytes(dst_rows, dst_cols, d.ld_dst, d.elem_size);
-  if (auto c = check_local("MLU source", d.src, src_bytes, d.elem_size, ls_bytes)) return c;
-  if (auto c = check_local("MLU destination", d.dst, dst_bytes, d.elem_size, ls_bytes)) return c;
+  if (Check c = check_local("MLU source", d.src, src_bytes, d.elem_size, ls_bytes); !c) return c;
+  if (Check c = check_local("MLU destination", d.dst, dst_bytes, d.elem_size, ls_bytes); !c)
+    return c;
   if (overlaps(d.src, src_bytes, d.dst, dst_bytes)) {
     return fail(ErrorCode::kUnsupported, "MLU source and destination overlap");
   }
-  return std::nullopt;
+  return {};
 }
 
-std::optional<isa::Rejection> detail::read_descriptor_bytes(const RiscvCore& core, uint64_t addr,
-                                                            void* dst, size_t bytes) {
+isa::Status detail::read_descriptor_bytes(const RiscvCore& core, uint64_t addr, void* dst,
+                                          size_t bytes) {
   if (addr % 8 != 0) {
     return fail(ErrorCode::kMisaligned,
                 fmt::format("descriptor address {:#x} is not 8-byte aligned", addr));
@@ -442,7 +443,7 @@ std::optional<isa::Rejection> detail::read_descriptor_bytes(const RiscvCore& cor
                 fmt::format("descriptor [{:#x}, +{} bytes) is not in the core's mapped memory",
                             addr, bytes));
   }
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace mtia::sim::pe

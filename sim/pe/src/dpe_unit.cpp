@@ -31,7 +31,7 @@ void widen_tile(uint8_t dt, const uint8_t* src, uint32_t rows, uint32_t cols, ui
 
 }  // namespace
 
-std::optional<isa::Rejection> DpeUnit::validate(const mtia_pe_matmul_desc& d) const {
+isa::Status DpeUnit::validate(const mtia_pe_matmul_desc& d) const {
   return pe::validate(d, ls_.size());
 }
 

@@ -36,7 +36,7 @@ T read_le(std::span<const uint8_t> file, size_t offset) {
   return v;
 }
 
-isa::Rejection bad(std::string reason) {
+isa::Failure bad(std::string reason) {
   // Kernel images have no code of their own in ErrorCode yet; kUnsupported is the closest.
   return isa::reject(isa::ErrorCode::kUnsupported, "kernel ELF image: " + std::move(reason));
 }

@@ -31,7 +31,7 @@ void transpose_tile(const uint8_t* src, uint8_t* dst, uint32_t rows, uint32_t co
 
 }  // namespace
 
-std::optional<isa::Rejection> MluUnit::validate(const mtia_pe_mlu_desc& d) const {
+isa::Status MluUnit::validate(const mtia_pe_mlu_desc& d) const {
   return pe::validate(d, ls_.size());
 }
 

@@ -11,7 +11,7 @@
 namespace mtia::sim::pe {
 namespace {
 
-isa::Rejection bad(std::string reason) {
+isa::Failure bad(std::string reason) {
   return isa::reject(isa::ErrorCode::kUnsupported, "kernel image: " + std::move(reason));
 }
 

@@ -78,7 +78,7 @@ void sum_float(const uint8_t* src, uint32_t rows, uint32_t cols, uint32_t ld, ui
 
 }  // namespace
 
-std::optional<isa::Rejection> ReUnit::validate(const mtia_pe_re_desc& d) const {
+isa::Status ReUnit::validate(const mtia_pe_re_desc& d) const {
   return pe::validate(d, ls_.size());
 }
 

@@ -90,69 +90,6 @@ T load_le(const uint8_t* p) {
 
 }  // namespace
 
-const char* fault_kind_name(FaultKind kind) {
-  switch (kind) {
-    case FaultKind::kIllegalInstruction:
-      return "illegal instruction";
-    case FaultKind::kFetchFault:
-      return "instruction fetch fault";
-    case FaultKind::kMisalignedFetch:
-      return "misaligned jump target";
-    case FaultKind::kMisalignedAccess:
-      return "misaligned access";
-    case FaultKind::kAccessFault:
-      return "access fault";
-    case FaultKind::kBreakpoint:
-      return "breakpoint";
-    case FaultKind::kWatchdog:
-      return "watchdog";
-    case FaultKind::kUnit:
-      return "unit fault";
-  }
-  return "unknown fault";
-}
-
-const char* stop_reason_name(StopReason reason) {
-  switch (reason) {
-    case StopReason::kExit:
-      return "exit";
-    case StopReason::kFault:
-      return "fault";
-    case StopReason::kUnitStall:
-      return "unit stall";
-    case StopReason::kBudget:
-      return "budget";
-  }
-  return "unknown";
-}
-
-const char* unit_op_name(UnitOp op) {
-  switch (op) {
-    case UnitOp::kBarrier:
-      return "pe.barrier";
-    case UnitOp::kWait:
-      return "pe.wait";
-    case UnitOp::kWaitAll:
-      return "pe.waitall";
-    case UnitOp::kPoll:
-      return "pe.poll";
-    case UnitOp::kDma:
-      return "dma.start";
-    case UnitOp::kMatmul:
-      return "dpe.matmul";
-    case UnitOp::kEltwise:
-      return "se.op";
-    case UnitOp::kReduce:
-      return "re.reduce";
-    case UnitOp::kLayout:
-      return "mlu.op";
-    case UnitOp::kIllegal:
-    case UnitOp::kCount:
-      break;
-  }
-  return "illegal";
-}
-
 RiscvCore::RiscvCore(const CoreConfig& config, std::span<uint8_t> local_store, UnitPort& port)
     : config_(config), ls_(local_store), port_(port) {
   if (ls_.size() > MTIA_PE_LS_MAX_BYTES) {
@@ -175,8 +112,7 @@ RiscvCore::RiscvCore(const CoreConfig& config, std::span<uint8_t> local_store, U
   cost_[kIllegal] = 0;
 }
 
-std::optional<isa::Rejection> RiscvCore::start(std::shared_ptr<const Program> program,
-                                               const LaunchContext& launch) {
+isa::Status RiscvCore::start(std::shared_ptr<const Program> program, const LaunchContext& launch) {
   auto reject = [](std::string why) {
     return isa::reject(isa::ErrorCode::kUnsupported, std::move(why));
   };
@@ -231,7 +167,7 @@ std::optional<isa::Rejection> RiscvCore::start(std::shared_ptr<const Program> pr
   state_ = State::kReady;
   detail::logger()->debug("PE {} start: entry {:#x}, {} code words, {} argument bytes", pe_id(),
                           pc_, program_->code_size(), launch_.args.size());
-  return std::nullopt;
+  return {};
 }
 
 void RiscvCore::set_reg(unsigned index, uint64_t value) {

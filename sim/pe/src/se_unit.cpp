@@ -229,7 +229,7 @@ unsigned se_operand_bytes(const mtia_pe_se_desc& d, int j) {
 
 }  // namespace
 
-std::optional<isa::Rejection> SeUnit::validate(const mtia_pe_se_desc& d) const {
+isa::Status SeUnit::validate(const mtia_pe_se_desc& d) const {
   return pe::validate(d, ls_.size());
 }
 

@@ -95,7 +95,7 @@ UnitOutcome FunctionalUnits::finish(UnitKind kind, UnitOutcome outcome) {
 
 template <typename U>
 UnitOutcome FunctionalUnits::apply(U& unit, const typename U::Descriptor& d) {
-  if (auto bad = unit.validate(d)) return finish(unit.kind(), *bad);
+  if (isa::Status bad = unit.validate(d); !bad) return finish(unit.kind(), bad.error());
   unit.execute(d);
   return finish(unit.kind(), unit.cost(d));
 }
@@ -140,10 +140,10 @@ template <typename U>
 UnitOutcome FunctionalUnits::issue(U& unit, const RiscvCore& core, uint64_t addr) {
   using Desc = typename U::Descriptor;
   Desc d;
-  if (auto bad = detail::read_descriptor_bytes(core, addr, &d, sizeof d)) {
-    return finish(unit.kind(), *bad);
+  if (isa::Status bad = detail::read_descriptor_bytes(core, addr, &d, sizeof d); !bad) {
+    return finish(unit.kind(), bad.error());
   }
-  if (auto bad = unit.validate(d)) return finish(unit.kind(), *bad);
+  if (isa::Status bad = unit.validate(d); !bad) return finish(unit.kind(), bad.error());
   if (defer_) {
     defer_(unit.touched(d), unit.host_cost_ns(d), [&unit, d] { unit.execute(d); });
   } else {
@@ -155,10 +155,10 @@ UnitOutcome FunctionalUnits::issue(U& unit, const RiscvCore& core, uint64_t addr
 // issue() for the DPE: as the others, but A and B may be read outside the local store.
 UnitOutcome FunctionalUnits::issue_matmul(const RiscvCore& core, uint64_t addr) {
   mtia_pe_matmul_desc d;
-  if (auto bad = detail::read_descriptor_bytes(core, addr, &d, sizeof d)) {
-    return finish(UnitKind::kDpe, *bad);
+  if (isa::Status bad = detail::read_descriptor_bytes(core, addr, &d, sizeof d); !bad) {
+    return finish(UnitKind::kDpe, bad.error());
   }
-  if (auto bad = dpe_.validate(d)) return finish(UnitKind::kDpe, *bad);
+  if (isa::Status bad = dpe_.validate(d); !bad) return finish(UnitKind::kDpe, bad.error());
   Touched touched = dpe_.touched(d);
   OperandView va, vb;
   if (operand_source_ && d.in_dtype == MTIA_PE_DT_FP32) {

@@ -3,17 +3,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
-#include <stdexcept>
+
+#include "mtia/isa/result.h"
 
 namespace mtia::driver {
-
-// Thrown by Allocator::allocate when no free range can hold the request.
-class OutOfMemory : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 struct AllocatorStats {
   uint64_t allocated_bytes = 0;       // bytes handed out in live allocations (as requested)
@@ -34,14 +30,16 @@ struct Allocation {
 class Allocator {
  public:
   // Manages [base, base + bytes). alignment: a power of two, the default for allocate().
-  Allocator(uint64_t base, uint64_t bytes, uint64_t alignment = 256);
+  // kInvalidArgument for an alignment that is not a power of two or a range past 2^64.
+  static isa::Result<std::unique_ptr<Allocator>> create(uint64_t base, uint64_t bytes,
+                                                        uint64_t alignment = 256);
 
-  // Throws mtia::driver::OutOfMemory (a std::runtime_error) naming the request and the free
-  // and largest free bytes; std::invalid_argument for zero bytes or a bad alignment.
-  uint64_t allocate(uint64_t bytes, uint64_t alignment = 0);
-  // Throws std::invalid_argument if `address` is not the start of a live allocation
-  // (says whether it was freed already or never allocated).
-  void free(uint64_t address);
+  // kOutOfMemory naming the request and the free and largest free bytes; kInvalidArgument
+  // for zero bytes or a bad alignment.
+  isa::Result<uint64_t> allocate(uint64_t bytes, uint64_t alignment = 0);
+  // kInvalidPointer if `address` is not the start of a live allocation (says whether it was
+  // freed already, lies inside another allocation, or was never allocated).
+  isa::Status free(uint64_t address);
 
   // The live allocation containing [address, address + bytes), if any.
   std::optional<Allocation> find(uint64_t address, uint64_t bytes = 1) const;
@@ -50,6 +48,8 @@ class Allocator {
   void reset_peak();
 
  private:
+  Allocator(uint64_t base, uint64_t bytes, uint64_t alignment);
+
   struct Block {
     uint64_t reserved_start;  // start of the range taken from the heap
     uint64_t reserved_bytes;  // including alignment padding

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mtia/isa/result.h"
 #include "mtia/isa/wait.h"
 #include "mtia/trace/host_call.h"
 #include "mtia/trace/level.h"
@@ -32,21 +33,27 @@ struct BackendOptions {
   std::optional<bool> lazy_loads;
 };
 
+// Every call that can fail answers with an isa::Result or isa::Status (isa/result.h); a backend
+// never throws.
 class Backend {
  public:
   virtual ~Backend() = default;
 
-  // BAR0 registers (isa/registers.h). Errors throw std::runtime_error with the reason.
-  virtual uint64_t read_register(uint64_t offset) = 0;
-  virtual void write_register(uint64_t offset, uint64_t value) = 0;  // posted, in order
+  // BAR0 registers (isa/registers.h). A read fails with the device's reason (kBadRegister),
+  // or kDeviceLost once the device has stopped.
+  virtual isa::Result<uint64_t> read_register(uint64_t offset) = 0;
+  // Posted, in order; a write to a device that has stopped is dropped (and logged).
+  virtual void write_register(uint64_t offset, uint64_t value) = 0;
 
-  // The BAR memory window onto device memory. Throws std::out_of_range outside it.
-  virtual void read_memory(uint64_t device_addr, void* dst, uint64_t bytes) = 0;
-  virtual void write_memory(uint64_t device_addr, const void* src, uint64_t bytes) = 0;
+  // The BAR memory window onto device memory. kDeviceAddressFault outside it.
+  virtual isa::Status read_memory(uint64_t device_addr, void* dst, uint64_t bytes) = 0;
+  virtual isa::Status write_memory(uint64_t device_addr, const void* src, uint64_t bytes) = 0;
 
   // Makes [ptr, ptr + bytes) reachable by device DMA; returns its host bus address.
-  virtual uint64_t map_host(void* ptr, uint64_t bytes) = 0;
-  virtual void unmap_host(uint64_t bus_addr) = 0;
+  // kInvalidArgument for a null, empty, wrapping or overlapping range.
+  virtual isa::Result<uint64_t> map_host(void* ptr, uint64_t bytes) = 0;
+  // kInvalidPointer when `bus_addr` is not the start of a mapped range.
+  virtual isa::Status unmap_host(uint64_t bus_addr) = 0;
 
   // Called from the backend's own thread on each interrupt; must not block.
   virtual void set_interrupt_handler(std::function<void(uint64_t queue_mask)> handler) = 0;
@@ -59,22 +66,26 @@ class Backend {
   virtual uint64_t now_ps() = 0;
   // Writes the device's trace (trace.json), run summary (summary.json), statistics
   // (stats.json) and effective configuration (config.json) into `dir`.
-  virtual void write_artifacts(const std::string& dir) = 0;
+  virtual isa::Status write_artifacts(const std::string& dir) = 0;
   // The effective device configuration as JSON text.
   virtual std::string config_json() = 0;
   // Changes what the trace records from now on. A backend without a trace ignores it.
-  virtual void set_trace_level(trace::TraceLevel /*level*/) {}
+  virtual isa::Status set_trace_level(trace::TraceLevel /*level*/) { return {}; }
   // Adds a host API call to the device's trace (any thread; ignored when tracing is off). The
   // record is the host API's, handed on as it is.
   virtual void trace_host_call(trace::HostCall /*call*/) {}
 };
 
-using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions&)>;
+// Makes a backend, or says why not: kInvalidArgument for options it rejects (bad preset, bad
+// override), kDeviceUnavailable when the device cannot be built or reached.
+using BackendFactory = std::function<isa::Result<std::unique_ptr<Backend>>(const BackendOptions&)>;
 
 // Registers a backend under `name` (a static registrar in the backend's library does this).
-void register_backend(const std::string& name, BackendFactory factory);
-// Creates the named backend; throws std::invalid_argument naming the known ones if unknown.
-std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOptions& options);
+// kInvalidArgument for an empty name, no factory, or a name already taken.
+isa::Status register_backend(const std::string& name, BackendFactory factory);
+// Creates the named backend; kInvalidArgument naming the known ones if `name` is unknown.
+isa::Result<std::unique_ptr<Backend>> create_backend(const std::string& name,
+                                                     const BackendOptions& options);
 std::vector<std::string> backend_names();
 
 }  // namespace mtia::driver

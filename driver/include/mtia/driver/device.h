@@ -58,13 +58,14 @@ using CompletionCallback = std::function<void(const Completion&)>;
 
 class Device {
  public:
-  // Opens a device through the named backend ("inprocess" by default). Throws
-  // std::invalid_argument for an unknown backend name or options the backend rejects (bad
-  // preset, bad override), std::runtime_error if the device cannot be built or does not answer.
-  // Destroy the Device only after every wait() has returned; packets still in flight then are
-  // completed as aborted (their callbacks run) during destruction.
-  static std::unique_ptr<Device> open(const std::string& backend_name,
-                                      const BackendOptions& options);
+  // Opens a device through the named backend ("inprocess" by default). Fails with
+  // kInvalidArgument for an unknown backend name or options the backend rejects (bad preset,
+  // bad override), kDeviceUnavailable if the device cannot be built or does not answer as an
+  // MTIA device of this release should. Destroy the Device only after every wait() has
+  // returned; packets still in flight then are completed as aborted (their callbacks run)
+  // during destruction.
+  static isa::Result<std::unique_ptr<Device>> open(const std::string& backend_name,
+                                                   const BackendOptions& options);
   virtual ~Device() = default;
 
   virtual const DeviceInfo& info() const = 0;
@@ -74,37 +75,39 @@ class Device {
   virtual Allocator& allocator() = 0;
 
   // Host memory the device may DMA. map_host returns the bus address to put in packets.
-  virtual uint64_t map_host(void* ptr, uint64_t bytes) = 0;
-  virtual void unmap_host(uint64_t bus_addr) = 0;
+  virtual isa::Result<uint64_t> map_host(void* ptr, uint64_t bytes) = 0;
+  virtual isa::Status unmap_host(uint64_t bus_addr) = 0;
 
   virtual uint32_t num_queues() const = 0;
 
   // Appends a packet to hardware queue `queue` and rings its doorbell. The driver sets the
   // header's opcode (from the packet's type), version, seq and the kPacketInterrupt flag; other
-  // header fields are sent as given. Throws std::out_of_range for a queue that does not exist.
+  // header fields are sent as given. kInvalidArgument for a queue that does not exist,
+  // kDeviceLost once the device is lost.
   // Returns the packet's sequence number (per queue, starting at 1, strictly increasing). Blocks
   // while the ring is full. `on_complete`, if given, runs on the backend's thread once the packet
   // completes, fails or is aborted, in seq order per queue; it must not block, so it must not
   // call submit() or wait() (both can wait for that very thread). A failed packet halts its
   // queue: the driver completes every later packet already on it as aborted, resets the queue,
   // and later submissions run normally.
-  virtual uint64_t submit(uint32_t queue, const isa::Packet& packet,
-                          CompletionCallback on_complete = {}) = 0;
+  virtual isa::Result<uint64_t> submit(uint32_t queue, const isa::Packet& packet,
+                                       CompletionCallback on_complete = {}) = 0;
 
   // Blocks until packet `seq` of `queue` has completed, failed or been aborted; its callback
   // has run by then. Full details (times, errors) are kept for the last 4096 completions and
   // the last 4096 failures of each queue; an older successful packet yields ok with zero times
-  // (use the callback to keep details of your own). Throws std::invalid_argument for a seq
-  // never submitted to `queue`.
-  virtual Completion wait(uint32_t queue, uint64_t seq) = 0;
+  // (use the callback to keep details of your own). kInvalidArgument for a queue that does not
+  // exist or a seq never submitted to it.
+  virtual isa::Result<Completion> wait(uint32_t queue, uint64_t seq) = 0;
   // Why the device was lost (its backend said so), or "" while it works. Once lost, every
   // packet in flight completes as failed with `lost` set, waits return at once, and submit()
-  // throws std::runtime_error naming the cause; close the Device and open a new one.
+  // fails with kDeviceLost naming the cause; close the Device and open a new one.
   virtual std::string lost_reason() const = 0;
   // True once packet `seq` of `queue` is no longer pending (and its callback has run).
-  virtual bool is_done(uint32_t queue, uint64_t seq) = 0;
+  // kInvalidArgument as for wait().
+  virtual isa::Result<bool> is_done(uint32_t queue, uint64_t seq) = 0;
   // Sequence number of the most recent submission to `queue` (0 if none).
-  virtual uint64_t last_submitted(uint32_t queue) = 0;
+  virtual isa::Result<uint64_t> last_submitted(uint32_t queue) = 0;
 };
 
 }  // namespace mtia::driver

@@ -54,9 +54,9 @@ class CommandProcessor {
   bool step();
 
   // The platform reports that the job started on `engine` has finished.
-  void on_dma_done(unsigned engine, const DmaStatus& status);
+  void on_dma_done(unsigned engine, const isa::Status& outcome);
   // The platform reports that the launch started with Platform::launch_start has finished.
-  void on_launch_done(const LaunchStatus& status);
+  void on_launch_done(const isa::Status& outcome);
 
   const FirmwareStats& stats() const { return stats_; }
   const FirmwareConfig& config() const { return config_; }
@@ -79,10 +79,10 @@ class CommandProcessor {
   };
 
   bool try_dispatch(uint32_t q);
-  // Finishes the queue's current packet. A failure's `detail` (and a kernel's non-zero
-  // `exit_status`) go to the log and to the queue's error record, if it has one.
-  void complete(uint32_t q, isa::ErrorCode error, uint64_t arg0, uint64_t arg1,
-                std::string_view detail = {}, std::optional<int64_t> exit_status = {});
+  // Finishes the queue's current packet. A failure's code and details go into its completion
+  // record; its reason (and a kernel's non-zero exit status) to the log and to the queue's
+  // error record, if it has one.
+  void complete(uint32_t q, const isa::Status& outcome);
   // Why the queue's base/size/completion/error record cannot be served, or "" if they can.
   std::string queue_config_problem(const Queue& queue) const;
   // Re-checks a held Wait packet; true if the queue moved (released or faulted).

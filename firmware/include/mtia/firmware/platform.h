@@ -11,34 +11,15 @@
 #include <string_view>
 
 #include "mtia/isa/packets.h"
+#include "mtia/isa/result.h"
 
 namespace mtia::firmware {
-
-// Outcome of a DMA job, reported by the platform when the job finishes.
-struct DmaStatus {
-  isa::ErrorCode error = isa::ErrorCode::kNone;
-  uint64_t arg0 = 0;  // detail, e.g. the faulting address
-  uint64_t arg1 = 0;  // detail, e.g. the faulting length
-};
 
 // A DMA engine job: exactly one of the two packets, already decoded and validated.
 struct DmaJob {
   enum class Kind { kCopy, kFill } kind = Kind::kCopy;
   isa::DmaCopyPacket copy{};
   isa::FillPacket fill{};
-};
-
-// Outcome of a kernel launch, reported by the platform when every PE of the launch has
-// finished (or the launch failed).
-struct LaunchStatus {
-  isa::ErrorCode error = isa::ErrorCode::kNone;  // kBadKernelImage, kKernelFault, kWatchdog...
-  uint64_t arg0 = 0;  // detail: the faulting pc (kernel faults) or the image address
-  uint64_t arg1 = 0;  // detail: the faulting PE index (row * grid_cols + col)
-  // Why, for people: names the PE (index, row, column), the pc and the fault. The firmware
-  // hands it to the host in the queue's error record (isa/error_record.h).
-  std::string message = {};
-  // A kernel that exited with a non-zero status (error kKernelFault): that status.
-  std::optional<int64_t> exit_status = std::nullopt;
 };
 
 // How much a firmware log message matters (Platform::log).
@@ -48,24 +29,32 @@ class Platform {
  public:
   virtual ~Platform() = default;
 
-  // Device memory (rings, completion records, fences). False when the range is not backed
-  // by device memory; the firmware turns that into an error record.
-  virtual bool read_device(uint64_t addr, void* dst, size_t bytes) = 0;
-  virtual bool write_device(uint64_t addr, const void* src, size_t bytes) = 0;
+  // Device memory (rings, completion records, fences). A range not backed by device memory
+  // fails with kDeviceAddressFault (arg0/arg1: the address and length); the firmware turns
+  // that into an error record.
+  virtual isa::Status read_device(uint64_t addr, void* dst, size_t bytes) = 0;
+  virtual isa::Status write_device(uint64_t addr, const void* src, size_t bytes) = 0;
   // True when all of [addr, addr + bytes) is device memory. Checks the range without reading
   // it, so validating a ring never races with the driver filling it.
   virtual bool device_range_valid(uint64_t addr, uint64_t bytes) const = 0;
-  // Registered host memory (signals to host fences). False when not registered.
-  virtual bool write_host(uint64_t addr, const void* src, size_t bytes) = 0;
+  // Registered host memory (signals to host fences). A range that is not registered fails
+  // with kHostAddressFault.
+  virtual isa::Status write_host(uint64_t addr, const void* src, size_t bytes) = 0;
 
   // DMA engines: the firmware starts a job on an idle engine and is told when it finishes
-  // through CommandProcessor::on_dma_done(engine, status), never from inside dma_start.
+  // through CommandProcessor::on_dma_done(engine, outcome), never from inside dma_start. A
+  // failed job's outcome carries its code and details (e.g. kDeviceAddressFault with the
+  // faulting address and length in arg0 and arg1).
   virtual unsigned dma_engine_count() const = 0;
   virtual void dma_start(unsigned engine, const DmaJob& job) = 0;
 
   // The PE grid: runs one validated launch (its grid fits the chip) and reports back through
-  // CommandProcessor::on_launch_done(status), never from inside launch_start. The firmware
-  // starts at most one launch at a time.
+  // CommandProcessor::on_launch_done(outcome), never from inside launch_start. The firmware
+  // starts at most one launch at a time. A failed launch's outcome carries its code
+  // (kBadKernelImage, kKernelFault, kWatchdog...), details (arg0: the faulting pc or the image
+  // address; arg1: the faulting PE index, row * grid_cols + col), its reason for people
+  // (naming the PE, the pc and the fault; it goes to the queue's error record) and, for a
+  // kernel that exited non-zero, its exit status.
   virtual void launch_start(const isa::LaunchPacket& launch) = 0;
 
   // Current simulated time in picoseconds.

@@ -23,7 +23,15 @@ enum class ErrorCode : uint16_t {
   kBadKernelImage = 14,     // launch image is not a loadable kernel ELF (arg0 = image address)
   kKernelFault = 15,        // a PE faulted or exited non-zero (arg0 = pc, arg1 = PE index)
   kWatchdog = 16,           // a PE ran past the launch's cycle limit (arg0 = pc, arg1 = PE index)
-  kCount
+  kCount,                   // one past the last code a device reports
+
+  // Host-side failures below the public API (driver, backends, the simulator's set-up). They
+  // never travel in a completion or error record; host_api maps each to an mtia::ErrorKind.
+  kInvalidArgument = 0x100,    // a malformed request or option
+  kInvalidPointer = 0x101,     // an address that is not (inside) a live allocation or mapping
+  kOutOfMemory = 0x102,        // no free range can hold the request
+  kDeviceUnavailable = 0x103,  // the device could not be opened or does not answer
+  kDeviceLost = 0x104,         // the device died; nothing more completes on it
 };
 
 // A short stable name for logs and messages ("device address fault").

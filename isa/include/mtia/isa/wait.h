@@ -19,15 +19,17 @@
 #include <optional>
 #include <string_view>
 
+#include "mtia/isa/result.h"
+
 namespace mtia::isa {
 
 enum class WaitPolicy : uint8_t { kAuto = 0, kSpin = 1, kYield = 2, kBlock = 3 };
 
 const char* wait_policy_name(WaitPolicy policy);  // "auto", "spin", "yield", "block"
 std::optional<WaitPolicy> parse_wait_policy(std::string_view text);
-// $MTIA_EMU_WAIT; `fallback` when it is unset or empty. Throws std::invalid_argument naming
-// the variable and the accepted values for anything else.
-WaitPolicy wait_policy_from_environment(WaitPolicy fallback = WaitPolicy::kAuto);
+// $MTIA_EMU_WAIT; `fallback` when it is unset or empty. Anything else fails
+// (kInvalidArgument) naming the variable and the accepted values.
+Result<WaitPolicy> wait_policy_from_environment(WaitPolicy fallback = WaitPolicy::kAuto);
 
 inline constexpr std::chrono::microseconds kAutoSpin{50};
 inline constexpr std::chrono::microseconds kAutoYield{50};

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "mtia/isa/result.h"
 #include "mtia/sim/pe/unit_timing.h"
 
 namespace mtia::sim {
@@ -67,23 +68,23 @@ struct ChipConfig {
 };
 
 // Loads a preset by name (looked up in the preset directory) or by path to a .json file.
-// Throws std::runtime_error naming the file and the offending field.
-ChipConfig load_preset(const std::string& name_or_path);
-// A preset from its JSON text; `origin` names it in messages (a file path). Throws
-// std::runtime_error naming the field that is wrong.
-ChipConfig parse_preset(const std::string& text, const std::string& origin);
+// Fails (kInvalidArgument) naming the file and the offending field.
+isa::Result<ChipConfig> load_preset(const std::string& name_or_path);
+// A preset from its JSON text; `origin` names it in messages (a file path). Fails
+// (kInvalidArgument) naming the field that is wrong.
+isa::Result<ChipConfig> parse_preset(const std::string& text, const std::string& origin);
 // The directory presets are looked up in: $MTIA_EMU_PRESET_DIR, else the presets/ of the
 // installation the program belongs to (mtia/isa/install_dirs.h), else the one built in.
 std::string preset_directory();
 std::vector<std::string> preset_names();
 
 // Applies "key=value" (keys as in the preset file, e.g. "dram_bandwidth_GBps=100").
-// Throws std::invalid_argument naming the key or value that is wrong and the valid keys. A
+// Fails (kInvalidArgument) naming the key or value that is wrong and the valid keys. A
 // string value must be 1..128 bytes of well-formed UTF-8 without control characters.
-void apply_override(ChipConfig& config, const std::string& assignment);
+isa::Status apply_override(ChipConfig& config, const std::string& assignment);
 // Rejects inconsistent values (zero bandwidths, more than 8x8 PEs, a name that is not
 // 1..128 bytes of UTF-8 without control characters, ...) with a message naming the field.
-void validate(const ChipConfig& config);
+isa::Status validate(const ChipConfig& config);
 
 // The effective configuration as JSON text, every field with its value.
 std::string to_json(const ChipConfig& config);

@@ -32,14 +32,19 @@ using LostHandler = std::function<void(const std::string& why)>;
 class Device {
  public:
   // Builds the model for `config` and starts the simulator thread. Only one Device may exist
-  // per process at a time (SystemC has one global simulation context); a second one throws.
-  // `trace` sets what the trace records (docs/architecture.md, "Traces"); `wait` how the
-  // simulator thread waits for host requests and host threads for its answers (isa/wait.h);
-  // `grid` how the PE grid uses the host (grid_options.h: unset fields come from the
-  // environment, else the defaults; throws std::invalid_argument for one out of range).
-  Device(const ChipConfig& config, HostMemory& host_memory, InterruptHandler on_interrupt,
-         trace::TraceOptions trace = {}, isa::WaitPolicy wait = isa::WaitPolicy::kAuto,
-         const PeGridHostOptions& grid = {});
+  // per process at a time (SystemC has one global simulation context): opening a second one
+  // fails with kDeviceUnavailable, as does a model that cannot be built (SystemC's error, or
+  // host address space refused). `trace` sets what the trace records (docs/architecture.md,
+  // "Traces"); `wait` how the simulator thread waits for host requests and host threads for
+  // its answers (isa/wait.h); `grid` how the PE grid uses the host (grid_options.h: unset
+  // fields come from the environment, else the defaults). A config that does not validate or
+  // a grid option out of range fails with kInvalidArgument.
+  static isa::Result<std::unique_ptr<Device>> open(const ChipConfig& config,
+                                                   HostMemory& host_memory,
+                                                   InterruptHandler on_interrupt,
+                                                   trace::TraceOptions trace = {},
+                                                   isa::WaitPolicy wait = isa::WaitPolicy::kAuto,
+                                                   const PeGridHostOptions& grid = {});
   ~Device();  // stops the simulator thread and releases device memory
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -50,9 +55,10 @@ class Device {
   isa::Result<uint64_t> read_register(uint64_t offset);
 
   // Direct access to device memory (DRAM, SRAM, local stores) through the BAR memory window.
-  // False if the range is not device memory. Callers order these with doorbells.
-  bool read_memory(uint64_t addr, void* dst, uint64_t bytes);
-  bool write_memory(uint64_t addr, const void* src, uint64_t bytes);
+  // A range that is not device memory fails with kDeviceAddressFault. Callers order these
+  // with doorbells.
+  isa::Status read_memory(uint64_t addr, void* dst, uint64_t bytes);
+  isa::Status write_memory(uint64_t addr, const void* src, uint64_t bytes);
 
   // Sets (or, with an empty function, clears) the handler told when the device is lost.
   void set_lost_handler(LostHandler handler);
@@ -66,17 +72,19 @@ class Device {
 
   // Writes trace.json (Chrome trace events), summary.json (the run summary, computed from the
   // recorded events), stats.json and config.json into `dir` (created if missing). Waits for
-  // the simulator thread to snapshot its state.
-  void write_artifacts(const std::string& dir);
+  // the simulator thread to snapshot its state. Fails with kInvalidArgument naming a file
+  // that cannot be written, kDeviceLost once the simulator has stopped.
+  isa::Status write_artifacts(const std::string& dir);
   // Changes the trace's detail from now on (waits for the simulator thread).
-  void set_trace_level(trace::TraceLevel level);
+  isa::Status set_trace_level(trace::TraceLevel level);
   trace::TraceLevel trace_level() const;
   // Adds a host API call to the trace (any thread; dropped when tracing is off).
   void trace_host_call(trace::HostCall call);
   // The statistics of every module as JSON text (units and descriptions included).
-  std::string stats_json();
+  isa::Result<std::string> stats_json();
 
  private:
+  Device() = default;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "mtia/isa/result.h"
+
 namespace mtia::sim {
 
 struct PeGridHostOptions {
@@ -35,8 +37,8 @@ struct PeGridHostSettings {
 };
 
 // Each field: the option when set, else its environment variable when that holds a valid value
-// (an invalid one is ignored with a warning), else the default. Throws std::invalid_argument
+// (an invalid one is ignored with a warning), else the default. Fails (kInvalidArgument)
 // naming the field for an option out of its range.
-PeGridHostSettings resolve(const PeGridHostOptions& options);
+isa::Result<PeGridHostSettings> resolve(const PeGridHostOptions& options);
 
 }  // namespace mtia::sim

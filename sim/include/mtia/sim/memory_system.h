@@ -102,9 +102,9 @@ struct DmaPlan {
   bool is_fill = false;
   isa::DmaCopyPacket copy{};
   isa::FillPacket fill{};
-  isa::ErrorCode error = isa::ErrorCode::kNone;
-  uint64_t error_arg0 = 0;
-  uint64_t error_arg1 = 0;
+  // Whether the job can run: a region's span overflows, lies outside device memory or
+  // registered host memory (arg0/arg1: its address and length), or names no address space.
+  isa::Status status;
   uint64_t payload_bytes = 0;  // elements * element size
   SideInfo src;                // unused for fills
   SideInfo dst;
@@ -115,12 +115,6 @@ struct DmaPlan {
   std::array<uint64_t, kNumResources> busy_ps{};
   std::array<uint64_t, kNumResources> resource_start_ps{};  // start_r: its turn on each resource
   uint64_t local_store_bytes = 0;  // bytes through PE local-store ports (private, not shared)
-};
-
-struct DmaResult {
-  isa::ErrorCode error = isa::ErrorCode::kNone;
-  uint64_t arg0 = 0;
-  uint64_t arg1 = 0;
 };
 
 // A planned job's data movement with its regions translated to host pointers: perform() in
@@ -149,7 +143,7 @@ class MemorySystem {
   DmaPlan plan_fill(const isa::FillPacket& packet, uint64_t now_ps);
   // Moves the data of a plan without error. The regions are translated again, so host memory
   // unregistered since planning ends in kHostAddressFault instead of a stray write.
-  DmaResult perform(const DmaPlan& plan);
+  isa::Status perform(const DmaPlan& plan);
 
   // Called on the simulator thread before device memory is read or written other than by a
   // PE's own DMA (by perform(), and by the command processor through notify_device_access):
@@ -162,7 +156,7 @@ class MemorySystem {
     if (observer_) observer_(span, write);
   }
   // The first half of perform(): translates the regions (with perform()'s faults) into `out`.
-  DmaResult bind(const DmaPlan& plan, BoundDma& out) const;
+  isa::Status bind(const DmaPlan& plan, BoundDma& out) const;
 
   const ResourceParams& params(Resource r) const { return params_[static_cast<int>(r)]; }
   const ResourceStats& stats(Resource r) const { return stats_[static_cast<int>(r)]; }

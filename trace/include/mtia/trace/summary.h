@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mtia/isa/result.h"
 #include "mtia/trace/level.h"
 #include "mtia/trace/recording.h"
 
@@ -93,17 +94,12 @@ struct TraceSummary {
   std::string to_text() const;  // tables for people
 };
 
-// What summarize_trace_json() says about text that is not a trace written by a device.
-class BadTrace : public std::invalid_argument {
- public:
-  using std::invalid_argument::invalid_argument;
-};
-
 // The summary of a recording, as the trace written from it would give (`level` and `now_ps`
-// as for write_trace_json). Throws BadTrace if the device's configuration lacks a peak.
-TraceSummary summarize(const Recording& rec, TraceLevel level, uint64_t now_ps);
-// The summary of a trace.json from its text alone. Throws BadTrace ("not an mtia-emu trace:
-// ...") naming what is wrong when it is not such a trace.
-TraceSummary summarize_trace_json(std::string_view trace_json);
+// as for write_trace_json). Fails (kInvalidArgument) if the device's configuration lacks a
+// peak.
+isa::Result<TraceSummary> summarize(const Recording& rec, TraceLevel level, uint64_t now_ps);
+// The summary of a trace.json from its text alone. Fails (kInvalidArgument, "not an mtia-emu
+// trace: ...") naming what is wrong when it is not such a trace.
+isa::Result<TraceSummary> summarize_trace_json(std::string_view trace_json);
 
 }  // namespace mtia::trace

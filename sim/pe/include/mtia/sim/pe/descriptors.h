@@ -24,24 +24,25 @@ unsigned dtype_bytes(uint8_t dtype);
 const char* dtype_name(uint8_t dtype);
 
 // Each returns nothing when the descriptor is valid for a local store of `ls_bytes` bytes.
-std::optional<isa::Rejection> validate(const mtia_pe_dma_desc& d, uint64_t ls_bytes);
-std::optional<isa::Rejection> validate(const mtia_pe_matmul_desc& d, uint64_t ls_bytes);
-std::optional<isa::Rejection> validate(const mtia_pe_se_desc& d, uint64_t ls_bytes);
-std::optional<isa::Rejection> validate(const mtia_pe_re_desc& d, uint64_t ls_bytes);
-std::optional<isa::Rejection> validate(const mtia_pe_mlu_desc& d, uint64_t ls_bytes);
+isa::Status validate(const mtia_pe_dma_desc& d, uint64_t ls_bytes);
+isa::Status validate(const mtia_pe_matmul_desc& d, uint64_t ls_bytes);
+isa::Status validate(const mtia_pe_se_desc& d, uint64_t ls_bytes);
+isa::Status validate(const mtia_pe_re_desc& d, uint64_t ls_bytes);
+isa::Status validate(const mtia_pe_mlu_desc& d, uint64_t ls_bytes);
 
 namespace detail {
 // Copies `bytes` bytes at core address `addr` into dst, or says why it cannot.
-std::optional<isa::Rejection> read_descriptor_bytes(const RiscvCore& core, uint64_t addr, void* dst,
-                                                    size_t bytes);
+isa::Status read_descriptor_bytes(const RiscvCore& core, uint64_t addr, void* dst, size_t bytes);
 }  // namespace detail
 
 // Reads the descriptor at core address `addr` (8-byte aligned, mapped) and validates it.
 template <typename Desc>
 isa::Result<Desc> read_descriptor(const RiscvCore& core, uint64_t addr) {
   Desc d;
-  if (auto bad = detail::read_descriptor_bytes(core, addr, &d, sizeof d)) return *bad;
-  if (auto bad = validate(d, core.local_store().size())) return *bad;
+  if (isa::Status bad = detail::read_descriptor_bytes(core, addr, &d, sizeof d); !bad) {
+    return bad.error();
+  }
+  if (isa::Status bad = validate(d, core.local_store().size()); !bad) return bad.error();
   return d;
 }
 

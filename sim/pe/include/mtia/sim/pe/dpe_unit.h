@@ -24,7 +24,7 @@ class DpeUnit final : public Unit<mtia_pe_matmul_desc> {
   using Unit::Unit;
 
   UnitKind kind() const override { return UnitKind::kDpe; }
-  std::optional<isa::Rejection> validate(const mtia_pe_matmul_desc& d) const override;
+  isa::Status validate(const mtia_pe_matmul_desc& d) const override;
   // dpe_issue_cycles + ceil(m*n*k / MACs per cycle of in_dtype); work = m*n*k MACs.
   UnitWork cost(const mtia_pe_matmul_desc& d) const override;
   void execute(const mtia_pe_matmul_desc& d) override { execute(d, {}, {}); }

@@ -14,7 +14,7 @@ class MluUnit final : public Unit<mtia_pe_mlu_desc> {
   using Unit::Unit;
 
   UnitKind kind() const override { return UnitKind::kMlu; }
-  std::optional<isa::Rejection> validate(const mtia_pe_mlu_desc& d) const override;
+  isa::Status validate(const mtia_pe_mlu_desc& d) const override;
   // mlu_issue_cycles + ceil(rows*cols*elem_size / mlu_bytes_per_cycle); work = those bytes.
   UnitWork cost(const mtia_pe_mlu_desc& d) const override;
   void execute(const mtia_pe_mlu_desc& d) override;

@@ -14,7 +14,7 @@ class ReUnit final : public Unit<mtia_pe_re_desc> {
   using Unit::Unit;
 
   UnitKind kind() const override { return UnitKind::kRe; }
-  std::optional<isa::Rejection> validate(const mtia_pe_re_desc& d) const override;
+  isa::Status validate(const mtia_pe_re_desc& d) const override;
   // re_issue_cycles + ceil(rows*cols / re_elements_per_cycle); work = rows*cols inputs.
   UnitWork cost(const mtia_pe_re_desc& d) const override;
   void execute(const mtia_pe_re_desc& d) override;

@@ -109,8 +109,7 @@ class RiscvCore {
   // the registers and counters, and sets pc = entry, sp = top of the local store (16-byte
   // aligned), a0 = MTIA_PE_ARGS_BASE, a1 = argument bytes. Rejects a program that needs more
   // local store than this PE has, and a bad grid position or argument block.
-  std::optional<isa::Rejection> start(std::shared_ptr<const Program> program,
-                                      const LaunchContext& launch);
+  isa::Status start(std::shared_ptr<const Program> program, const LaunchContext& launch);
 
   // Executes until one of StopReason happens; at most `max_instructions` instructions, and
   // stops with kBudget once cycles() >= cycle_horizon. Requires state() == kReady.

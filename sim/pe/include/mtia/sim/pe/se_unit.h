@@ -16,7 +16,7 @@ class SeUnit final : public Unit<mtia_pe_se_desc> {
   using Unit::Unit;
 
   UnitKind kind() const override { return UnitKind::kSe; }
-  std::optional<isa::Rejection> validate(const mtia_pe_se_desc& d) const override;
+  isa::Status validate(const mtia_pe_se_desc& d) const override;
   // se_issue_cycles + ceil(count / lanes) * cycles per vector of the op's cost class;
   // work = count outputs.
   UnitWork cost(const mtia_pe_se_desc& d) const override;

@@ -62,7 +62,7 @@ class Unit {
 
   virtual UnitKind kind() const = 0;
   // Why `d` cannot run on this local store, or nothing when it can.
-  virtual std::optional<isa::Rejection> validate(const Desc& d) const = 0;
+  virtual isa::Status validate(const Desc& d) const = 0;
   // Busy cycles and work of a valid `d`; reads no memory.
   virtual UnitWork cost(const Desc& d) const = 0;
   // Applies a valid `d` to the local store.
