@@ -281,6 +281,13 @@ def _install_record_memory_history() -> None:
     torch.mtia.record_memory_history = record_memory_history
 
 
+def _register_distributed() -> None:
+    import torch.distributed as dist
+    if dist.is_available():  # PyTorch built with distributed support (the PyPI builds are)
+        from . import _distributed
+        _distributed.register()
+
+
 def _register() -> None:
     # torch.mtia seeds, reads and restores torch.mtia.default_generators[i]; the default
     # generator exists before the device opens, so seeding first and opening later works.
@@ -294,6 +301,7 @@ def _register() -> None:
     _C._set_fallback_mode(os.environ.get("MTIA_EMU_FALLBACK", "warn") or "warn")
     _register_serialization()
     _install_quiet_printing()
+    _register_distributed()  # the c10d backend "mtia_emu"
     atexit.register(_C._shutdown)
 
 
