@@ -136,7 +136,8 @@ void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, c
       dir == Dir::kHostToDevice ? LoopOrder::kSourceContiguous : LoopOrder::kDestinationContiguous);
   auto s = stream_state(stream);
   if (dir != Dir::kDeviceToDevice) {
-    refuse_in_capture(*s, "a copy between host and device memory", "it reads or writes host memory");
+    refuse_in_capture(*s, "a copy between host and device memory",
+                      "it reads or writes host memory");
   }
   if (!async) refuse_in_capture(*s, "a synchronous copy", "it waits for the stream");
   call.set_detail(

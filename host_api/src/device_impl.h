@@ -89,9 +89,9 @@ struct GraphState {
   uint32_t stream_id = 0;  // captured from
   bool capturing = true;
   std::vector<isa::Packet> packets;
-  std::vector<uint64_t> arg_blocks;    // launch argument blocks it owns (take_arg_block)
-  std::map<uint64_t, uint64_t> uses;   // malloc() allocation -> its generation at capture
-  uint64_t buffer = 0;                 // the command buffer, once instantiated
+  std::vector<uint64_t> arg_blocks;            // launch argument blocks it owns (take_arg_block)
+  std::map<uint64_t, uint64_t> uses;           // malloc() allocation -> its generation at capture
+  uint64_t buffer = 0;                         // the command buffer, once instantiated
   std::shared_ptr<StreamState> replay_stream;  // of the latest replay
   uint64_t replay_seq = 0;
 };

@@ -523,8 +523,7 @@ isa::Status validate(const ChipConfig& c) {
   const std::pair<const char*, double> durations[] = {
       {"sram_latency_ns", c.sram_latency_ns}, {"dram_latency_ns", c.dram_latency_ns},
       {"pcie_latency_ns", c.pcie_latency_ns}, {"dma_setup_ns", c.dma_setup_ns},
-      {"cp_packet_ns", c.cp_packet_ns},
-      {"cp_replay_packet_ns", c.cp_replay_packet_ns},
+      {"cp_packet_ns", c.cp_packet_ns},       {"cp_replay_packet_ns", c.cp_replay_packet_ns},
   };
   for (const auto& [key, v] : durations) {
     if (!std::isfinite(v) || v < 0 || v > 1e9) {
