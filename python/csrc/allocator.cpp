@@ -215,23 +215,26 @@ void DeviceAllocator::free_block(Block* b) {
   }
 }
 
+void DeviceAllocator::free_segment_locked(Block* b, const char* what) {
+  try {
+    Runtime::get().device().free(mtia::DevicePtr(b->address));
+  } catch (const mtia::Error& e) {
+    log::error(c10::str("returning ", what, " ", reinterpret_cast<void*>(b->address),
+                        " to the device: ", e.what()));
+  }
+  stats_.cached_bytes -= b->size;
+  stats_.cached_blocks -= 1;
+  stats_.reserved_bytes.decrease(int64_t(b->size));
+  stats_.segment.decrease(1);
+  record_locked(TraceEntry::Action::kSegmentFree, b->address, b->size, b->stream, nullptr);
+  blocks_.erase(b->address);
+  delete b;
+}
+
 void DeviceAllocator::release_cached_locked() {
-  Runtime& rt = Runtime::get();
   for (auto& [stream, blocks] : cache_) {
     for (auto& [size, b] : blocks) {
-      try {
-        rt.device().free(mtia::DevicePtr(b->address));
-      } catch (const mtia::Error& e) {
-        log::error(c10::str("returning cached block ", reinterpret_cast<void*>(b->address),
-                            " to the device: ", e.what()));
-      }
-      stats_.cached_bytes -= b->size;
-      stats_.cached_blocks -= 1;
-      stats_.reserved_bytes.decrease(int64_t(b->size));
-      stats_.segment.decrease(1);
-      record_locked(TraceEntry::Action::kSegmentFree, b->address, b->size, b->stream, nullptr);
-      blocks_.erase(b->address);
-      delete b;
+      free_segment_locked(b, "cached block");
     }
     blocks.clear();
   }
@@ -313,19 +316,7 @@ void DeviceAllocator::release_pool(c10::MempoolId_t pool) {
   const auto it = pools_.find(pool);
   if (it == pools_.end()) return;
   for (auto& [size, b] : it->second) {
-    try {
-      rt.device().free(mtia::DevicePtr(b->address));
-    } catch (const mtia::Error& e) {
-      log::error(c10::str("returning graph pool block ", reinterpret_cast<void*>(b->address),
-                          " to the device: ", e.what()));
-    }
-    stats_.cached_bytes -= b->size;
-    stats_.cached_blocks -= 1;
-    stats_.reserved_bytes.decrease(int64_t(b->size));
-    stats_.segment.decrease(1);
-    record_locked(TraceEntry::Action::kSegmentFree, b->address, b->size, b->stream, nullptr);
-    blocks_.erase(b->address);
-    delete b;
+    free_segment_locked(b, "graph pool block");
   }
   pools_.erase(it);
 }

@@ -199,6 +199,9 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   void free_block(Block* block);
   // Frees every cached block through the driver. Caller holds mu_.
   void release_cached_locked();
+  // Gives a free block (cached, or of a graph pool) back to the driver and forgets it: the
+  // statistics and the memory history record a segment free. Caller holds mu_.
+  void free_segment_locked(Block* b, const char* what);
   // The calling thread's stack if recording asks for one (null otherwise). Takes the GIL to
   // read Python frames, so never called while holding mu_.
   std::shared_ptr<c10::GatheredContext> gather_stack() const;
