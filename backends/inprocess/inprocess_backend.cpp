@@ -150,6 +150,11 @@ class InProcessBackend final : public driver::Backend {
     return device_->write_memory(device_addr, src, bytes);
   }
 
+  isa::Result<SharedWindow> shared_window() override {
+    const sim::Device::MemoryWindow w = device_->dram_window();
+    return SharedWindow{w.fd, w.device_addr, w.bytes};
+  }
+
   isa::Result<uint64_t> map_host(void* ptr, uint64_t bytes) override {
     return host_memory_.map(ptr, bytes);
   }
