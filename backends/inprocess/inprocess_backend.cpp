@@ -7,8 +7,11 @@
 #include <spdlog/spdlog.h>
 
 #include <cassert>
+#include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 
 #include "mtia/driver/backend.h"
@@ -20,6 +23,8 @@
 
 namespace mtia::backends {
 namespace {
+
+constexpr uint64_t kHostPageBytes = 4096;  // alloc_host's alignment and size granule
 
 isa::Failure bad_argument(std::string why) {
   return isa::reject(isa::ErrorCode::kInvalidArgument, std::move(why));
@@ -109,7 +114,8 @@ sim::PeGridHostOptions grid_options(const driver::BackendOptions& options) {
   return o;
 }
 
-class InProcessBackend final : public driver::Backend {
+// Also the device's trace channel: the simulator has the clock and the trace.
+class InProcessBackend final : public driver::Backend, private driver::TraceChannel {
  public:
   static isa::Result<std::unique_ptr<driver::Backend>> open(const driver::BackendOptions& options) {
     MTIA_ASSIGN_OR_RETURN(const sim::ChipConfig config, make_config(options));
@@ -127,6 +133,7 @@ class InProcessBackend final : public driver::Backend {
 
   ~InProcessBackend() override {
     device_.reset();  // stops the simulator thread before the handlers and host memory go
+    for (void* p : host_allocations_) std::free(p);  // the caller's leak; the memory goes too
   }
 
   isa::Result<uint64_t> read_register(uint64_t offset) override {
@@ -155,6 +162,36 @@ class InProcessBackend final : public driver::Backend {
     return SharedWindow{w.fd, w.device_addr, w.bytes};
   }
 
+  // The device shares this process's memory: any host memory maps, this included.
+  isa::Result<void*> alloc_host(uint64_t bytes) override {
+    if (bytes == 0) return bad_argument("alloc_host: cannot allocate 0 bytes of host memory");
+    if (bytes > UINT64_MAX - (kHostPageBytes - 1)) {
+      return isa::reject(isa::ErrorCode::kOutOfMemory,
+                         fmt::format("alloc_host: {} bytes is more than any host has", bytes));
+    }
+    const uint64_t size = (bytes + kHostPageBytes - 1) / kHostPageBytes * kHostPageBytes;
+    void* p = std::aligned_alloc(kHostPageBytes, size);
+    if (p == nullptr) {
+      return isa::reject(isa::ErrorCode::kOutOfMemory,
+                         fmt::format("alloc_host: the host is out of memory for {} bytes", bytes));
+    }
+    std::lock_guard lock(host_alloc_mu_);
+    host_allocations_.insert(p);
+    return p;
+  }
+
+  isa::Status free_host(void* ptr) override {
+    {
+      std::lock_guard lock(host_alloc_mu_);
+      if (host_allocations_.erase(ptr) == 0) {
+        return isa::reject(isa::ErrorCode::kInvalidPointer,
+                           fmt::format("free_host({}): not a live pointer from alloc_host", ptr));
+      }
+    }
+    std::free(ptr);
+    return {};
+  }
+
   isa::Result<uint64_t> map_host(void* ptr, uint64_t bytes) override {
     return host_memory_.map(ptr, bytes);
   }
@@ -166,15 +203,7 @@ class InProcessBackend final : public driver::Backend {
     handler_ = std::move(handler);
   }
 
-  uint64_t now_ps() override { return device_->now_ps(); }
-  isa::Status write_artifacts(const std::string& dir) override {
-    return device_->write_artifacts(dir);
-  }
-  std::string config_json() override { return sim::to_json(device_->config()); }
-  isa::Status set_trace_level(trace::TraceLevel level) override {
-    return device_->set_trace_level(level);
-  }
-  void trace_host_call(trace::HostCall call) override { device_->trace_host_call(std::move(call)); }
+  driver::TraceChannel& trace() override { return *this; }
 
   void set_lost_handler(std::function<void(const std::string&)> handler) override {
     {
@@ -188,6 +217,17 @@ class InProcessBackend final : public driver::Backend {
  private:
   InProcessBackend() = default;
 
+  // TraceChannel: the simulator's clock, trace and configuration.
+  uint64_t now_ps() override { return device_->now_ps(); }
+  isa::Status write_artifacts(const std::string& dir) override {
+    return device_->write_artifacts(dir);
+  }
+  std::string config_json() override { return sim::to_json(device_->config()); }
+  isa::Status set_trace_level(trace::TraceLevel level) override {
+    return device_->set_trace_level(level);
+  }
+  void trace_host_call(trace::HostCall call) override { device_->trace_host_call(std::move(call)); }
+
   void deliver_lost(const std::string& why) {
     std::lock_guard lock(handler_mu_);
     if (lost_handler_) lost_handler_(why);
@@ -198,6 +238,9 @@ class InProcessBackend final : public driver::Backend {
     std::lock_guard lock(handler_mu_);
     if (handler_) handler_(mask);
   }
+
+  std::mutex host_alloc_mu_;
+  std::set<void*> host_allocations_;  // live alloc_host pointers
 
   // Declared before device_: the device's thread uses them until the device is destroyed.
   RegisteredHostMemory host_memory_;

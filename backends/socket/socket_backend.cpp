@@ -33,6 +33,7 @@
 #include <thread>
 
 #include "mtia/driver/backend.h"
+#include "mtia/driver/trace_channel.h"
 #include "mtia/isa/install_dirs.h"
 #include "mtia/isa/server_protocol.h"
 #include "mtia/log/logger.h"
@@ -78,7 +79,7 @@ long page_bytes() {
   return page;
 }
 
-class SocketBackend final : public driver::Backend {
+class SocketBackend final : public driver::Backend, public driver::TraceChannel {
  public:
   static isa::Result<std::unique_ptr<driver::Backend>> open(const driver::BackendOptions& options) {
     std::unique_ptr<SocketBackend> b(new SocketBackend());
@@ -162,7 +163,7 @@ class SocketBackend final : public driver::Backend {
   }
 
   // --- host memory -------------------------------------------------------------------------
-  isa::Result<void*> alloc_host(uint64_t bytes) {
+  isa::Result<void*> alloc_host(uint64_t bytes) override {
     if (bytes == 0) return bad_argument("alloc_host: cannot allocate 0 bytes");
     const uint64_t page = static_cast<uint64_t>(page_bytes());
     if (bytes > (1ull << 46))
@@ -185,7 +186,7 @@ class SocketBackend final : public driver::Backend {
     return p;
   }
 
-  isa::Status free_host(void* ptr) {
+  isa::Status free_host(void* ptr) override {
     std::lock_guard lock(segments_mu_);
     auto it = segments_.find(static_cast<uint8_t*>(ptr));
     if (it == segments_.end()) {
@@ -272,6 +273,7 @@ class SocketBackend final : public driver::Backend {
   }
 
   // --- trace channel -----------------------------------------------------------------------
+  driver::TraceChannel& trace() override { return *this; }
   uint64_t now_ps() override {
     auto r = call(MessageType::kNow, {});
     return r ? r.value().value : 0;

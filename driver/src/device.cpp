@@ -176,8 +176,22 @@ class DeviceImpl final : public Device {
   }
 
   const DeviceInfo& info() const override { return info_; }
-  Backend& backend() override { return *be_; }
+  TraceChannel& trace() override { return be_->trace(); }
   Allocator& allocator() override { return *allocator_; }
+  isa::Status read_memory(uint64_t addr, void* dst, uint64_t bytes) override {
+    MTIA_RETURN_IF_ERROR(check_window("read_memory", addr, dst, bytes));
+    if (bytes == 0) return {};
+    return be_->read_memory(addr, dst, bytes);
+  }
+  isa::Status write_memory(uint64_t addr, const void* src, uint64_t bytes) override {
+    MTIA_RETURN_IF_ERROR(check_window("write_memory", addr, src, bytes));
+    if (bytes == 0) return {};
+    return be_->write_memory(addr, src, bytes);
+  }
+
+  isa::Result<void*> alloc_host(uint64_t bytes) override { return be_->alloc_host(bytes); }
+  isa::Status free_host(void* ptr) override { return be_->free_host(ptr); }
+
   isa::Result<uint64_t> map_host(void* ptr, uint64_t bytes) override {
     return be_->map_host(ptr, bytes);
   }
@@ -365,6 +379,26 @@ class DeviceImpl final : public Device {
                                       queue, queues_.size(), queues_.size() - 1));
     }
     return queues_[queue].get();
+  }
+
+  // Arguments of a memory-window access, and a device that still answers.
+  isa::Status check_window(const char* call, uint64_t addr, const void* host, uint64_t bytes) {
+    if (host == nullptr && bytes > 0) {
+      return bad_argument(
+          fmt::format("{}: the host buffer is null but {} bytes were asked for; pass a buffer "
+                      "of at least that size",
+                      call, bytes));
+    }
+    if (bytes > UINT64_MAX - addr) {
+      return bad_argument(
+          fmt::format("{}: device address 0x{:x} + {} bytes runs past the end of the address space",
+                      call, addr, bytes));
+    }
+    if (lost_.load(std::memory_order_acquire)) {
+      return isa::reject(isa::ErrorCode::kDeviceLost,
+                         fmt::format("{}: the device was lost: {}", call, lost_reason()));
+    }
+    return {};
   }
 
   static isa::Status check_seq(const Queue& q, uint64_t seq) {

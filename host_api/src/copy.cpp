@@ -90,23 +90,8 @@ std::shared_ptr<HostRegion> Device::Impl::take_staging(uint64_t bytes) {
       return r;
     }
   }
-  auto r = std::make_shared<HostRegion>();
-  r->kind = HostRegion::Kind::kStaging;
-  r->bytes = capacity;
-  r->ptr = static_cast<uint8_t*>(std::aligned_alloc(kPageBytes, capacity));
-  if (!r->ptr) {
-    throw Error(ErrorKind::kOutOfMemory,
-                fmt::format("no host memory for a {}-byte staging buffer", capacity));
-  }
-  isa::Result<uint64_t> bus = dev->map_host(r->ptr, capacity);
-  if (!bus) {
-    std::free(r->ptr);
-    throw Error(ErrorKind::kOutOfMemory,
-                fmt::format("cannot map a {}-byte staging buffer for DMA: {}", capacity,
-                            bus.error().reason));
-  }
-  r->bus = bus.value();
-  return r;
+  return alloc_mapped(capacity, HostRegion::Kind::kStaging,
+                      fmt::format("a {}-byte staging buffer", capacity));
 }
 
 void Device::Impl::return_staging(const std::shared_ptr<HostRegion>& r) {
@@ -169,6 +154,8 @@ void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, c
     {
       std::lock_guard lock(mu);
       side.region = find_host_span(p, span, name);
+      // Registered memory the backend could not map is copied as pageable memory is.
+      if (side.region && !side.region->mapped) side.region = nullptr;
       if (side.region) {
         side.region->inflight += npieces;
         side.base = side.region->bus + static_cast<uint64_t>(p - side.region->ptr);

@@ -17,12 +17,7 @@
 namespace mtia {
 namespace {
 
-constexpr uint64_t kPageBytes = 4096;
 constexpr size_t kRememberFreed = 4096;  // freed addresses kept for error messages
-
-constexpr uint64_t round_up(uint64_t v, uint64_t a) {
-  return (v + a - 1) / a * a;
-}
 
 // DeviceOptions::trace, else $MTIA_EMU_TRACE, else off.
 TraceLevel resolve_trace_level(const DeviceOptions& o) {
@@ -101,7 +96,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
                 fmt::format("cannot open the '{}' device: {}", choice.backend, f.reason));
   }
   dev = std::move(opened).value();
-  trace = std::make_unique<HostTrace>(dev->backend(), trace_level);
+  trace = std::make_unique<HostTrace>(dev->trace(), trace_level);
   const driver::DeviceInfo& info = dev->info();
   props.backend = choice.backend;
   props.name = info.preset_name;
@@ -118,7 +113,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   props.timing = o.timing;
   if (choice.backend == "socket" && !choice.server.empty()) {
     // A running server's device is configured by the server: report what it does.
-    const auto config = nlohmann::json::parse(dev->backend().config_json(), nullptr, false);
+    const auto config = nlohmann::json::parse(dev->trace().config_json(), nullptr, false);
     if (config.is_object() && config.contains("timing") && config["timing"].is_object() &&
         config["timing"].value("value", o.timing) != o.timing) {
       props.timing = !o.timing;
@@ -242,11 +237,11 @@ const DeviceProperties& Device::properties() const {
 }
 
 uint64_t Device::now_ps() {
-  return impl_->dev->backend().now_ps();
+  return impl_->dev->trace().now_ps();
 }
 
 void Device::write_artifacts(const std::string& dir) {
-  if (isa::Status written = impl_->dev->backend().write_artifacts(dir); !written) {
+  if (isa::Status written = impl_->dev->trace().write_artifacts(dir); !written) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("cannot write the device's artifacts to '{}': {}", dir,
                             written.error().reason));
@@ -254,7 +249,7 @@ void Device::write_artifacts(const std::string& dir) {
 }
 
 void Device::set_trace_level(TraceLevel level) {
-  if (isa::Status set = impl_->dev->backend().set_trace_level(level); !set) {
+  if (isa::Status set = impl_->dev->trace().set_trace_level(level); !set) {
     throw Error(ErrorKind::kDeviceUnavailable,
                 fmt::format("cannot change the trace level: {}", set.error().reason));
   }
@@ -266,7 +261,7 @@ TraceLevel Device::trace_level() const {
 }
 
 std::string Device::config_json() {
-  return impl_->dev->backend().config_json();
+  return impl_->dev->trace().config_json();
 }
 
 // --- device memory ------------------------------------------------------------------------
@@ -409,24 +404,9 @@ void* Device::host_alloc(size_t bytes) {
   if (bytes == 0) {
     throw Error(ErrorKind::kInvalidArgument, "host_alloc(0): cannot pin 0 bytes");
   }
-  const uint64_t size = round_up(bytes, kPageBytes);
-  void* p = std::aligned_alloc(kPageBytes, size);
-  if (!p) {
-    throw Error(ErrorKind::kOutOfMemory,
-                fmt::format("host_alloc({} bytes): the host is out of memory", bytes));
-  }
-  auto r = std::make_shared<HostRegion>();
-  r->ptr = static_cast<uint8_t*>(p);
-  r->bytes = bytes;
-  r->kind = HostRegion::Kind::kAllocated;
-  isa::Result<uint64_t> bus = d.dev->map_host(p, bytes);
-  if (!bus) {
-    std::free(p);
-    throw Error(
-        ErrorKind::kOutOfMemory,
-        fmt::format("host_alloc({} bytes): cannot map it for DMA: {}", bytes, bus.error().reason));
-  }
-  r->bus = bus.value();
+  auto r = d.alloc_mapped(bytes, HostRegion::Kind::kAllocated,
+                          fmt::format("host_alloc({} bytes)", bytes));
+  void* p = r->ptr;
   std::lock_guard lock(d.mu);
   d.pinned[reinterpret_cast<uintptr_t>(p)] = r;
   d.freed_host.erase(reinterpret_cast<uintptr_t>(p));
@@ -505,12 +485,19 @@ void Device::host_register(void* ptr, size_t bytes) {
   r->bytes = bytes;
   r->kind = HostRegion::Kind::kRegistered;
   isa::Result<uint64_t> bus = d.dev->map_host(ptr, bytes);
-  if (!bus) {
+  if (bus) {
+    r->bus = bus.value();
+  } else if (bus.error().code == isa::ErrorCode::kUnsupported) {
+    // The backend reaches only memory from its alloc_host: the region is registered (the
+    // caller's view is the same) but copies stage it, as they do pageable memory.
+    r->mapped = false;
+    d.log->debug("host_register({}, {}): the backend cannot map it ({}); copies will stage it", ptr,
+                 bytes, bus.error().reason);
+  } else {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("host_register({}, {}): cannot map it for DMA: {}", ptr, bytes,
                             bus.error().reason));
   }
-  r->bus = bus.value();
   std::lock_guard lock(d.mu);
   d.pinned[key] = r;
   d.freed_host.erase(key);
@@ -533,14 +520,40 @@ bool Device::is_pinned(const void* ptr, size_t bytes) const {
 }
 
 void Device::Impl::release_region(const std::shared_ptr<HostRegion>& r) {
-  if (isa::Status unmapped = dev->unmap_host(r->bus); !unmapped) {
-    log->error("unmapping host memory at {} ({} bytes) failed: {}",
-               static_cast<const void*>(r->ptr), r->bytes, unmapped.error().reason);
+  if (r->mapped) {
+    if (isa::Status unmapped = dev->unmap_host(r->bus); !unmapped) {
+      log->error("unmapping host memory at {} ({} bytes) failed: {}",
+                 static_cast<const void*>(r->ptr), r->bytes, unmapped.error().reason);
+    }
   }
   if (r->kind == HostRegion::Kind::kAllocated || r->kind == HostRegion::Kind::kStaging) {
-    std::free(r->ptr);
+    if (isa::Status freed = dev->free_host(r->ptr); !freed) {
+      log->error("freeing host memory at {} ({} bytes) failed: {}",
+                 static_cast<const void*>(r->ptr), r->bytes, freed.error().reason);
+    }
   }
   r->ptr = nullptr;
+}
+
+std::shared_ptr<HostRegion> Device::Impl::alloc_mapped(uint64_t bytes, HostRegion::Kind kind,
+                                                       const std::string& what) {
+  isa::Result<void*> p = dev->alloc_host(bytes);
+  if (!p) {
+    throw Error(ErrorKind::kOutOfMemory,
+                fmt::format("{}: no host memory for it: {}", what, p.error().reason));
+  }
+  auto r = std::make_shared<HostRegion>();
+  r->ptr = static_cast<uint8_t*>(p.value());
+  r->bytes = bytes;
+  r->kind = kind;
+  isa::Result<uint64_t> bus = dev->map_host(r->ptr, bytes);
+  if (!bus) {
+    (void)dev->free_host(r->ptr);  // it was just allocated
+    throw Error(ErrorKind::kOutOfMemory,
+                fmt::format("{}: cannot map it for DMA: {}", what, bus.error().reason));
+  }
+  r->bus = bus.value();
+  return r;
 }
 
 std::shared_ptr<HostRegion> Device::Impl::find_host_span(const uint8_t* p, const ByteRange& span,

@@ -43,6 +43,10 @@ struct HostRegion {
   uint64_t bytes = 0;
   uint64_t bus = 0;  // bus address of ptr
   Kind kind = Kind::kAllocated;
+  // False for registered memory the backend cannot map (map_host said kUnsupported: a device
+  // in another process reaches only memory from alloc_host). Copies then stage it, as they do
+  // pageable memory.
+  bool mapped = true;
   uint64_t inflight = 0;  // submitted packets that touch it and have not completed
   bool closing = false;   // host_free / host_unregister is waiting for inflight == 0
 };
@@ -136,6 +140,10 @@ struct Device::Impl {
   void fill(DevicePtr dst, const Layout& layout, uint64_t pattern, Stream stream, bool async);
 
   void release_region(const std::shared_ptr<HostRegion>& r);  // unmap (+ free if owned)
+  // Page-aligned host memory from the backend (driver::Device::alloc_host), mapped for DMA.
+  // Throws kOutOfMemory naming `what` when there is none or it cannot be mapped.
+  std::shared_ptr<HostRegion> alloc_mapped(uint64_t bytes, HostRegion::Kind kind,
+                                           const std::string& what);
   // A mapped staging buffer of at least `bytes` (from the cache when one fits).
   std::shared_ptr<HostRegion> take_staging(uint64_t bytes);
   // Back to the cache, or released if the cache is full. Safe from completion callbacks.

@@ -182,8 +182,7 @@ void Device::instantiate(Graph graph) {
                             g->id, bytes.size(), allocated.error().reason));
   }
   const uint64_t buffer = allocated.value();
-  if (isa::Status written = d.dev->backend().write_memory(buffer, bytes.data(), bytes.size());
-      !written) {
+  if (isa::Status written = d.dev->write_memory(buffer, bytes.data(), bytes.size()); !written) {
     (void)d.dev->allocator().free(buffer);
     raise(written.error(), fmt::format("instantiate: writing graph {}'s command buffer: ", g->id));
   }

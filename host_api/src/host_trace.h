@@ -1,6 +1,7 @@
 // The host API's side of the trace: each traced public call is an ApiCall on the caller's
 // stack; when it returns, the call, the packets it submitted and its host-clock times go to the
-// backend (driver::Backend::trace_host_call), which puts them on the device's trace.
+// device's trace channel (driver::TraceChannel::trace_host_call), which puts them on the device's
+// trace.
 //
 // Host clock (docs/architecture.md, "Traces"): per host thread, the latest simulated time the
 // thread has observed, i.e. the end time of every packet it waited for (observed()). Async
@@ -18,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "mtia/driver/backend.h"
+#include "mtia/driver/trace_channel.h"
 #include "mtia/trace.h"
 #include "mtia/trace/host_call.h"
 
@@ -26,7 +27,7 @@ namespace mtia {
 
 class HostTrace {
  public:
-  HostTrace(driver::Backend& backend, TraceLevel level);
+  HostTrace(driver::TraceChannel& channel, TraceLevel level);
 
   bool on() const { return level_.load(std::memory_order_relaxed) != TraceLevel::kOff; }
   TraceLevel level() const { return level_.load(std::memory_order_relaxed); }
@@ -42,10 +43,10 @@ class HostTrace {
   void observed(uint64_t end_ps);
   double wall_us() const;  // since the device opened
   uint64_t next_order() { return order_.fetch_add(1, std::memory_order_relaxed); }
-  void record(trace::HostCall call) { backend_.trace_host_call(std::move(call)); }
+  void record(trace::HostCall call) { channel_.trace_host_call(std::move(call)); }
 
  private:
-  driver::Backend& backend_;
+  driver::TraceChannel& channel_;
   std::atomic<TraceLevel> level_;
   std::atomic<uint64_t> order_{0};
   std::chrono::steady_clock::time_point opened_ = std::chrono::steady_clock::now();

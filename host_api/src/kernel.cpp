@@ -158,7 +158,7 @@ KernelModule Device::load_module(const void* elf, size_t bytes) {
   }
   // Written through the memory window before any launch is queued; the launch's doorbell
   // orders it before the PEs read it.
-  check(impl_->dev->backend().write_memory(image.address(), p, bytes), "loading a kernel module: ");
+  check(impl_->dev->write_memory(image.address(), p, bytes), "loading a kernel module: ");
   if (state->has_metadata) {
     for (const isa::KernelInfo& k : info.value().kernels) {
       Kernel kernel;
@@ -330,8 +330,7 @@ void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& arg
                               taken.error().reason));
     }
     args_addr = taken.value();
-    if (isa::Status written = d.dev->backend().write_memory(args_addr, block.data(), block_bytes);
-        !written) {
+    if (isa::Status written = d.dev->write_memory(args_addr, block.data(), block_bytes); !written) {
       d.give_arg_block(args_addr);
       raise(written.error(), what() + ": cannot write its argument block: ");
     }

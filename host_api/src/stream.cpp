@@ -266,7 +266,7 @@ FenceSlot Device::Impl::take_fence_slot() {
   const uint64_t base = slab.value();
   // Fences start at zero; nothing refers to the new slab yet, so a direct write is ordered.
   static const std::vector<uint8_t> zeros(kFenceSlab, 0);
-  if (isa::Status zeroed = dev->backend().write_memory(base, zeros.data(), zeros.size()); !zeroed) {
+  if (isa::Status zeroed = dev->write_memory(base, zeros.data(), zeros.size()); !zeroed) {
     (void)dev->allocator().free(base);  // it was just allocated
     throw Error(
         ErrorKind::kDeviceUnavailable,

@@ -20,8 +20,8 @@ namespace {
 thread_local ApiCall* t_innermost = nullptr;  // innermost active ApiCall of this thread
 }  // namespace
 
-HostTrace::HostTrace(driver::Backend& backend, TraceLevel level)
-    : backend_(backend), level_(level) {}
+HostTrace::HostTrace(driver::TraceChannel& channel, TraceLevel level)
+    : channel_(channel), level_(level) {}
 
 void HostTrace::set_level(TraceLevel level) {
   level_.store(level, std::memory_order_relaxed);

@@ -17,6 +17,7 @@
 #include <map>
 #include <thread>
 
+#include "mtia/driver/trace_channel.h"
 #include "mtia/isa/registers.h"
 #include "mtia/isa/server_protocol.h"
 #include "mtia/log/logger.h"
@@ -297,17 +298,17 @@ struct DeviceServer::Impl {
       }
       case MessageType::kNow: {
         MTIA_RETURN_IF_ERROR(in.finish());
-        return reply_value(s, id, isa::Result<uint64_t>(device->now_ps()));
+        return reply_value(s, id, isa::Result<uint64_t>(device->trace().now_ps()));
       }
       case MessageType::kWriteArtifacts: {
         MTIA_ASSIGN_OR_RETURN(const std::string dir, in.text(4096));
         MTIA_RETURN_IF_ERROR(in.finish());
-        return reply_status(s, id, device->write_artifacts(dir));
+        return reply_status(s, id, device->trace().write_artifacts(dir));
       }
       case MessageType::kConfigJson: {
         MTIA_RETURN_IF_ERROR(in.finish());
         Reply r;
-        r.text = device->config_json();
+        r.text = device->trace().config_json();
         return reply(s, id, r);
       }
       case MessageType::kSetTraceLevel: {
@@ -316,12 +317,12 @@ struct DeviceServer::Impl {
         if (level > static_cast<uint32_t>(trace::TraceLevel::kUnits)) {
           return reply_status(s, id, bad_request(fmt::format("trace level {} is unknown", level)));
         }
-        return reply_status(s, id, device->set_trace_level(static_cast<trace::TraceLevel>(level)));
+        return reply_status(s, id, device->trace().set_trace_level(static_cast<trace::TraceLevel>(level)));
       }
       case MessageType::kTraceHostCall: {
         MTIA_ASSIGN_OR_RETURN(trace::HostCall call,
                               trace::decode_host_call(m.payload.data(), m.payload.size()));
-        device->trace_host_call(std::move(call));
+        device->trace().trace_host_call(std::move(call));
         return {};
       }
       default:

@@ -46,6 +46,14 @@ isa::Result<std::unique_ptr<Device>> try_open(const std::string& preset = "mtia-
   return Device::open("inprocess", options);
 }
 
+// Through the "tapped" backend, whose registers the test reads (test::TappedBackend::last).
+std::unique_ptr<Device> open_tapped(const std::string& preset = "mtia-v2") {
+  test::TappedBackend::register_once();
+  driver::BackendOptions options;
+  options.preset = preset;
+  return must(Device::open("tapped", options));
+}
+
 std::unique_ptr<Device> open(const std::string& preset = "mtia-v2", bool timing = true,
                              std::vector<std::string> overrides = {}) {
   return must(try_open(preset, timing, std::move(overrides)));
@@ -95,7 +103,7 @@ isa::WaitPacket wait_for(uint64_t addr, uint64_t value) {
 uint64_t make_fence(Device& dev) {
   const uint64_t addr = must(dev.allocator().allocate(8));
   const uint64_t zero = 0;
-  must(dev.backend().write_memory(addr, &zero, 8));
+  must(dev.write_memory(addr, &zero, 8));
   return addr;
 }
 
@@ -140,7 +148,7 @@ TEST_CASE("opening a device reads its identity per preset", "[device]") {
     CHECK(info.clock_hz == 800'000'000);
     CHECK(info.dma_engines == 4);
     CHECK(dev->num_queues() == 8);
-    CHECK(contains(dev->backend().config_json(), "\"mtia-v1\""));
+    CHECK(contains(dev->trace().config_json(), "\"mtia-v1\""));
   }
   SECTION("mtia-v2") {
     auto dev = open("mtia-v2");
@@ -188,7 +196,7 @@ TEST_CASE("a NOP makes the round trip with sequence numbers and times", "[device
   CHECK(c1.end_ps == c1.start_ps);
   CHECK(c2.start_ps == c1.start_ps + 500'000);
   CHECK(c2.end_ps == c2.start_ps);
-  CHECK(dev->backend().now_ps() >= c2.end_ps);
+  CHECK(dev->trace().now_ps() >= c2.end_ps);
 
   // Bad queue and sequence numbers are the caller's errors, named as such.
   CHECK(failure(dev->submit(8, isa::NopPacket{})).code == isa::ErrorCode::kInvalidArgument);
@@ -205,13 +213,13 @@ TEST_CASE("a command buffer's packets are dispatched at the replay cost", "[devi
   constexpr uint32_t kPackets = 4;
   const uint64_t fences = must(dev->allocator().allocate(8 * kPackets));
   const uint64_t zeros[kPackets] = {};
-  must(dev->backend().write_memory(fences, zeros, sizeof zeros));
+  must(dev->write_memory(fences, zeros, sizeof zeros));
   // One slot more than the packets, left zero: no packet (for the failure below).
   const uint64_t buffer = must(dev->allocator().allocate((kPackets + 1) * isa::kPacketSlotBytes));
   REQUIRE(buffer % isa::kPacketSlotBytes == 0);
   const std::vector<uint8_t> zero_slot(isa::kPacketSlotBytes, 0);
-  must(dev->backend().write_memory(buffer + kPackets * isa::kPacketSlotBytes, zero_slot.data(),
-                                   zero_slot.size()));
+  must(dev->write_memory(buffer + kPackets * isa::kPacketSlotBytes, zero_slot.data(),
+                         zero_slot.size()));
   for (uint32_t i = 0; i < kPackets; ++i) {
     isa::SignalPacket p{};
     p.header.opcode = static_cast<uint8_t>(isa::Opcode::kSignal);
@@ -220,7 +228,7 @@ TEST_CASE("a command buffer's packets are dispatched at the replay cost", "[devi
     p.value = i + 1;
     uint8_t slot[isa::kPacketSlotBytes];
     isa::encode_packet(p, slot);
-    must(dev->backend().write_memory(buffer + i * isa::kPacketSlotBytes, slot, sizeof slot));
+    must(dev->write_memory(buffer + i * isa::kPacketSlotBytes, slot, sizeof slot));
   }
   isa::ExecBufferPacket exec{};
   exec.buffer_addr = buffer;
@@ -229,7 +237,7 @@ TEST_CASE("a command buffer's packets are dispatched at the replay cost", "[devi
   const Completion after = must(dev->wait(0, must(dev->submit(0, isa::NopPacket{}))));
   REQUIRE(c.ok);
   uint64_t written[kPackets] = {};
-  must(dev->backend().read_memory(fences, written, sizeof written));
+  must(dev->read_memory(fences, written, sizeof written));
   for (uint32_t i = 0; i < kPackets; ++i) CHECK(written[i] == i + 1);
   // The ExecBuffer packet's dispatch costs cp_packet_ns (500 ns); each buffer packet's
   // cp_replay_packet_ns (100 ns). A signal completes as it is dispatched, so the buffer's last
@@ -253,7 +261,7 @@ TEST_CASE("the backend writes the device's trace, statistics and configuration",
   {
     auto dev = open();
     must(dev->wait(0, must(dev->submit(0, isa::NopPacket{}))));
-    must(dev->backend().write_artifacts(dir.string()));
+    must(dev->trace().write_artifacts(dir.string()));
   }
   for (const char* f : {"trace.json", "stats.json", "config.json"}) {
     INFO(f);
@@ -286,7 +294,7 @@ TEST_CASE("DMA copies host -> device -> host through registered host memory", "[
   REQUIRE(c1.ok);
   // Independent check of the device side through the BAR memory window.
   std::vector<uint8_t> on_device(n);
-  must(dev->backend().read_memory(buf, on_device.data(), n));
+  must(dev->read_memory(buf, on_device.data(), n));
   CHECK(on_device == src);
 
   const uint64_t d2h = must(dev->submit(1, copy(region(buf, isa::AddressSpace::kDevice),
@@ -302,12 +310,76 @@ TEST_CASE("DMA copies host -> device -> host through registered host memory", "[
   must(dev->allocator().free(buf));
 }
 
+TEST_CASE("the driver's memory window reads and writes device memory and checks its arguments",
+          "[device]") {
+  auto dev = open("mtia-v2", false);
+  const uint64_t buf = must(dev->allocator().allocate(4096));
+  const std::vector<uint8_t> bytes = random_bytes(4096, 11);
+  must(dev->write_memory(buf, bytes.data(), bytes.size()));
+  std::vector<uint8_t> back(4096, 0);
+  must(dev->read_memory(buf, back.data(), back.size()));
+  CHECK(back == bytes);
+  // A DMA copy of the written bytes reads what the window wrote: both see the same memory.
+  std::vector<uint8_t> dma(4096, 0);
+  const uint64_t bus = must(dev->map_host(dma.data(), dma.size()));
+  REQUIRE(
+      must(dev->wait(0, must(dev->submit(0, copy(region(buf, isa::AddressSpace::kDevice),
+                                                 region(bus, isa::AddressSpace::kHost), 4096)))))
+          .ok);
+  must(dev->unmap_host(bus));
+  CHECK(dma == bytes);
+
+  must(dev->write_memory(buf, nullptr, 0));  // nothing to do
+  must(dev->read_memory(buf, nullptr, 0));
+  const isa::Failure null_src = failure(dev->write_memory(buf, nullptr, 8));
+  CHECK(null_src.code == isa::ErrorCode::kInvalidArgument);
+  CHECK_THAT(null_src.reason, Catch::Contains("host buffer is null"));
+  CHECK(failure(dev->read_memory(buf, nullptr, 8)).code == isa::ErrorCode::kInvalidArgument);
+  uint64_t word = 0;
+  const isa::Failure wraps = failure(dev->read_memory(UINT64_MAX - 3, &word, 8));
+  CHECK(wraps.code == isa::ErrorCode::kInvalidArgument);
+  CHECK_THAT(wraps.reason, Catch::Contains("past the end of the address space"));
+  CHECK(failure(dev->write_memory(dev->info().dram_bytes, &word, 8)).code ==
+        isa::ErrorCode::kDeviceAddressFault);
+  must(dev->allocator().free(buf));
+}
+
+TEST_CASE("alloc_host gives page-aligned host memory the device reaches by DMA", "[device]") {
+  auto dev = open("mtia-v2", false);
+  const uint64_t n = 5000;  // not a page multiple
+  void* p = must(dev->alloc_host(n));
+  CHECK(reinterpret_cast<uintptr_t>(p) % 4096 == 0);
+  const std::vector<uint8_t> bytes = random_bytes(n, 12);
+  std::memcpy(p, bytes.data(), n);
+  const uint64_t bus = must(dev->map_host(p, n));
+  const uint64_t buf = must(dev->allocator().allocate(n));
+  const uint64_t copied = 4992;  // the copy helper moves 8-byte elements
+  REQUIRE(must(dev->wait(
+                   0, must(dev->submit(0, copy(region(bus, isa::AddressSpace::kHost),
+                                               region(buf, isa::AddressSpace::kDevice), copied)))))
+              .ok);
+  std::vector<uint8_t> on_device(copied);
+  must(dev->read_memory(buf, on_device.data(), copied));
+  CHECK(std::equal(on_device.begin(), on_device.end(), bytes.begin()));
+  must(dev->unmap_host(bus));
+  must(dev->free_host(p));
+
+  CHECK(failure(dev->free_host(p)).code == isa::ErrorCode::kInvalidPointer);  // twice
+  uint64_t on_stack = 0;
+  const isa::Failure foreign = failure(dev->free_host(&on_stack));
+  CHECK(foreign.code == isa::ErrorCode::kInvalidPointer);
+  CHECK_THAT(foreign.reason, Catch::Contains("not a live pointer from alloc_host"));
+  CHECK(failure(dev->alloc_host(0)).code == isa::ErrorCode::kInvalidArgument);
+  CHECK(failure(dev->alloc_host(UINT64_MAX)).code == isa::ErrorCode::kOutOfMemory);
+  must(dev->allocator().free(buf));
+}
+
 TEST_CASE("fill writes a pattern over a strided region", "[device]") {
   auto dev = open();
   const uint64_t rows = 16, cols = 32, pitch = 256;  // 4-byte elements, 128 of 256 bytes per row
   const uint64_t buf = must(dev->allocator().allocate(rows * pitch));
   std::vector<uint8_t> before = random_bytes(rows * pitch, 2);
-  must(dev->backend().write_memory(buf, before.data(), before.size()));
+  must(dev->write_memory(buf, before.data(), before.size()));
 
   isa::FillPacket f{};
   f.ndims = 2;
@@ -324,7 +396,7 @@ TEST_CASE("fill writes a pattern over a strided region", "[device]") {
     for (uint64_t c = 0; c < cols; ++c) std::memcpy(&expected[r * pitch + c * 4], &pattern, 4);
   }
   std::vector<uint8_t> after(rows * pitch);
-  must(dev->backend().read_memory(buf, after.data(), after.size()));
+  must(dev->read_memory(buf, after.data(), after.size()));
   CHECK(after == expected);
 }
 
@@ -526,7 +598,7 @@ TEST_CASE("many threads submit to several queues at once", "[device]") {
   }
   CHECK(total == kThreads * kPackets);
   std::vector<uint64_t> words(kThreads * kPackets * 8);
-  must(dev->backend().read_memory(slab, words.data(), words.size() * 8));
+  must(dev->read_memory(slab, words.data(), words.size() * 8));
   for (int t = 0; t < kThreads; ++t) {
     for (int i = 0; i < kPackets; ++i) {
       for (int k = 0; k < 8; ++k) {
@@ -630,7 +702,7 @@ namespace {
 // time the device has reached. Gating every queue on a fence, and releasing it only once all
 // are held, takes the host's thread timing out of the picture.
 std::vector<std::pair<uint64_t, uint64_t>> timed_run() {
-  auto dev = open();
+  auto dev = open_tapped();
   const uint64_t fence = make_fence(*dev);
   const size_t n = 256 * 1024;
   std::vector<uint8_t> src = random_bytes(n, 9);
@@ -660,7 +732,8 @@ std::vector<std::pair<uint64_t, uint64_t>> timed_run() {
   }
   // Release only once every queue holds in its wait, so the firmware sees the same state.
   for (uint32_t q = 1; q <= 3; ++q) {
-    while (must(dev->backend().read_register(isa::reg::queue_reg(q, isa::reg::kQueueHead))) < 1) {
+    while (must(test::TappedBackend::last->read_register(
+               isa::reg::queue_reg(q, isa::reg::kQueueHead))) < 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
@@ -760,12 +833,12 @@ TEST_CASE("spurious and repeated interrupts are harmless", "[device]") {
 }
 
 TEST_CASE("every queue has its own error record in the driver's region", "[device]") {
-  auto dev = open("mtia-v1");
+  auto dev = open_tapped("mtia-v1");
   const uint64_t heap = must(dev->allocator().allocate(256));  // the lowest address users get
   std::set<uint64_t> records;
   for (uint32_t q = 0; q < dev->num_queues(); ++q) {
-    const uint64_t addr =
-        must(dev->backend().read_register(isa::reg::queue_reg(q, isa::reg::kQueueErrorRecord)));
+    const uint64_t addr = must(test::TappedBackend::last->read_register(
+        isa::reg::queue_reg(q, isa::reg::kQueueErrorRecord)));
     INFO("queue " << q << " error record at 0x" << std::hex << addr);
     CHECK(addr % isa::kErrorRecordAlign == 0);
     CHECK(addr + isa::kErrorRecordBytes <= heap);  // in the driver's region
@@ -819,6 +892,11 @@ TEST_CASE("a lost device fails what is in flight, wakes its waiters and refuses 
     const isa::Failure refused = failure(dev->submit(0, isa::NopPacket{}));
     CHECK(refused.code == isa::ErrorCode::kDeviceLost);
     CHECK_THAT(refused.reason, Catch::Contains("the device was lost: the simulator failed"));
+    uint64_t word = 0;
+    const isa::Failure window = failure(dev->read_memory(isa::kDramBase, &word, 8));
+    CHECK(window.code == isa::ErrorCode::kDeviceLost);
+    CHECK_THAT(window.reason, Catch::Contains("the simulator failed: out of host memory"));
+    CHECK(failure(dev->write_memory(isa::kDramBase, &word, 8)).code == isa::ErrorCode::kDeviceLost);
   }                   // a lost device closes
   auto dev = open();  // and a new one works
   CHECK(must(dev->wait(0, must(dev->submit(0, isa::NopPacket{})))).ok);

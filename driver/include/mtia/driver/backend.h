@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "mtia/driver/trace_channel.h"
 #include "mtia/isa/result.h"
 #include "mtia/isa/wait.h"
-#include "mtia/trace/host_call.h"
 #include "mtia/trace/level.h"
 
 namespace mtia::driver {
@@ -66,8 +66,18 @@ class Backend {
     return isa::reject(isa::ErrorCode::kUnsupported, "this backend shares no memory window");
   }
 
+  // Host memory that device DMA can reach once mapped: memory the backend shares with its
+  // device (a device in another process reaches only memory shared with it). Page-aligned, at
+  // least `bytes`, contents unspecified. kInvalidArgument for 0 bytes, kOutOfMemory when the
+  // host has none left. Unmap it before free_host.
+  virtual isa::Result<void*> alloc_host(uint64_t bytes) = 0;
+  // kInvalidPointer when `ptr` is not a live pointer from alloc_host.
+  virtual isa::Status free_host(void* ptr) = 0;
+
   // Makes [ptr, ptr + bytes) reachable by device DMA; returns its host bus address.
-  // kInvalidArgument for a null, empty, wrapping or overlapping range.
+  // kInvalidArgument for a null, empty, wrapping or overlapping range. kUnsupported for memory
+  // not from alloc_host on a backend that cannot reach arbitrary host memory (memory from
+  // alloc_host always maps); the caller then copies through alloc_host memory instead.
   virtual isa::Result<uint64_t> map_host(void* ptr, uint64_t bytes) = 0;
   // kInvalidPointer when `bus_addr` is not the start of a mapped range.
   virtual isa::Status unmap_host(uint64_t bus_addr) = 0;
@@ -79,18 +89,9 @@ class Backend {
   // backend whose device cannot be lost never calls it.
   virtual void set_lost_handler(std::function<void(const std::string& why)> /*handler*/) {}
 
-  // Simulated time now, picoseconds (for placing host events on the device timeline).
-  virtual uint64_t now_ps() = 0;
-  // Writes the device's trace (trace.json), run summary (summary.json), statistics
-  // (stats.json) and effective configuration (config.json) into `dir`.
-  virtual isa::Status write_artifacts(const std::string& dir) = 0;
-  // The effective device configuration as JSON text.
-  virtual std::string config_json() = 0;
-  // Changes what the trace records from now on. A backend without a trace ignores it.
-  virtual isa::Status set_trace_level(trace::TraceLevel /*level*/) { return {}; }
-  // Adds a host API call to the device's trace (any thread; ignored when tracing is off). The
-  // record is the host API's, handed on as it is.
-  virtual void trace_host_call(trace::HostCall /*call*/) {}
+  // The device's simulated clock and trace (trace_channel.h): not part of a PCIe device, so
+  // kept apart from the calls above. Lives as long as the backend.
+  virtual TraceChannel& trace() = 0;
 };
 
 // Makes a backend, or says why not: kInvalidArgument for options it rejects (bad preset, bad

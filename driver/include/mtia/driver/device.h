@@ -69,12 +69,29 @@ class Device {
   virtual ~Device() = default;
 
   virtual const DeviceInfo& info() const = 0;
-  virtual Backend& backend() = 0;
+  // The device's simulated clock and trace (trace_channel.h), as its backend offers them.
+  virtual TraceChannel& trace() = 0;
 
   // Device DRAM available to users (the driver keeps a small region for its rings).
   virtual Allocator& allocator() = 0;
 
-  // Host memory the device may DMA. map_host returns the bus address to put in packets.
+  // The BAR memory window onto device memory: how the host API loads kernel images, argument
+  // blocks, command buffers and fence slabs. Unordered with queued packets: write only memory
+  // no packet in flight touches. 0 bytes does nothing. kInvalidArgument for a null buffer
+  // with bytes > 0 or a range that runs past the end of the address space;
+  // kDeviceAddressFault outside device memory; kDeviceLost, naming the cause, once the device
+  // is lost.
+  virtual isa::Status read_memory(uint64_t addr, void* dst, uint64_t bytes) = 0;
+  virtual isa::Status write_memory(uint64_t addr, const void* src, uint64_t bytes) = 0;
+
+  // Host memory the device can reach once mapped, from the backend (Backend::alloc_host):
+  // page-aligned, contents unspecified. kInvalidArgument for 0 bytes, kOutOfMemory; free_host:
+  // kInvalidPointer for a pointer alloc_host did not return.
+  virtual isa::Result<void*> alloc_host(uint64_t bytes) = 0;
+  virtual isa::Status free_host(void* ptr) = 0;
+
+  // Host memory the device may DMA. map_host returns the bus address to put in packets. It
+  // may fail with kUnsupported for memory not from alloc_host (Backend::map_host).
   virtual isa::Result<uint64_t> map_host(void* ptr, uint64_t bytes) = 0;
   virtual isa::Status unmap_host(uint64_t bus_addr) = 0;
 
