@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "commands.h"
 #include "mtia/error.h"
@@ -20,6 +21,11 @@ void add_serve_command(CLI::App& app) {
     DeviceFlags device;
     std::string socket;
     int fd = -1;
+    std::optional<uint32_t> unit_threads;
+    std::optional<uint64_t> inline_work_ns;
+    std::optional<bool> lazy_loads;
+    uint64_t trace_max_events = 0;
+    std::string wait;
   };
   auto flags = std::make_shared<Flags>();
   cmd->add_option("--socket", flags->socket, "listen on this socket path");
@@ -28,6 +34,21 @@ void add_serve_command(CLI::App& app) {
                   "client has gone (how a program starts a server of its own)")
       ->check(CLI::NonNegativeNumber);
   flags->device.add_to(*cmd);
+  cmd->add_option("--trace-max-events", flags->trace_max_events,
+                  "trace events kept at most (default $MTIA_EMU_TRACE_MAX_EVENTS, else 1,000,000)");
+  cmd->add_option("--wait", flags->wait,
+                  "how the simulator thread waits for requests: auto, spin, yield or block "
+                  "(default $MTIA_EMU_WAIT, else auto)")
+      ->check(CLI::IsMember({"auto", "spin", "yield", "block"}));
+  cmd->add_option("--unit-threads", flags->unit_threads,
+                  "host threads for PE unit work beside the simulator thread, 0..256 (default "
+                  "$MTIA_EMU_UNIT_THREADS, else host cores - 1)");
+  cmd->add_option("--inline-work-ns", flags->inline_work_ns,
+                  "unit work estimated below this many ns runs on the simulator thread (default "
+                  "$MTIA_EMU_INLINE_WORK_NS, else 5000)");
+  cmd->add_option("--lazy-loads", flags->lazy_loads,
+                  "leave PE DMA loads in device memory until their bytes are needed, 0 or 1 "
+                  "(default $MTIA_EMU_LAZY_LOADS, else 1)");
   cmd->callback([flags] {
     if (flags->socket.empty() && flags->fd < 0) {
       throw CLI::ValidationError("serve", "give --socket PATH (or --fd N)");
@@ -40,31 +61,43 @@ void add_serve_command(CLI::App& app) {
     so.device.preset = o.preset;
     so.device.overrides = o.overrides;
     so.device.timing = o.timing;
+    so.device.unit_threads = flags->unit_threads;
+    so.device.inline_work_ns = flags->inline_work_ns;
+    so.device.lazy_loads = flags->lazy_loads;
     if (o.trace) {
       so.device.trace.level = *o.trace;
     } else if (const char* env = std::getenv("MTIA_EMU_TRACE"); env != nullptr && *env != 0) {
       if (auto level = parse_trace_level(env)) so.device.trace.level = *level;
     }
-    if (const char* env = std::getenv("MTIA_EMU_TRACE_MAX_EVENTS"); env != nullptr && *env != 0) {
+    so.device.trace.max_events = flags->trace_max_events;
+    if (const char* env = std::getenv("MTIA_EMU_TRACE_MAX_EVENTS");
+        so.device.trace.max_events == 0 && env != nullptr && *env != 0) {
       so.device.trace.max_events = std::strtoull(env, nullptr, 10);
     }
-    if (const char* env = std::getenv("MTIA_EMU_WAIT"); env != nullptr && *env != 0) {
-      if (auto w = parse_wait_policy(env)) so.device.wait = *w;
+    if (so.device.trace.max_events == 0) so.device.trace.max_events = kDefaultTraceMaxEvents;
+    const char* env_wait = std::getenv("MTIA_EMU_WAIT");
+    const std::string wait = !flags->wait.empty() ? flags->wait : env_wait ? env_wait : "";
+    if (!wait.empty()) {
+      if (auto w = parse_wait_policy(wait)) so.device.wait = *w;
     }
+    auto cannot_serve = [](const isa::Failure& f) {
+      return Error(f.code == isa::ErrorCode::kInvalidArgument ? ErrorKind::kInvalidArgument
+                                                              : ErrorKind::kDeviceUnavailable,
+                   "cannot serve the device: " + f.reason);
+    };
     isa::Result<std::unique_ptr<server::DeviceServer>> made = server::DeviceServer::create(so);
-    if (!made) {
-      throw Error(made.error().code == isa::ErrorCode::kInvalidArgument
-                      ? ErrorKind::kInvalidArgument
-                      : ErrorKind::kDeviceUnavailable,
-                  "cannot serve the device: " + made.error().reason);
-    }
+    if (!made) throw cannot_serve(made.error());
     if (!flags->socket.empty()) {
       std::printf("mtia-emu: serving %s on %s\n", o.preset.c_str(), flags->socket.c_str());
       std::fflush(stdout);
     }
     isa::Status ran = made.value()->run(/*handle_signals=*/true);
-    if (!ran)
+    // A server started for one client (--fd) has told that client why; nothing to print.
+    if (!ran && flags->fd >= 0) throw CLI::RuntimeError(1);
+    if (!ran && ran.error().code == isa::ErrorCode::kDeviceLost) {
       throw Error(ErrorKind::kDeviceLost, "the served device was lost: " + ran.error().reason);
+    }
+    if (!ran) throw cannot_serve(ran.error());
   });
 }
 

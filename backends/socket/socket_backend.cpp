@@ -354,6 +354,13 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
       args.push_back(s);
     }
     if (!o.timing) args.push_back("--no-timing");
+    args.insert(args.end(), {"--trace-max-events", std::to_string(o.trace.max_events), "--wait",
+                             isa::wait_policy_name(o.wait)});
+    if (o.unit_threads) args.insert(args.end(), {"--unit-threads", std::to_string(*o.unit_threads)});
+    if (o.inline_work_ns) {
+      args.insert(args.end(), {"--inline-work-ns", std::to_string(*o.inline_work_ns)});
+    }
+    if (o.lazy_loads) args.insert(args.end(), {"--lazy-loads", *o.lazy_loads ? "1" : "0"});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -395,6 +402,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
       if (r.error().code == isa::ErrorCode::kDeviceLost) {
         return unavailable(where_ + " did not answer: " + r.error().reason);
       }
+      if (r.error().code == isa::ErrorCode::kInvalidArgument) return r.error();  // our options
       return unavailable(where_ + ": " + r.error().reason);
     }
     UniqueFd fd = std::move(hello_fd_);
@@ -469,7 +477,8 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
     }
     calls_cv_.notify_all();
     if (first && !closing_) {
-      logger()->error("{}", reason);
+      // Before the hello, the open fails with this reason; no need to shout about it.
+      logger()->log(window_ != nullptr ? spdlog::level::err : spdlog::level::debug, "{}", reason);
       std::lock_guard lock(handler_mu_);
       if (lost_handler_) lost_handler_(reason);
     }

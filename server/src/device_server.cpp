@@ -15,6 +15,7 @@
 #include <cstring>
 #include <list>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "mtia/driver/trace_channel.h"
@@ -74,6 +75,9 @@ struct DeviceServer::Impl {
   Session* holder = nullptr;  // the session that holds the device
   uint64_t next_session = 1;
   std::string lost;  // why the device was lost ("" while it works)
+  // Why the device could not be opened, for a server started for one client: its hello is
+  // answered with this, then the server stops.
+  std::optional<isa::Failure> open_failure;
   bool stopping = false;
 
   // --- connections -------------------------------------------------------------------------
@@ -135,7 +139,7 @@ struct DeviceServer::Impl {
   void drop(Session& s, const std::string& why) {
     if (s.closed) return;
     s.closed = true;
-    if (why == "it disconnected") {
+    if (why == "it disconnected" || open_failure) {
       logger()->info("client {} left: {}", s.id, why);
     } else {
       logger()->warn("dropping client {}: {}", s.id, why);
@@ -340,6 +344,10 @@ struct DeviceServer::Impl {
                                      version, isa::server::kProtocolVersion));
     }
     if (s.has_device) return bad_request("a second hello on one connection");
+    if (open_failure) {
+      MTIA_RETURN_IF_ERROR(reply_status(s, id, *open_failure));
+      return *open_failure;
+    }
     if (!lost.empty()) {
       return reply_status(s, id, isa::reject(isa::ErrorCode::kDeviceLost, lost));
     }
@@ -459,11 +467,19 @@ isa::Result<std::unique_ptr<DeviceServer>> DeviceServer::create(ServerOptions op
     return bad_request("a device server needs a socket path (--socket PATH) to listen on");
   }
   impl->options = options;
-  MTIA_ASSIGN_OR_RETURN(impl->device, driver::create_backend("inprocess", options.device));
-  MTIA_ASSIGN_OR_RETURN(impl->window, impl->device->shared_window());
-  Impl* self = impl.get();
-  impl->device->set_interrupt_handler([self](uint64_t mask) { self->on_interrupt(mask); });
-  impl->device->set_lost_handler([self](const std::string& why) { self->on_lost(why); });
+  isa::Result<std::unique_ptr<driver::Backend>> device =
+      driver::create_backend("inprocess", options.device);
+  if (device) {
+    impl->device = std::move(device).value();
+    MTIA_ASSIGN_OR_RETURN(impl->window, impl->device->shared_window());
+    Impl* self = impl.get();
+    impl->device->set_interrupt_handler([self](uint64_t mask) { self->on_interrupt(mask); });
+    impl->device->set_lost_handler([self](const std::string& why) { self->on_lost(why); });
+  } else if (first) {
+    impl->open_failure = device.error();  // told to the client, whose options they were
+  } else {
+    return device.error();
+  }
 
   if (!options.socket_path.empty()) {
     if (options.socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
@@ -506,9 +522,11 @@ DeviceServer::DeviceServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 DeviceServer::~DeviceServer() {
   if (!impl_) return;
   for (auto& s : impl_->sessions) impl_->release_mappings(*s);
-  impl_->device->set_interrupt_handler({});
-  impl_->device->set_lost_handler({});
-  impl_->device.reset();
+  if (impl_->device) {
+    impl_->device->set_interrupt_handler({});
+    impl_->device->set_lost_handler({});
+    impl_->device.reset();
+  }
   if (!impl_->options.socket_path.empty() && impl_->acceptor) {
     ::unlink(impl_->options.socket_path.c_str());
   }
@@ -526,6 +544,7 @@ isa::Status DeviceServer::run(bool handle_signals) {
   }
   d.accept();
   d.io.run();
+  if (d.open_failure) return *d.open_failure;
   if (!d.lost.empty()) return isa::reject(isa::ErrorCode::kDeviceLost, d.lost);
   return {};
 }

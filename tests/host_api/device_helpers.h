@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -46,6 +48,24 @@ std::vector<T> download(Device& dev, DevicePtr p, size_t n) {
   dev.copy(v.data(), p, n * sizeof(T));
   dev.synchronize();
   return v;
+}
+
+// The backend a default DeviceOptions opens: the suite runs once in-process and once more on
+// served devices ($MTIA_EMU_DEVICES or $MTIA_EMU_SERVER set; tests/host_api/CMakeLists.txt).
+inline std::string environment_backend() {
+  const char* server = std::getenv("MTIA_EMU_SERVER");
+  const char* devices = std::getenv("MTIA_EMU_DEVICES");
+  return (server != nullptr && *server != 0) || (devices != nullptr && *devices != 0) ? "socket"
+                                                                                     : "inprocess";
+}
+
+// How many devices the environment gives this process.
+inline int environment_device_count() {
+  if (const char* server = std::getenv("MTIA_EMU_SERVER"); server != nullptr && *server != 0) {
+    return 1 + static_cast<int>(std::count(server, server + std::strlen(server), ','));
+  }
+  const char* devices = std::getenv("MTIA_EMU_DEVICES");
+  return devices != nullptr && *devices != 0 ? std::atoi(devices) : 1;
 }
 
 inline DeviceOptions functional_options() {

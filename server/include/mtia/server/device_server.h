@@ -39,7 +39,8 @@ class DeviceServer {
  public:
   // Builds the device and binds the socket. kInvalidArgument for bad device options or neither
   // a socket path nor a client fd; kDeviceUnavailable if the device cannot be built or the
-  // socket cannot be bound (the reason says why).
+  // socket cannot be bound (the reason says why). With a `client_fd`, a device that cannot be
+  // built is instead that client's answer: run() tells it and fails with the same failure.
   static isa::Result<std::unique_ptr<DeviceServer>> create(ServerOptions options);
   ~DeviceServer();
 
