@@ -53,36 +53,31 @@ const char* action_name(TraceEntry::Action action) {
   return "unknown";
 }
 
-DeviceAllocator& DeviceAllocator::instance() {
-  static DeviceAllocator* a = new DeviceAllocator();  // never destroyed: tensors may outlive it
-  return *a;
-}
-
-uint64_t DeviceAllocator::round_size(uint64_t bytes) {
+uint64_t CachingAllocator::round_size(uint64_t bytes) {
   return (bytes + kGranule - 1) / kGranule * kGranule;
 }
 
-std::shared_ptr<c10::GatheredContext> DeviceAllocator::gather_stack() const {
+std::shared_ptr<c10::GatheredContext> CachingAllocator::gather_stack() const {
   if (mode_.load() == HistoryMode::kOff) return nullptr;
   const bool python = stack_python_.load();
   return torch::CapturedTraceback::gather(python, python, stack_cpp_.load());
 }
 
-void DeviceAllocator::record_locked(TraceEntry::Action action, uint64_t address, uint64_t size,
-                                    uint32_t stream,
-                                    const std::shared_ptr<c10::GatheredContext>& stack,
-                                    uint64_t device_free) {
+void CachingAllocator::record_locked(TraceEntry::Action action, uint64_t address, uint64_t size,
+                                     uint32_t stream,
+                                     const std::shared_ptr<c10::GatheredContext>& stack,
+                                     uint64_t device_free) {
   if (mode_.load() != HistoryMode::kAll) return;
   if (max_entries_ > 0 && history_.size() >= max_entries_) history_.pop_front();
   history_.push_back(TraceEntry{action, address, size, stream, now_us(), device_free, stack});
 }
 
-c10::DataPtr DeviceAllocator::allocate(size_t bytes) {
-  const c10::Device device(kDeviceType, 0);
+c10::DataPtr CachingAllocator::allocate(size_t bytes) {
+  const c10::Device device(kDeviceType, index_);
   if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_block, device);
-  Runtime& rt = Runtime::get();
+  mtia::Device& dev = Runtime::get().device(index_);
   const uint64_t size = round_size(bytes);
-  const uint32_t stream = current_stream().id;
+  const uint32_t stream = current_stream(index_).id;
   const auto stack = gather_stack();
   using Action = TraceEntry::Action;
 
@@ -114,7 +109,7 @@ c10::DataPtr DeviceAllocator::allocate(size_t bytes) {
   mtia::DevicePtr ptr;
   for (int attempt = 0;; ++attempt) {
     try {
-      ptr = rt.device().malloc(size);
+      ptr = dev.malloc(size);
       break;
     } catch (const mtia::Error& e) {
       if (e.kind() != mtia::ErrorKind::kOutOfMemory) rethrow(e, "allocating device memory");
@@ -122,32 +117,33 @@ c10::DataPtr DeviceAllocator::allocate(size_t bytes) {
         // Give the cache back and try once more.
         stats_.num_alloc_retries += 1;
         lock.unlock();
-        guarded("synchronizing before returning cached memory", [&] { rt.device().synchronize(); });
+        guarded("synchronizing before returning cached memory", [&] { dev.synchronize(); });
         lock.lock();
         release_cached_locked();
         continue;
       }
       stats_.num_ooms += 1;
-      const mtia::MemoryStats ms = rt.device().memory_stats();
-      const uint64_t total = rt.device().properties().dram_bytes;
+      const mtia::MemoryStats ms = dev.memory_stats();
+      const uint64_t total = dev.properties().dram_bytes;
       record_locked(Action::kOom, 0, size, stream, stack, ms.free_bytes);
-      const std::string message = c10::str(
-          "torch_mtia_emu: out of device memory: tried to allocate ", bytes, " bytes (", size,
-          " rounded); the device has ", ms.free_bytes, " bytes free (largest free range ",
-          ms.largest_free_bytes, " bytes) of ", total, "; tensors hold ",
-          stats_.allocated_bytes.current, " bytes and the cache ", stats_.cached_bytes,
-          " bytes. Free tensors or call torch.mtia.empty_cache(). (", e.what(), ")");
-      const std::vector<OutOfMemoryObserver> observers = oom_observers_;
+      const std::string message =
+          c10::str("torch_mtia_emu: out of device memory on ", device, ": tried to allocate ",
+                   bytes, " bytes (", size, " rounded); the device has ", ms.free_bytes,
+                   " bytes free (largest free range ", ms.largest_free_bytes, " bytes) of ", total,
+                   "; tensors hold ", stats_.allocated_bytes.current, " bytes and the cache ",
+                   stats_.cached_bytes, " bytes. Free tensors or call torch.mtia.empty_cache(). (",
+                   e.what(), ")");
       lock.unlock();
       // Observers may allocate or inspect the allocator: called without the lock.
-      for (const auto& observer : observers) observer(0, bytes, total, ms.free_bytes);
+      for (const auto& observer : DeviceAllocator::instance().oom_observers()) {
+        observer(index_, bytes, total, ms.free_bytes);
+      }
       TORCH_CHECK_WITH(OutOfMemoryError, false, message);
     }
   }
   TORCH_INTERNAL_ASSERT(ptr.address() != 0, "the driver returned device address 0");
-  auto* b = new Block{ptr.address(), size,  bytes, stream, {}, BlockInfo::State::kAllocated,
-                      stack,         stack, pool};
-  b->epoch = 1;
+  auto* b = new Block{ptr.address(), size,  bytes, stream, {},  BlockInfo::State::kAllocated,
+                      stack,         stack, pool,  1,      this};
   blocks_[b->address] = b;
   stats_.reserved_bytes.increase(int64_t(size));
   stats_.segment.increase(1);
@@ -161,14 +157,16 @@ c10::DataPtr DeviceAllocator::allocate(size_t bytes) {
   return c10::DataPtr(data_pointer(ptr), b, &delete_block, device);
 }
 
-void DeviceAllocator::delete_block(void* ctx) {
-  if (ctx != nullptr) instance().free_block(static_cast<Block*>(ctx));
+void CachingAllocator::delete_block(void* ctx) {
+  if (ctx == nullptr) return;
+  Block* b = static_cast<Block*>(ctx);
+  b->owner->free_block(b);
 }
 
-void DeviceAllocator::free_block(Block* b) {
+void CachingAllocator::free_block(Block* b) {
   using Action = TraceEntry::Action;
   const auto stack = mode_.load() == HistoryMode::kAll ? gather_stack() : nullptr;
-  std::vector<uint32_t> wait_for;
+  std::vector<std::pair<c10::DeviceIndex, uint32_t>> wait_for;
   {
     std::lock_guard lock(mu_);
     if (shut_down_) {
@@ -184,12 +182,13 @@ void DeviceAllocator::free_block(Block* b) {
     record_locked(Action::kFreeRequested, b->address, b->size, b->stream, stack);
   }
   // A block another stream used may only be reused once that stream is past the use.
-  for (uint32_t s : wait_for) {
+  for (const auto& [device, s] : wait_for) {
     try {
-      Runtime::get().device().synchronize(mtia::Stream{s});
+      Runtime::get().device(device).synchronize(mtia::Stream{s});
     } catch (const std::exception& e) {
       // A deleter cannot throw; the stream's error stays visible to whoever synchronizes it.
-      log::warn(c10::str("freeing a tensor used on stream ", s, ": ", e.what()));
+      log::warn(c10::str("freeing a tensor used on stream ", s, " of mtia:", int(device), ": ",
+                         e.what()));
     }
   }
   std::lock_guard lock(mu_);
@@ -215,9 +214,9 @@ void DeviceAllocator::free_block(Block* b) {
   }
 }
 
-void DeviceAllocator::free_segment_locked(Block* b, const char* what) {
+void CachingAllocator::free_segment_locked(Block* b, const char* what) {
   try {
-    Runtime::get().device().free(mtia::DevicePtr(b->address));
+    Runtime::get().device(index_).free(mtia::DevicePtr(b->address));
   } catch (const mtia::Error& e) {
     log::error(c10::str("returning ", what, " ", reinterpret_cast<void*>(b->address),
                         " to the device: ", e.what()));
@@ -231,7 +230,7 @@ void DeviceAllocator::free_segment_locked(Block* b, const char* what) {
   delete b;
 }
 
-void DeviceAllocator::release_cached_locked() {
+void CachingAllocator::release_cached_locked() {
   for (auto& [stream, blocks] : cache_) {
     for (auto& [size, b] : blocks) {
       free_segment_locked(b, "cached block");
@@ -240,20 +239,21 @@ void DeviceAllocator::release_cached_locked() {
   }
 }
 
-void DeviceAllocator::empty_cache() {
-  if (!Runtime::is_initialized()) return;
-  Runtime& rt = Runtime::get();
-  guarded("synchronizing before empty_cache", [&] { rt.device().synchronize(); });
+void CachingAllocator::empty_cache() {
+  if (Runtime::is_shut_down() || !Runtime::is_initialized()) return;
+  DeviceContext* c = Runtime::get().opened(index_);
+  if (c == nullptr) return;
+  guarded("synchronizing before empty_cache", [&] { c->device().synchronize(); });
   std::lock_guard lock(mu_);
   release_cached_locked();
 }
 
-AllocatorStats DeviceAllocator::stats() const {
+AllocatorStats CachingAllocator::stats() const {
   std::lock_guard lock(mu_);
   return stats_;
 }
 
-void DeviceAllocator::reset_peak() {
+void CachingAllocator::reset_peak() {
   std::lock_guard lock(mu_);
   for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.active_bytes,
                   &stats_.reserved_bytes, &stats_.allocation, &stats_.active, &stats_.segment}) {
@@ -261,7 +261,7 @@ void DeviceAllocator::reset_peak() {
   }
 }
 
-void DeviceAllocator::reset_accumulated() {
+void CachingAllocator::reset_accumulated() {
   std::lock_guard lock(mu_);
   for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.active_bytes,
                   &stats_.reserved_bytes, &stats_.allocation, &stats_.active, &stats_.segment}) {
@@ -270,7 +270,7 @@ void DeviceAllocator::reset_accumulated() {
   stats_.cache_hits = stats_.num_alloc_retries = stats_.num_ooms = 0;
 }
 
-void DeviceAllocator::record_history(HistoryMode mode, HistoryStacks stacks, size_t max_entries) {
+void CachingAllocator::record_history(HistoryMode mode, HistoryStacks stacks, size_t max_entries) {
   std::lock_guard lock(mu_);
   if (mode != HistoryMode::kOff) {
     history_.clear();
@@ -281,7 +281,7 @@ void DeviceAllocator::record_history(HistoryMode mode, HistoryStacks stacks, siz
   mode_ = mode;
 }
 
-AllocatorSnapshot DeviceAllocator::snapshot() {
+AllocatorSnapshot CachingAllocator::snapshot() {
   std::lock_guard lock(mu_);
   record_locked(TraceEntry::Action::kSnapshot, 0, 0, 0, nullptr);
   AllocatorSnapshot s;
@@ -294,7 +294,7 @@ AllocatorSnapshot DeviceAllocator::snapshot() {
   return s;
 }
 
-void DeviceAllocator::begin_pool_capture(uint32_t stream, c10::MempoolId_t pool) {
+void CachingAllocator::begin_pool_capture(uint32_t stream, c10::MempoolId_t pool) {
   std::lock_guard lock(mu_);
   TORCH_CHECK(!capture_.has_value(), "torch_mtia_emu: stream ", capture_->first,
               " is already capturing a graph; one capture at a time");
@@ -302,16 +302,17 @@ void DeviceAllocator::begin_pool_capture(uint32_t stream, c10::MempoolId_t pool)
   pools_[pool];  // exists from now on, even before its first block
 }
 
-void DeviceAllocator::end_pool_capture() {
+void CachingAllocator::end_pool_capture() {
   std::lock_guard lock(mu_);
   capture_.reset();
 }
 
-void DeviceAllocator::release_pool(c10::MempoolId_t pool) {
-  if (!Runtime::is_initialized()) return;
-  Runtime& rt = Runtime::get();
+void CachingAllocator::release_pool(c10::MempoolId_t pool) {
+  if (Runtime::is_shut_down() || !Runtime::is_initialized()) return;
+  DeviceContext* c = Runtime::get().opened(index_);
+  if (c == nullptr) return;
   // Replays may still be reading or writing the blocks.
-  guarded("synchronizing before releasing a graph pool", [&] { rt.device().synchronize(); });
+  guarded("synchronizing before releasing a graph pool", [&] { c->device().synchronize(); });
   std::lock_guard lock(mu_);
   const auto it = pools_.find(pool);
   if (it == pools_.end()) return;
@@ -321,7 +322,7 @@ void DeviceAllocator::release_pool(c10::MempoolId_t pool) {
   pools_.erase(it);
 }
 
-DeviceAllocator::BlockUse DeviceAllocator::block_use(uint64_t address) const {
+CachingAllocator::BlockUse CachingAllocator::block_use(uint64_t address) const {
   std::lock_guard lock(mu_);
   const auto it = blocks_.find(address);
   if (it == blocks_.end()) return {};
@@ -330,24 +331,22 @@ DeviceAllocator::BlockUse DeviceAllocator::block_use(uint64_t address) const {
   return {b.state == BlockInfo::State::kAllocated ? b.epoch : 0, {0, 0}};
 }
 
-void DeviceAllocator::attach_oom_observer(OutOfMemoryObserver observer) {
-  std::lock_guard lock(mu_);
-  oom_observers_.push_back(std::move(observer));
-}
-
-void DeviceAllocator::record_stream(const void* context, mtia::Stream stream) {
-  // The DataPtr context is the Block (callers pass
-  // storage.data_ptr().get_context()).
+void CachingAllocator::record_stream(const void* context, const c10::Stream& stream) {
+  // The DataPtr context is the Block (callers pass storage.data_ptr().get_context()).
   auto* b = static_cast<Block*>(const_cast<void*>(context));
   if (b == nullptr) return;
-  std::lock_guard lock(mu_);
-  if (stream.id == b->stream) return;
-  if (std::find(b->used_on.begin(), b->used_on.end(), stream.id) == b->used_on.end()) {
-    b->used_on.push_back(stream.id);
+  TORCH_CHECK_VALUE(stream.device_type() == kDeviceType, "torch_mtia_emu: record_stream on a ",
+                    stream.device_type(), " stream; give a stream of an mtia device");
+  const std::pair<c10::DeviceIndex, uint32_t> use{stream.device_index(), uint32_t(stream.id())};
+  CachingAllocator& a = *b->owner;
+  std::lock_guard lock(a.mu_);
+  if (use.first == a.index_ && use.second == b->stream) return;
+  if (std::find(b->used_on.begin(), b->used_on.end(), use) == b->used_on.end()) {
+    b->used_on.push_back(use);
   }
 }
 
-void DeviceAllocator::shutdown() {
+void CachingAllocator::shutdown() {
   std::lock_guard lock(mu_);
   for (auto& [stream, blocks] : cache_) {
     for (auto& [size, b] : blocks) {
@@ -366,6 +365,40 @@ void DeviceAllocator::shutdown() {
   shut_down_ = true;
 }
 
+// --- the allocator PyTorch calls: one CachingAllocator per device ---------------------------
+
+DeviceAllocator& DeviceAllocator::instance() {
+  static DeviceAllocator* a = new DeviceAllocator();  // never destroyed: tensors may outlive it
+  return *a;
+}
+
+CachingAllocator& DeviceAllocator::device(c10::DeviceIndex index) {
+  TORCH_INTERNAL_ASSERT(index >= 0 && index < kMaxDevices, "device index ", int(index));
+  std::atomic<CachingAllocator*>& slot = devices_[size_t(index)];
+  if (CachingAllocator* a = slot.load(std::memory_order_acquire)) return *a;
+  std::lock_guard lock(mu_);
+  if (CachingAllocator* a = slot.load()) return *a;
+  auto* a = new CachingAllocator(index);
+  if (mode_ != HistoryMode::kOff) a->record_history(mode_, stacks_, max_entries_);
+  slot.store(a, std::memory_order_release);
+  return *a;
+}
+
+CachingAllocator& DeviceAllocator::current() {
+  return device(current_device());
+}
+
+std::vector<CachingAllocator*> DeviceAllocator::devices() const {
+  std::vector<CachingAllocator*> all;
+  for (const auto& slot : devices_) all.push_back(slot.load(std::memory_order_acquire));
+  while (!all.empty() && all.back() == nullptr) all.pop_back();
+  return all;
+}
+
+c10::DataPtr DeviceAllocator::allocate(size_t bytes) {
+  return current().allocate(bytes);
+}
+
 void DeviceAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
   if (count == 0) return;
   auto& dev = Runtime::get().device();
@@ -373,6 +406,38 @@ void DeviceAllocator::copy_data(void* dest, const void* src, std::size_t count) 
     dev.copy_async(device_ptr(dest), mtia::Layout::contiguous({int64_t(count)}, 1), device_ptr(src),
                    mtia::Layout::contiguous({int64_t(count)}, 1), current_stream());
   });
+}
+
+void DeviceAllocator::empty_cache() {
+  for (CachingAllocator* a : devices()) {
+    if (a != nullptr) a->empty_cache();
+  }
+}
+
+void DeviceAllocator::record_history(HistoryMode mode, HistoryStacks stacks, size_t max_entries) {
+  std::lock_guard lock(mu_);
+  mode_ = mode;
+  stacks_ = stacks;
+  max_entries_ = max_entries;
+  for (const auto& slot : devices_) {
+    if (CachingAllocator* a = slot.load()) a->record_history(mode, stacks, max_entries);
+  }
+}
+
+void DeviceAllocator::attach_oom_observer(OutOfMemoryObserver observer) {
+  std::lock_guard lock(mu_);
+  oom_observers_.push_back(std::move(observer));
+}
+
+std::vector<OutOfMemoryObserver> DeviceAllocator::oom_observers() const {
+  std::lock_guard lock(mu_);
+  return oom_observers_;
+}
+
+void DeviceAllocator::shutdown() {
+  for (CachingAllocator* a : devices()) {
+    if (a != nullptr) a->shutdown();
+  }
 }
 
 bool DeviceAllocator::initialized() {
@@ -384,12 +449,12 @@ void DeviceAllocator::emptyCache(c10::MempoolId_t) {
 }
 
 void DeviceAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
-  record_stream(ptr.get_context(), mtia::Stream{static_cast<uint32_t>(stream.id())});
+  record_stream(ptr.get_context(), stream);
 }
 
-c10::CachingDeviceAllocator::DeviceStats DeviceAllocator::getDeviceStats(c10::DeviceIndex) {
+c10::CachingDeviceAllocator::DeviceStats DeviceAllocator::getDeviceStats(c10::DeviceIndex device) {
   using c10::CachingDeviceAllocator::StatType;
-  const AllocatorStats s = stats();
+  const AllocatorStats s = this->device(resolve_device(device)).stats();
   c10::CachingDeviceAllocator::DeviceStats d;
   const auto set = [](auto& array, const Stat& from) {
     auto& to = array[static_cast<size_t>(StatType::AGGREGATE)];
@@ -412,16 +477,16 @@ c10::CachingDeviceAllocator::DeviceStats DeviceAllocator::getDeviceStats(c10::De
   return d;
 }
 
-void DeviceAllocator::resetAccumulatedStats(c10::DeviceIndex) {
-  reset_accumulated();
+void DeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
+  this->device(resolve_device(device)).reset_accumulated();
 }
 
-void DeviceAllocator::resetPeakStats(c10::DeviceIndex) {
-  reset_peak();
+void DeviceAllocator::resetPeakStats(c10::DeviceIndex device) {
+  this->device(resolve_device(device)).reset_peak();
 }
 
-std::pair<size_t, size_t> DeviceAllocator::getMemoryInfo(c10::DeviceIndex) {
-  auto& dev = Runtime::get().device();
+std::pair<size_t, size_t> DeviceAllocator::getMemoryInfo(c10::DeviceIndex device) {
+  auto& dev = Runtime::get().device(resolve_device(device));
   const mtia::MemoryStats m =
       guarded("reading memory statistics", [&] { return dev.memory_stats(); });
   return {size_t(m.free_bytes), size_t(dev.properties().dram_bytes)};
@@ -437,21 +502,25 @@ PinnedAllocator& PinnedAllocator::instance() {
 c10::DataPtr PinnedAllocator::allocate(size_t bytes) {
   const c10::Device cpu(c10::DeviceType::CPU);
   if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_pinned, cpu);
+  const c10::DeviceIndex device = current_device();
   void* p = guarded("allocating pinned host memory",
-                    [&] { return Runtime::get().device().host_alloc(bytes); });
-  return c10::DataPtr(p, p, &delete_pinned, cpu);
+                    [&] { return Runtime::get().device(device).host_alloc(bytes); });
+  return c10::DataPtr(p, new Region{p, device}, &delete_pinned, cpu);
 }
 
 void PinnedAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
   if (count > 0) std::memcpy(dest, src, count);
 }
 
-void PinnedAllocator::delete_pinned(void* ptr) {
-  if (ptr == nullptr || Runtime::is_shut_down() || !Runtime::is_initialized()) return;
+void PinnedAllocator::delete_pinned(void* ctx) {
+  if (ctx == nullptr) return;
+  const Region r = *static_cast<Region*>(ctx);
+  delete static_cast<Region*>(ctx);
+  if (Runtime::is_shut_down() || !Runtime::is_initialized()) return;
   try {
-    Runtime::get().device().host_free(ptr);
+    if (DeviceContext* c = Runtime::get().opened(r.device)) c->device().host_free(r.ptr);
   } catch (const std::exception& e) {
-    log::error(c10::str("freeing pinned host memory ", ptr, ": ", e.what()));
+    log::error(c10::str("freeing pinned host memory ", r.ptr, ": ", e.what()));
   }
 }
 

@@ -19,6 +19,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -27,9 +28,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "mtia/stream.h"
+#include "runtime.h"
 
 namespace mtia::torch_backend {
 
@@ -121,24 +124,14 @@ struct AllocatorSnapshot {
 // device memory in bytes, bytes free on the device).
 using OutOfMemoryObserver = std::function<void(int64_t, uint64_t, uint64_t, uint64_t)>;
 
-// PyTorch's generic device-allocator interface (c10::DeviceAllocator) is what
-// torch.accelerator's memory functions call; torch.mtia's go through the hooks (hooks.cpp).
-class DeviceAllocator final : public c10::DeviceAllocator {
+// One device's caching allocator: its blocks, cache, graph pools, statistics and history.
+// Never destroyed (tensors may outlive the device).
+class CachingAllocator {
  public:
-  static DeviceAllocator& instance();
+  explicit CachingAllocator(c10::DeviceIndex index) : index_(index) {}
+  c10::DeviceIndex index() const { return index_; }
 
-  c10::DataPtr allocate(size_t bytes) override;
-  // Device-to-device copy of `count` bytes, in order on the current stream.
-  void copy_data(void* dest, const void* src, std::size_t count) const override;
-
-  // c10::DeviceAllocator, for device index 0 (the only one).
-  bool initialized() override;
-  void emptyCache(c10::MempoolId_t mempool_id) override;
-  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override;
-  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
-  void resetAccumulatedStats(c10::DeviceIndex device) override;
-  void resetPeakStats(c10::DeviceIndex device) override;
-  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
+  c10::DataPtr allocate(size_t bytes);
 
   // Synchronizes the device and returns every cached block to the driver.
   void empty_cache();
@@ -152,7 +145,6 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   void record_history(HistoryMode mode, HistoryStacks stacks, size_t max_entries);
   // The blocks held now and the recorded history (a kSnapshot action is recorded first).
   AllocatorSnapshot snapshot();
-  void attach_oom_observer(OutOfMemoryObserver observer);
 
   // Graph memory pools. While `stream` captures a graph into `pool`, its allocations come
   // from, and its frees go back to, that pool's own blocks, never the general cache: the
@@ -172,30 +164,32 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     bool operator==(const BlockUse&) const = default;
   };
   BlockUse block_use(uint64_t address) const;
-  // Marks the block whose DataPtr context is `context` as used by `stream`
-  // (Tensor.record_stream).
-  void record_stream(const void* context, mtia::Stream stream);
+  // Marks the block whose DataPtr context is `context` as used by `stream` (of any MTIA device;
+  // Tensor.record_stream). Contexts that are not this backend's blocks are ignored.
+  static void record_stream(const void* context, const c10::Stream& stream);
   // The device is closing: drop the cache without driver calls; blocks tensors still hold
   // become orphans that are forgotten when freed.
   void shutdown();
 
   // Rounds a request to the allocator's granule (512 bytes).
   static uint64_t round_size(uint64_t bytes);
+  static void delete_block(void* ctx);
 
  private:
   struct Block {
     uint64_t address = 0;
-    uint64_t size = 0;              // rounded
-    uint64_t requested = 0;         // as asked, for the stats
-    uint32_t stream = 0;            // stream the block was allocated on
-    std::vector<uint32_t> used_on;  // other streams that used it (record_stream)
+    uint64_t size = 0;       // rounded
+    uint64_t requested = 0;  // as asked, for the stats
+    uint32_t stream = 0;     // stream the block was allocated on
+    // Other streams that used it (record_stream): (device, stream id).
+    std::vector<std::pair<c10::DeviceIndex, uint32_t>> used_on;
     BlockInfo::State state = BlockInfo::State::kAllocated;
     std::shared_ptr<c10::GatheredContext> stack;          // recorded at allocation
     std::shared_ptr<c10::GatheredContext> segment_stack;  // recorded at the driver call
     c10::MempoolId_t pool{0, 0};  // a graph pool's block, or {0, 0}: the general cache's
     int64_t epoch = 0;            // times handed to a tensor (block_use)
+    CachingAllocator* owner = nullptr;
   };
-  static void delete_block(void* ctx);
   void free_block(Block* block);
   // Frees every cached block through the driver. Caller holds mu_.
   void release_cached_locked();
@@ -209,6 +203,7 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   void record_locked(TraceEntry::Action action, uint64_t address, uint64_t size, uint32_t stream,
                      const std::shared_ptr<c10::GatheredContext>& stack, uint64_t device_free = 0);
 
+  const c10::DeviceIndex index_;
   mutable std::mutex mu_;
   // Free blocks per stream, by size.
   mutable std::map<uint32_t, std::multimap<uint64_t, Block*>> cache_;
@@ -226,11 +221,60 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   std::atomic<bool> stack_cpp_{false};
   size_t max_entries_ = 0;
   std::deque<TraceEntry> history_;
+};
+
+// The MTIA allocator PyTorch calls: one CachingAllocator per device; allocate() serves the
+// current device (ops run with their tensors' device current). Also PyTorch's generic device
+// allocator interface (c10::DeviceAllocator), which torch.accelerator's memory functions call;
+// torch.mtia's go through the hooks (hooks.cpp).
+class DeviceAllocator final : public c10::DeviceAllocator {
+ public:
+  static DeviceAllocator& instance();
+  // Device `index`'s allocator (made on first use; the device itself opens on its first
+  // allocation).
+  CachingAllocator& device(c10::DeviceIndex index);
+  // The current device's.
+  CachingAllocator& current();
+
+  c10::DataPtr allocate(size_t bytes) override;
+  // Device-to-device copy of `count` bytes, in order on the current stream.
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
+
+  bool initialized() override;
+  void emptyCache(c10::MempoolId_t mempool_id) override;
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override;
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
+  void resetAccumulatedStats(c10::DeviceIndex device) override;
+  void resetPeakStats(c10::DeviceIndex device) override;
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
+
+  // Every device's cache returned to the driver (each device synchronized first).
+  void empty_cache();
+  // Recording applies to every device, also to those used later.
+  void record_history(HistoryMode mode, HistoryStacks stacks, size_t max_entries);
+  void attach_oom_observer(OutOfMemoryObserver observer);
+  std::vector<OutOfMemoryObserver> oom_observers() const;
+  // Marks the block of `context` as used by `stream` (Tensor.record_stream).
+  void record_stream(const void* context, const c10::Stream& stream) {
+    CachingAllocator::record_stream(context, stream);
+  }
+  // The allocators made so far, by device index (null where none was made).
+  std::vector<CachingAllocator*> devices() const;
+  // Every device is closing (CachingAllocator::shutdown).
+  void shutdown();
+
+ private:
+  mutable std::mutex mu_;  // making allocators, the recording settings, observers
+  std::array<std::atomic<CachingAllocator*>, kMaxDevices> devices_{};
+  HistoryMode mode_ = HistoryMode::kOff;
+  HistoryStacks stacks_;
+  size_t max_entries_ = 0;
   std::vector<OutOfMemoryObserver> oom_observers_;
 };
 
-// Pinned host memory (Device::host_alloc): CPU tensors the DMA engines read and write in
-// place, which makes non_blocking copies truly asynchronous.
+// Pinned host memory (Device::host_alloc of the current device): CPU tensors the DMA engines of
+// that device read and write in place, which makes non_blocking copies truly asynchronous
+// (other devices copy them as pageable memory).
 class PinnedAllocator final : public c10::Allocator {
  public:
   static PinnedAllocator& instance();
@@ -238,7 +282,11 @@ class PinnedAllocator final : public c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override;
 
  private:
-  static void delete_pinned(void* ptr);
+  struct Region {
+    void* ptr;
+    c10::DeviceIndex device;  // whose host_alloc made it
+  };
+  static void delete_pinned(void* ctx);
 };
 
 }  // namespace mtia::torch_backend

@@ -1,8 +1,8 @@
 // Allocation and copies: empty/empty_strided on the caching allocator, _copy_from between
 // the host and the device and on the device through the host API's strided copies (any
 // sizes, strides and storage offsets on either side, broadcast sources included), dtype
-// conversion, non_blocking, and reading one element back. Pinned memory comes through the
-// MTIA hooks (hooks.cpp).
+// conversion, non_blocking, copies between two devices (through host memory), and reading one
+// element back. Pinned memory comes through the MTIA hooks (hooks.cpp).
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
@@ -12,6 +12,7 @@
 #include "allocator.h"
 #include "elementwise.h"
 #include "launch.h"
+#include "on_device.h"
 #include "runtime.h"
 
 namespace mtia::torch_backend {
@@ -49,8 +50,9 @@ size_t span_bytes(const at::Tensor& t) {
   return size_t(last + 1) * t.element_size();
 }
 
-// host `src` (dst's dtype, dst's sizes after broadcast) -> device `dst`.
+// host `src` (dst's dtype, dst's sizes after broadcast) -> device `dst`, on dst's device.
 void host_to_device(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
+  const DeviceScope on(dst.device().index());
   auto& dev = Runtime::get().device();
   const mtia::Layout dl = layout_of(dst, dst.sizes(), dst.strides());
   const mtia::Layout sl = layout_of(src, dst.sizes(), src.strides());
@@ -66,8 +68,9 @@ void host_to_device(const at::Tensor& dst, const at::Tensor& src, bool non_block
   });
 }
 
-// device `src` -> host `dst`, same dtype and sizes.
+// device `src` -> host `dst`, same dtype and sizes, on src's device.
 void device_to_host(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
+  const DeviceScope on(src.device().index());
   auto& dev = Runtime::get().device();
   const mtia::Layout dl = layout_of(dst, dst.sizes(), dst.strides());
   const mtia::Layout sl = layout_of(src, dst.sizes(), src.strides());
@@ -83,6 +86,17 @@ void device_to_host(const at::Tensor& dst, const at::Tensor& src, bool non_block
 
 at::Tensor expand_to(const at::Tensor& src, const at::Tensor& dst) {
   return src.sizes() == dst.sizes() ? src : src.expand(dst.sizes());
+}
+
+// src on one device -> dst on another, any strides and dtypes, through host memory: a blocking
+// copy to the host on src's current stream (so everything queued on it before has run), then a
+// blocking copy to dst's device on dst's current stream. Returns once the data has landed, so
+// non_blocking changes nothing.
+void device_to_device_across(const at::Tensor& dst, const at::Tensor& src) {
+  at::Tensor host = at::empty(src.sizes(), src.options().device(at::kCPU));
+  device_to_host(host, src, false);
+  if (host.scalar_type() != dst.scalar_type()) host = host.to(dst.scalar_type());
+  host_to_device(dst, host, false);
 }
 
 }  // namespace
@@ -102,14 +116,14 @@ void dma_copy(const at::Tensor& out, const at::Tensor& in) {
 namespace {
 
 at::Tensor empty_memory_format(at::IntArrayRef size, c10::optional<at::ScalarType> dtype,
-                               c10::optional<at::Layout> layout, c10::optional<at::Device> device,
+                               c10::optional<at::Layout> layout,
+                               c10::optional<at::Device> /*device: made current by MTIA_FN*/,
                                c10::optional<bool> pin_memory,
                                c10::optional<at::MemoryFormat> memory_format) {
   TORCH_CHECK(!pin_memory.value_or(false),
               "torch_mtia_emu: pin_memory applies to CPU tensors, not device tensors");
   TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
               "torch_mtia_emu: only strided tensors live on the device");
-  if (device) TORCH_CHECK(device->index() <= 0, "torch_mtia_emu: no device ", *device);
   return at::detail::empty_generic(size, &DeviceAllocator::instance(),
                                    c10::DispatchKeySet(c10::DispatchKey::MTIA),
                                    c10::dtype_or_default(dtype), memory_format);
@@ -117,12 +131,12 @@ at::Tensor empty_memory_format(at::IntArrayRef size, c10::optional<at::ScalarTyp
 
 at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
                          c10::optional<at::ScalarType> dtype, c10::optional<at::Layout> layout,
-                         c10::optional<at::Device> device, c10::optional<bool> pin_memory) {
+                         c10::optional<at::Device> /*device: made current by MTIA_FN*/,
+                         c10::optional<bool> pin_memory) {
   TORCH_CHECK(!pin_memory.value_or(false),
               "torch_mtia_emu: pin_memory applies to CPU tensors, not device tensors");
   TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
               "torch_mtia_emu: only strided tensors live on the device");
-  if (device) TORCH_CHECK(device->index() <= 0, "torch_mtia_emu: no device ", *device);
   return at::detail::empty_strided_generic(size, stride, &DeviceAllocator::instance(),
                                            c10::DispatchKeySet(c10::DispatchKey::MTIA),
                                            c10::dtype_or_default(dtype));
@@ -133,7 +147,10 @@ void copy_values(const at::Tensor& self, const at::Tensor& dst, bool non_blockin
   at::Tensor src = expand_to(self, dst);
   at::assert_no_internal_overlap(dst);
 
-  if (on_device(src) && on_device(dst)) {
+  if (on_device(src) && on_device(dst) && src.device() != dst.device()) {
+    device_to_device_across(dst, src);
+  } else if (on_device(src) && on_device(dst)) {
+    const DeviceScope on(dst.device().index());
     at::assert_no_partial_overlap(dst, src);
     if (src.scalar_type() == dst.scalar_type()) {
       dma_copy(dst, src);
@@ -209,11 +226,13 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
-  m.impl("empty_strided", TORCH_FN(empty_strided));
+  // Factories run on the device they ask for (the current one when it has no index).
+  m.impl("empty.memory_format", MTIA_FN(empty_memory_format));
+  m.impl("empty_strided", MTIA_FN(empty_strided));
+  // Copies may join two devices: each side runs on its own (copy_values).
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
-  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("_local_scalar_dense", MTIA_FN(local_scalar_dense));
 }
 
 // Copies of conjugate and negative views reach _copy_from with their bits (above).

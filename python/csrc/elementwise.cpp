@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "launch.h"
@@ -181,7 +182,7 @@ at::Tensor empty_like_dtype(const at::Tensor& t, at::ScalarType dtype) {
 }
 
 at::Tensor empty_device(at::IntArrayRef sizes, at::ScalarType dtype) {
-  return at::empty(sizes, c10::TensorOptions().device(kDeviceType, 0).dtype(dtype));
+  return at::empty(sizes, c10::TensorOptions().device(kDeviceType, current_device()).dtype(dtype));
 }
 
 at::Tensor as_dtype(const at::Tensor& t, at::ScalarType dtype) {
@@ -204,16 +205,17 @@ at::Tensor device_scalar(const c10::Scalar& value, at::ScalarType dtype) {
   // Constants are made once (synchronously, so every stream may read them at once) and kept:
   // nothing writes them, and composed ops use the same few (0, 1) over and over.
   static std::mutex mu;
-  static std::map<std::pair<at::ScalarType, uint64_t>, at::Tensor> cache;
+  static std::map<std::tuple<c10::DeviceIndex, at::ScalarType, uint64_t>, at::Tensor> cache;
   const uint64_t bits = scalar_bits(value, dtype);
+  const c10::DeviceIndex device = current_device();
   std::lock_guard lock(mu);
-  auto it = cache.find({dtype, bits});
+  auto it = cache.find({device, dtype, bits});
   if (it != cache.end()) return it->second;
   at::Tensor t = empty_device({}, dtype);
   guarded("writing a constant", [&] {
     Runtime::get().device().copy(tensor_address(t), &bits, t.element_size(), current_stream());
   });
-  if (cache.size() < 256) cache.emplace(std::make_pair(dtype, bits), t);
+  if (cache.size() < 256) cache.emplace(std::make_tuple(device, dtype, bits), t);
   return t;
 }
 

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "on_device.h"
 #include "runtime.h"
 
 namespace mtia::torch_backend {
@@ -139,12 +140,14 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t n = args.size();
   const size_t begin = stack->size() - n;
   std::optional<c10::Device> target;
+  CommonDevice common;
   // Per argument: the original device tensors and their CPU stand-ins (one per list item).
   std::vector<std::vector<at::Tensor>> originals(n), stand_ins(n);
 
   for (size_t i = 0; i < n; ++i) {
     c10::IValue& v = (*stack)[begin + i];
     auto convert = [&](const at::Tensor& t) {
+      common.add(t);  // the device tensors must be on one device
       if (is_device(t) && !target) target = t.device();
       at::Tensor c = to_cpu(t);
       originals[i].push_back(t);
@@ -169,6 +172,10 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
 
+  // Results go back to that device (a factory's: the one it asked for, else the current one),
+  // and everything the fallback does on the device runs there.
+  if (target && !target->has_index()) target = c10::Device(kDeviceType, current_device());
+  const DeviceScope on(target ? target->index() : -1);
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
   // In-place and out= arguments: the CPU kernel wrote the stand-ins.

@@ -18,6 +18,7 @@ namespace {
 
 struct TorchGraph {
   bool keep_graph = false;
+  c10::DeviceIndex device = -1;           // the device it captures on (current at capture_begin)
   std::optional<mtia::Stream> capturing;  // the stream, while capturing
   std::optional<mtia::Graph> graph;       // once captured
   bool instantiated = false;
@@ -25,7 +26,10 @@ struct TorchGraph {
   // The caching allocator's blocks the graph uses, as they were at capture: a replay after
   // their tensor was freed (the block is cached or another tensor's now) would write memory
   // the graph no longer owns.
-  std::vector<std::pair<uint64_t, DeviceAllocator::BlockUse>> uses;
+  std::vector<std::pair<uint64_t, CachingAllocator::BlockUse>> uses;
+
+  mtia::Device& dev() const { return Runtime::get().device(device); }
+  CachingAllocator& allocator() const { return DeviceAllocator::instance().device(device); }
 };
 
 std::mutex mu;
@@ -47,7 +51,7 @@ void reset_locked(TorchGraph& g) {
               "torch_mtia_emu: the MTIA graph is being captured; call "
               "capture_end() before reset()");
   if (g.graph) {
-    guarded("destroying an MTIA graph", [&] { Runtime::get().device().destroy_graph(*g.graph); });
+    guarded("destroying an MTIA graph", [&] { g.dev().destroy_graph(*g.graph); });
     g.graph.reset();
   }
   g.instantiated = false;
@@ -55,7 +59,7 @@ void reset_locked(TorchGraph& g) {
   if (g.pool != c10::MempoolId_t{0, 0}) {
     if (--pool_users[g.pool] == 0) {
       pool_users.erase(g.pool);
-      DeviceAllocator::instance().release_pool(g.pool);
+      g.allocator().release_pool(g.pool);
     }
     g.pool = {0, 0};
   }
@@ -89,13 +93,13 @@ void capture_begin(int64_t handle, c10::MempoolId_t pool) {
               "torch_mtia_emu: this MTIA graph already holds a "
               "capture; call reset() before capturing again");
   if (pool == c10::MempoolId_t{0, 0}) pool = {next_pool++, 0};  // a private pool
+  g.device = current_device();
   const mtia::Stream stream = current_stream();
-  DeviceAllocator::instance().begin_pool_capture(stream.id, pool);  // one capture at a time
+  g.allocator().begin_pool_capture(stream.id, pool);  // one capture at a time per device
   try {
-    guarded("beginning an MTIA graph capture",
-            [&] { Runtime::get().device().begin_capture(stream); });
+    guarded("beginning an MTIA graph capture", [&] { g.dev().begin_capture(stream); });
   } catch (...) {
-    DeviceAllocator::instance().end_pool_capture();
+    g.allocator().end_pool_capture();
     throw;
   }
   g.capturing = stream;
@@ -109,8 +113,8 @@ void capture_end(int64_t handle) {
   TORCH_CHECK(g.capturing, "torch_mtia_emu: capture_end() without capture_begin()");
   const mtia::Stream stream = *g.capturing;
   g.capturing.reset();
-  DeviceAllocator::instance().end_pool_capture();
-  mtia::Device& dev = Runtime::get().device();
+  g.allocator().end_pool_capture();
+  mtia::Device& dev = g.dev();
   if (!dev.is_capturing(stream)) {
     // A call during the capture ended it with an error, raised then; raising again here would
     // hide it (and keep torch.mtia.graph's __exit__ from restoring the stream). The graph
@@ -121,7 +125,7 @@ void capture_end(int64_t handle) {
   g.graph = guarded("ending an MTIA graph capture", [&] { return dev.end_capture(stream); });
   g.uses.clear();
   for (const mtia::DevicePtr p : dev.graph_allocations(*g.graph)) {
-    g.uses.emplace_back(p.address(), DeviceAllocator::instance().block_use(p.address()));
+    g.uses.emplace_back(p.address(), g.allocator().block_use(p.address()));
   }
   if (!g.keep_graph) {
     guarded("instantiating an MTIA graph", [&] { dev.instantiate(*g.graph); });
@@ -136,7 +140,7 @@ void instantiate(int64_t handle) {
               "torch_mtia_emu: instantiate() needs a captured graph "
               "(capture_begin() ... capture_end() first)");
   TORCH_CHECK(!g.instantiated, "torch_mtia_emu: the MTIA graph is already instantiated");
-  guarded("instantiating an MTIA graph", [&] { Runtime::get().device().instantiate(*g.graph); });
+  guarded("instantiating an MTIA graph", [&] { g.dev().instantiate(*g.graph); });
   g.instantiated = true;
 }
 
@@ -147,19 +151,20 @@ void replay(int64_t handle) {
               "torch_mtia_emu: replay() needs a captured graph (capture_begin() ... "
               "capture_end() first; a capture that an error ended captured nothing)");
   for (const auto& [address, use] : g.uses) {
-    TORCH_CHECK(DeviceAllocator::instance().block_use(address) == use,
+    TORCH_CHECK(g.allocator().block_use(address) == use,
                 "torch_mtia_emu: the MTIA graph uses device memory at ",
                 reinterpret_cast<void*>(address),
                 " whose tensor was freed after the capture; keep the tensors a graph reads and "
                 "writes (its static inputs, outputs and parameters) alive while you replay it, "
                 "or capture it again");
   }
-  mtia::Device& dev = Runtime::get().device();
+  mtia::Device& dev = g.dev();
   if (!g.instantiated) {
     guarded("instantiating an MTIA graph", [&] { dev.instantiate(*g.graph); });
     g.instantiated = true;
   }
-  guarded("replaying an MTIA graph", [&] { dev.replay(*g.graph, current_stream()); });
+  // On the graph's device, on that device's current stream.
+  guarded("replaying an MTIA graph", [&] { dev.replay(*g.graph, current_stream(g.device)); });
 }
 
 void reset(int64_t handle) {

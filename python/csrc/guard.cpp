@@ -1,142 +1,186 @@
 // The device guard for MTIA: devices, streams and events as PyTorch's generic code sees them
 // (torch.Stream and torch.Event, which torch.mtia.Stream and Event are; torch.accelerator;
-// autograd's device threads; c10::StreamGuard; record_stream).
+// autograd's device threads; c10::DeviceGuard and StreamGuard; record_stream).
 //
-// Stream ids are host API stream ids (0: the default stream). An event is the host API event
-// id stored in the void* PyTorch keeps for it, created on its first record.
+// Stream ids are host API stream ids of the stream's device (0: its default stream). An event
+// belongs to the device of the stream it was first recorded on: the void* PyTorch keeps for it
+// holds that device's index (high 32 bits) and the host API event id (low 32 bits, never 0).
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "allocator.h"
 #include "log.h"
+#include "on_device.h"
 #include "runtime.h"
 
 namespace mtia::torch_backend {
 
-void check_device_index(c10::DeviceIndex index) {
-  TORCH_CHECK(index == 0 || index == -1, "torch_mtia_emu: device index ", int(index),
-              " does not exist: the in-process emulator has one device, mtia:0");
+void CommonDevice::mismatch(c10::DeviceIndex other) const {
+  TORCH_CHECK(false,
+              "Expected all tensors to be on the same device, but found at least two devices, ",
+              c10::Device(kDeviceType, tensors_), " and ", c10::Device(kDeviceType, other),
+              "! (torch_mtia_emu: the tensors of one op must be on one MTIA device; move them "
+              "with .to(device) first)");
 }
 
 namespace {
 
-mtia::Event to_event(void* event) {
-  return mtia::Event{static_cast<uint32_t>(reinterpret_cast<uintptr_t>(event))};
+struct EventHandle {
+  c10::DeviceIndex device;
+  mtia::Event event;
+};
+
+EventHandle decode(void* event) {
+  const auto bits = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(event));
+  return {static_cast<c10::DeviceIndex>(bits >> 32), mtia::Event{static_cast<uint32_t>(bits)}};
 }
 
-}  // namespace
-
-c10::Stream to_c10(mtia::Stream s) {
-  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kDeviceType, 0),
-                     static_cast<c10::StreamId>(s.id));
+void* encode(c10::DeviceIndex device, mtia::Event e) {
+  return reinterpret_cast<void*>(static_cast<uintptr_t>((uint64_t(uint8_t(device)) << 32) | e.id));
 }
 
-mtia::Stream from_c10(const c10::Stream& s) {
-  TORCH_CHECK_VALUE(s.device_type() == kDeviceType, "torch_mtia_emu: ", s,
-                    " is not a stream of the mtia device");
-  return mtia::Stream{static_cast<uint32_t>(s.id())};
+mtia::Device& device_of(const c10::Stream& s) {
+  return Runtime::get().device(s.device_index());
 }
-
-namespace {
 
 struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return kDeviceType; }
 
   c10::Device exchangeDevice(c10::Device d) const override {
-    check_device_index(d.index());
-    return c10::Device(kDeviceType, 0);
+    const c10::DeviceIndex old = current_device();
+    set_current_device(d.index());
+    return c10::Device(kDeviceType, old);
   }
-  c10::Device getDevice() const override { return c10::Device(kDeviceType, 0); }
-  void setDevice(c10::Device d) const override { check_device_index(d.index()); }
-  void uncheckedSetDevice(c10::Device) const noexcept override {}
+  c10::Device getDevice() const override { return c10::Device(kDeviceType, current_device()); }
+  void setDevice(c10::Device d) const override { set_current_device(d.index()); }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    // Only restores a device set (and checked) before; a bad index is left alone.
+    if (d.index() >= 0 && d.index() < device_count_or_zero()) {
+      try {
+        set_current_device(d.index());
+      } catch (const std::exception& e) {
+        log::warn(c10::str("restoring the current device: ", e.what()));
+      }
+    }
+  }
 
-  c10::Stream getStream(c10::Device) const noexcept override { return to_c10(current_stream()); }
-  c10::Stream getDefaultStream(c10::Device) const override { return to_c10(mtia::Stream{}); }
-  c10::Stream getStreamFromGlobalPool(c10::Device, bool) const override {
-    return to_c10(Runtime::get().pool_stream());
+  c10::Stream getStream(c10::Device d) const noexcept override {
+    return to_c10(d.index(), current_stream(d.index()));
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return to_c10(resolve_device(d.index()), mtia::Stream{});
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override {
+    const c10::DeviceIndex i = resolve_device(d.index());
+    return to_c10(i, Runtime::get().context(i).pool_stream());
   }
   // torch.Stream(device="mtia"): a new stream of its own. The device has no stream
   // priorities; every priority gets an ordinary stream.
   c10::Stream getNewStream(c10::Device d, int) const override {
-    check_device_index(d.index());
+    const c10::DeviceIndex i = resolve_device(d.index());
     return to_c10(
-        guarded("creating a stream", [] { return Runtime::get().device().create_stream(); }));
+        i, guarded("creating a stream", [&] { return Runtime::get().device(i).create_stream(); }));
   }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override {
-    const mtia::Stream old = current_stream();
-    set_current_stream(from_c10(s));
-    return to_c10(old);
+    const c10::DeviceIndex i = s.device_index() < 0 ? current_device() : s.device_index();
+    const mtia::Stream old = current_stream(i);
+    try {
+      set_current_stream(i, from_c10(s));
+    } catch (const std::exception& e) {
+      log::warn(c10::str("setting the current stream: ", e.what()));
+    }
+    return to_c10(i, old);
   }
 
-  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return c10::DeviceIndex(device_count_or_zero());
+  }
 
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex index,
               const c10::EventFlag) const override {
-    check_device_index(index);
-    auto& dev = Runtime::get().device();
+    const c10::DeviceIndex d = resolve_device(stream.device_index());
+    TORCH_CHECK(index < 0 || index == d, "torch_mtia_emu: an event of ",
+                c10::Device(kDeviceType, index), " cannot be recorded on a stream of ",
+                c10::Device(kDeviceType, d));
+    auto& dev = Runtime::get().device(d);
     if (*event == nullptr) {
-      const mtia::Event e = guarded("creating an event", [&] { return dev.create_event(); });
-      *event = reinterpret_cast<void*>(static_cast<uintptr_t>(e.id));
+      *event = encode(d, guarded("creating an event", [&] { return dev.create_event(); }));
     }
-    const mtia::Event e = to_event(*event);
-    guarded("recording an event", [&] { dev.record(e, from_c10(stream)); });
+    const EventHandle h = decode(*event);
+    TORCH_CHECK(h.device == d, "torch_mtia_emu: an event of ", c10::Device(kDeviceType, h.device),
+                " cannot be recorded on a stream of ", c10::Device(kDeviceType, d));
+    guarded("recording an event", [&] { dev.record(h.event, from_c10(stream)); });
   }
 
   void block(void* event, const c10::Stream& stream) const override {
     if (event == nullptr) return;
-    const mtia::Event e = to_event(event);
-    guarded("making a stream wait for an event",
-            [&] { Runtime::get().device().wait_event(from_c10(stream), e); });
+    const EventHandle h = decode(event);
+    const c10::DeviceIndex d = resolve_device(stream.device_index());
+    if (h.device == d) {
+      guarded("making a stream wait for an event",
+              [&] { Runtime::get().device(d).wait_event(from_c10(stream), h.event); });
+      return;
+    }
+    // An event of another device: the host waits for it, so the stream's work queued from now
+    // on starts after it (the host API has no wait across devices yet).
+    guarded("waiting for an event of another device",
+            [&] { Runtime::get().device(h.device).synchronize(h.event); });
   }
 
   bool queryEvent(void* event) const override {
     if (event == nullptr) return true;
-    const mtia::Event e = to_event(event);
-    return guarded("querying an event", [&] { return Runtime::get().device().query(e); });
+    const EventHandle h = decode(event);
+    return guarded("querying an event",
+                   [&] { return Runtime::get().device(h.device).query(h.event); });
   }
 
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
-    if (event == nullptr || !Runtime::is_initialized()) return;
+    if (event == nullptr || Runtime::is_shut_down()) return;
     try {
-      Runtime::get().device().destroy_event(
-          mtia::Event{static_cast<uint32_t>(reinterpret_cast<uintptr_t>(event))});
+      const EventHandle h = decode(event);
+      if (DeviceContext* c = Runtime::get().opened(h.device)) c->device().destroy_event(h.event);
     } catch (const std::exception& e) {
       log::warn(c10::str("destroying an event: ", e.what()));
     }
   }
 
   bool queryStream(const c10::Stream& stream) const override {
-    return guarded("querying a stream",
-                   [&] { return Runtime::get().device().query(from_c10(stream)); });
+    return guarded("querying a stream", [&] { return device_of(stream).query(from_c10(stream)); });
   }
 
   void synchronizeStream(const c10::Stream& stream) const override {
-    guarded("synchronizing a stream",
-            [&] { Runtime::get().device().synchronize(from_c10(stream)); });
+    guarded("synchronizing a stream", [&] { device_of(stream).synchronize(from_c10(stream)); });
   }
 
   void synchronizeEvent(void* event) const override {
     if (event == nullptr) return;
+    const EventHandle h = decode(event);
     guarded("synchronizing an event",
-            [&] { Runtime::get().device().synchronize(to_event(event)); });
+            [&] { Runtime::get().device(h.device).synchronize(h.event); });
   }
 
   void synchronizeDevice(const c10::DeviceIndex index) const override {
-    check_device_index(index);
-    guarded("synchronizing the device", [] { Runtime::get().device().synchronize(); });
+    const c10::DeviceIndex d = resolve_device(index);
+    DeviceContext* c = Runtime::get().opened(d);
+    if (c == nullptr) return;  // never opened: nothing queued
+    guarded("synchronizing the device", [&] { c->device().synchronize(); });
   }
 
   // Simulated milliseconds between two recorded events (0 with the timing model off).
-  double elapsedTime(void* start, void* end, const c10::DeviceIndex index) const override {
-    check_device_index(index);
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     TORCH_CHECK(start != nullptr && end != nullptr,
                 "torch_mtia_emu: elapsed_time needs both events recorded first");
-    return guarded("timing events", [&] {
-      return Runtime::get().device().elapsed_ms(to_event(start), to_event(end));
-    });
+    const EventHandle a = decode(start), b = decode(end);
+    TORCH_CHECK_VALUE(a.device == b.device, "torch_mtia_emu: elapsed_time of events on ",
+                      c10::Device(kDeviceType, a.device), " and ",
+                      c10::Device(kDeviceType, b.device),
+                      ": the devices' simulated clocks are not comparable; time events of one "
+                      "device");
+    return guarded("timing events",
+                   [&] { return Runtime::get().device(a.device).elapsed_ms(a.event, b.event); });
   }
 
   void recordDataPtrOnStream(const c10::DataPtr& data, const c10::Stream& stream) const override {
-    DeviceAllocator::instance().record_stream(data.get_context(), from_c10(stream));
+    DeviceAllocator::instance().record_stream(data.get_context(), stream);
   }
 };
 

@@ -4,7 +4,7 @@
 //
 // PyTorch looks the hooks up once, on first use, so this module must be loaded before
 // anything asks for them: the torch.backends entry point does that on `import torch`.
-// One device: index 0 (or -1, "the current one") is the only valid index.
+// Devices are mtia:0 .. device_count()-1; -1 means the calling thread's current device.
 #include <ATen/detail/MTIAHooksInterface.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
@@ -24,9 +24,9 @@ namespace py = pybind11;
 
 namespace mtia::torch_backend {
 
-py::dict device_properties_dict() {
+py::dict device_properties_dict(c10::DeviceIndex index) {
   Runtime& rt = Runtime::get();
-  const mtia::DeviceProperties& p = rt.device().properties();
+  const mtia::DeviceProperties& p = rt.device(resolve_device(index)).properties();
   py::dict d;
   d["name"] = p.name;
   d["backend"] = p.backend;
@@ -50,9 +50,10 @@ py::dict device_properties_dict() {
   return d;
 }
 
-py::dict memory_stats_dict() {
+py::dict memory_stats_dict(c10::DeviceIndex index) {
+  index = resolve_device(index);
   py::dict d;
-  const AllocatorStats a = DeviceAllocator::instance().stats();
+  const AllocatorStats a = DeviceAllocator::instance().device(index).stats();
   d["allocated_bytes"] = a.allocated_bytes.current;
   d["requested_bytes"] = a.requested_bytes.current;
   d["peak_bytes"] = a.allocated_bytes.peak;
@@ -68,8 +69,9 @@ py::dict memory_stats_dict() {
   d["num_alloc_retries"] = a.num_alloc_retries;
   d["live_blocks"] = a.allocation.current;
   d["cached_blocks"] = a.cached_blocks;
-  if (Runtime::is_initialized()) {
-    mtia::Device& dev = Runtime::get().device();
+  DeviceContext* c = Runtime::is_initialized() ? Runtime::get().opened(index) : nullptr;
+  if (c != nullptr) {
+    mtia::Device& dev = c->device();
     const mtia::MemoryStats m =
         guarded("reading memory statistics", [&] { return dev.memory_stats(); });
     d["device_free_bytes"] = m.free_bytes;
@@ -80,8 +82,8 @@ py::dict memory_stats_dict() {
   return d;
 }
 
-void add_cuda_style_stats(py::dict& d) {
-  const AllocatorStats a = DeviceAllocator::instance().stats();
+void add_cuda_style_stats(py::dict& d, c10::DeviceIndex index) {
+  const AllocatorStats a = DeviceAllocator::instance().device(resolve_device(index)).stats();
   const auto add = [&](const char* name, const Stat& s) {
     // CUDA splits each into small_pool and large_pool too; this allocator has one pool.
     const std::string prefix = std::string(name) + ".all.";
@@ -124,7 +126,9 @@ const char* state_name(BlockInfo::State state) {
 }  // namespace
 
 py::dict memory_snapshot_dict() {
-  const AllocatorSnapshot snap = DeviceAllocator::instance().snapshot();
+  // Every device whose allocator was used, in index order; device 0 always (an empty trace).
+  std::vector<CachingAllocator*> devices = DeviceAllocator::instance().devices();
+  if (devices.empty()) devices.push_back(&DeviceAllocator::instance().device(0));
   // Frames are symbolized at once at the end (shared frames are resolved once); each dict
   // whose "frames" must be filled is remembered with the traceback that fills it.
   std::vector<torch::CapturedTraceback*> to_symbolize;
@@ -137,46 +141,52 @@ py::dict memory_snapshot_dict() {
   };
 
   py::list segments;
-  for (const BlockInfo& b : snap.blocks) {
-    // A block is a whole driver allocation: one segment holding one block.
-    const bool allocated = b.state == BlockInfo::State::kAllocated;
-    const bool active = b.state != BlockInfo::State::kInactive;
-    py::dict block;
-    block["address"] = b.address;
-    block["size"] = b.size;
-    block["requested_size"] = b.requested;
-    block["state"] = state_name(b.state);
-    frames_for(block, b.stack);
-    py::dict seg;
-    seg["device"] = 0;
-    seg["address"] = b.address;
-    seg["total_size"] = b.size;
-    seg["allocated_size"] = allocated ? b.size : 0;
-    seg["active_size"] = active ? b.size : 0;
-    seg["requested_size"] = b.requested;
-    seg["stream"] = b.stream;
-    seg["segment_type"] = b.size > (uint64_t(1) << 20) ? "large" : "small";
-    seg["segment_pool_id"] = py::make_tuple(b.pool.first, b.pool.second);
-    seg["is_expandable"] = false;
-    frames_for(seg, b.segment_stack);
-    py::list blocks;
-    blocks.append(block);
-    seg["blocks"] = blocks;
-    segments.append(seg);
-  }
+  py::list device_traces;
+  for (size_t device = 0; device < devices.size(); ++device) {
+    const AllocatorSnapshot snap =
+        devices[device] != nullptr ? devices[device]->snapshot() : AllocatorSnapshot{};
+    for (const BlockInfo& b : snap.blocks) {
+      // A block is a whole driver allocation: one segment holding one block.
+      const bool allocated = b.state == BlockInfo::State::kAllocated;
+      const bool active = b.state != BlockInfo::State::kInactive;
+      py::dict block;
+      block["address"] = b.address;
+      block["size"] = b.size;
+      block["requested_size"] = b.requested;
+      block["state"] = state_name(b.state);
+      frames_for(block, b.stack);
+      py::dict seg;
+      seg["device"] = device;
+      seg["address"] = b.address;
+      seg["total_size"] = b.size;
+      seg["allocated_size"] = allocated ? b.size : 0;
+      seg["active_size"] = active ? b.size : 0;
+      seg["requested_size"] = b.requested;
+      seg["stream"] = b.stream;
+      seg["segment_type"] = b.size > (uint64_t(1) << 20) ? "large" : "small";
+      seg["segment_pool_id"] = py::make_tuple(b.pool.first, b.pool.second);
+      seg["is_expandable"] = false;
+      frames_for(seg, b.segment_stack);
+      py::list blocks;
+      blocks.append(block);
+      seg["blocks"] = blocks;
+      segments.append(seg);
+    }
 
-  py::list trace;
-  for (const TraceEntry& e : snap.history) {
-    py::dict entry;
-    entry["action"] = action_name(e.action);
-    entry["addr"] = e.address;
-    entry["size"] = e.size;
-    entry["stream"] = e.stream;
-    entry["time_us"] = e.time_us;
-    entry["pool_id"] = py::make_tuple(0, 0);
-    if (e.action == TraceEntry::Action::kOom) entry["device_free"] = e.device_free;
-    frames_for(entry, e.stack);
-    trace.append(entry);
+    py::list trace;
+    for (const TraceEntry& e : snap.history) {
+      py::dict entry;
+      entry["action"] = action_name(e.action);
+      entry["addr"] = e.address;
+      entry["size"] = e.size;
+      entry["stream"] = e.stream;
+      entry["time_us"] = e.time_us;
+      entry["pool_id"] = py::make_tuple(0, 0);
+      if (e.action == TraceEntry::Action::kOom) entry["device_free"] = e.device_free;
+      frames_for(entry, e.stack);
+      trace.append(entry);
+    }
+    device_traces.append(trace);
   }
 
   if (!to_symbolize.empty()) {
@@ -186,8 +196,6 @@ py::dict memory_snapshot_dict() {
 
   py::dict d;
   d["segments"] = segments;
-  py::list device_traces;
-  device_traces.append(trace);
   d["device_traces"] = device_traces;
   return d;
 }
@@ -199,77 +207,96 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
   explicit MTIAHooks(at::MTIAHooksArgs = {}) {}
 
   // --- devices -------------------------------------------------------------------------------
-  void init() const override { Runtime::get(); }
+  void init() const override { Runtime::get().context(current_device()); }
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
   bool hasMTIA() const override { return true; }
-  c10::DeviceIndex deviceCount() const override { return 1; }
-  c10::DeviceIndex getDeviceCount() const override { return 1; }
+  c10::DeviceIndex deviceCount() const override { return c10::DeviceIndex(device_count()); }
+  c10::DeviceIndex getDeviceCount() const override { return c10::DeviceIndex(device_count()); }
   bool hasPrimaryContext(c10::DeviceIndex index) const override {
-    check_device_index(index);
-    return Runtime::is_initialized();
+    const c10::DeviceIndex d = resolve_device(index);
+    return Runtime::is_initialized() && Runtime::get().opened(d) != nullptr;
   }
-  void setCurrentDevice(c10::DeviceIndex index) const override { check_device_index(index); }
-  c10::DeviceIndex getCurrentDevice() const override { return 0; }
+  void setCurrentDevice(c10::DeviceIndex index) const override { set_current_device(index); }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
   c10::DeviceIndex exchangeDevice(c10::DeviceIndex index) const override {
-    check_device_index(index);
-    return 0;
+    const c10::DeviceIndex old = current_device();
+    set_current_device(index);
+    return old;
   }
+  // torch.mtia.device(i): -1 (None) leaves the current device as it is.
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex index) const override {
-    check_device_index(index);
-    return 0;
+    const c10::DeviceIndex old = current_device();
+    if (index >= 0) set_current_device(index);
+    return old;
   }
-  c10::Device getDeviceFromPtr(void*) const override { return c10::Device(kDeviceType, 0); }
+  // A device address alone does not say which device it is on (every device's heap starts
+  // at the same address); the current device is the best answer.
+  c10::Device getDeviceFromPtr(void*) const override {
+    return c10::Device(kDeviceType, current_device());
+  }
+  // torch.mtia.synchronize(device): waits for every stream of that device (the current one by
+  // default). A device never opened has nothing queued.
   void deviceSynchronize(c10::DeviceIndex index) const override {
-    check_device_index(index);
+    const c10::DeviceIndex d = resolve_device(index);
     py::gil_scoped_release no_gil;
-    guarded("synchronize", [] { Runtime::get().device().synchronize(); });
+    DeviceContext* c = Runtime::get().opened(d);
+    if (c != nullptr) guarded("synchronize", [&] { c->device().synchronize(); });
   }
   std::string showConfig() const override {
-    const mtia::DeviceProperties& p = Runtime::get().device().properties();
-    return c10::str("mtia-emu: emulated ", p.name, " (", p.pe_rows, "x", p.pe_cols, " PEs, ",
-                    p.dram_bytes, " bytes of DRAM, timing model ", p.timing ? "on" : "off",
-                    ", backend ", p.backend, ")\n");
+    std::string s;
+    const int count = device_count();
+    for (c10::DeviceIndex i = 0; i < count; ++i) {
+      const mtia::DeviceProperties& p = Runtime::get().device(i).properties();
+      s += c10::str("mtia-emu: mtia:", int(i), ": emulated ", p.name, " (", p.pe_rows, "x",
+                    p.pe_cols, " PEs, ", p.dram_bytes, " bytes of DRAM, timing model ",
+                    p.timing ? "on" : "off", ", backend ", p.backend, ")\n");
+    }
+    return s;
   }
 
   // --- streams -------------------------------------------------------------------------------
   c10::Stream getCurrentStream(c10::DeviceIndex index) const override {
-    check_device_index(index);
-    return to_c10(current_stream());
+    const c10::DeviceIndex d = resolve_device(index);
+    return to_c10(d, current_stream(d));
   }
   int64_t getCurrentRawStream(c10::DeviceIndex index) const override {
-    check_device_index(index);
-    return current_stream().id;
+    return current_stream(resolve_device(index)).id;
   }
   c10::Stream getDefaultStream(c10::DeviceIndex index) const override {
-    check_device_index(index);
-    return to_c10(mtia::Stream{});
+    return to_c10(resolve_device(index), mtia::Stream{});
   }
+  // The current stream of the stream's device (the current device stays as it is).
   void setCurrentStream(const c10::Stream& stream) const override {
-    set_current_stream(from_c10(stream));
+    set_current_stream(stream.device_index(), from_c10(stream));
   }
 
   // --- memory --------------------------------------------------------------------------------
   bool isPinnedPtr(const void* data) const override {
     if (data == nullptr || !Runtime::is_initialized()) return false;
-    return Runtime::get().device().is_pinned(data, 1);
+    for (c10::DeviceIndex i = 0; i < kMaxDevices; ++i) {
+      const DeviceContext* c = Runtime::get().opened(i);
+      if (c != nullptr && const_cast<DeviceContext*>(c)->device().is_pinned(data, 1)) return true;
+    }
+    return false;
   }
   c10::Allocator* getPinnedMemoryAllocator() const override { return &PinnedAllocator::instance(); }
   PyObject* memoryStats(c10::DeviceIndex index) const override {
-    check_device_index(index);
     py::dict d;
-    d["dram"] = memory_stats_dict();
-    add_cuda_style_stats(d);
+    d["dram"] = memory_stats_dict(index);
+    add_cuda_style_stats(d, index);
     return d.release().ptr();
   }
+  // torch.mtia.empty_cache() (no device argument, as torch.cuda's): every device's cache.
   void emptyCache() const override {
     py::gil_scoped_release no_gil;
     DeviceAllocator::instance().empty_cache();
   }
   void resetPeakMemoryStats(c10::DeviceIndex index) const override {
-    check_device_index(index);
-    DeviceAllocator::instance().reset_peak();
-    if (Runtime::is_initialized()) Runtime::get().device().reset_peak_memory_stats();
+    const c10::DeviceIndex d = resolve_device(index);
+    DeviceAllocator::instance().device(d).reset_peak();
+    DeviceContext* c = Runtime::is_initialized() ? Runtime::get().opened(d) : nullptr;
+    if (c != nullptr) c->device().reset_peak_memory_stats();
   }
   void recordMemoryHistory(const std::optional<std::string>& enabled, const std::string& stacks,
                            size_t max_entries) const override {
@@ -323,23 +350,20 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
 
   // --- device information --------------------------------------------------------------------
   PyObject* getDeviceCapability(c10::DeviceIndex index) const override {
-    check_device_index(index);
-    const uint32_t generation = Runtime::get().device().properties().generation;
+    const uint32_t generation =
+        Runtime::get().device(resolve_device(index)).properties().generation;
     return py::make_tuple(generation, 0).release().ptr();
   }
   PyObject* getDeviceProperties(c10::DeviceIndex index) const override {
-    check_device_index(index);
-    return device_properties_dict().release().ptr();
+    return device_properties_dict(index).release().ptr();
   }
 
   // --- random --------------------------------------------------------------------------------
   const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
-    check_device_index(index);
-    return default_generator();
+    return default_generator(resolve_device(index));
   }
   at::Generator getNewGenerator(c10::DeviceIndex index) const override {
-    check_device_index(index);
-    return new_generator();
+    return new_generator(resolve_device(index));
   }
 
   // --- graphs --------------------------------------------------------------------------------

@@ -151,10 +151,11 @@ void launch(std::string_view name, mtia::Grid grid, const std::vector<mtia::Arg>
     std::lock_guard lock(g_count_mu);
     g_counts[std::string(name)] += 1;
   }
-  Runtime& rt = Runtime::get();
-  const mtia::Kernel& k = rt.kernel(name);
+  // On the current device: the op's (on_device.h).
+  DeviceContext& c = Runtime::get().context(current_device());
+  const mtia::Kernel& k = c.kernel(name);
   guarded(std::string("launching kernel '") + std::string(name) + "'",
-          [&] { rt.device().launch(k, grid, args, current_stream()); });
+          [&] { c.device().launch(k, grid, args, current_stream()); });
 }
 
 uint64_t scalar_bits(const c10::Scalar& value, at::ScalarType dtype) {

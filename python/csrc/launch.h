@@ -55,8 +55,8 @@ void for_each_view4(at::IntArrayRef sizes, const std::vector<at::IntArrayRef>& s
 // a PE's work outweighs its start-up in simulated time too.
 mtia::Grid grid_for(int64_t work, int64_t items_per_pe = 16384);
 
-// Launches the library kernel `name` on the current stream. Host API errors become
-// c10::Error naming the kernel.
+// Launches the library kernel `name` on the current device's current stream (an op runs with
+// its tensors' device current). Host API errors become c10::Error naming the kernel.
 void launch(std::string_view name, mtia::Grid grid, const std::vector<mtia::Arg>& args);
 
 // Launches per kernel name since the last reset (torch_mtia_emu.kernel_launch_counts()).

@@ -87,19 +87,26 @@ PYBIND11_MODULE(_C, m) {
     return py::make_tuple(o.preset, o.timing, o.overrides, o.kernel_library);
   });
   m.def(
-      "_lazy_init", [] { Runtime::get(); }, release());
+      "_lazy_init", [] { Runtime::get().context(current_device()); }, release());
   m.def("_is_initialized", &Runtime::is_initialized);
   m.def("_shutdown", &Runtime::shutdown, release());
   m.def("_preset_dir", [] {
     const std::string& installed = installed_data_dir();
     return installed.empty() ? std::string(MTIA_PRESET_DIR) : installed + "/presets";
   });
-  m.def("_properties", &device_properties_dict);
-  m.def("_memory_stats", &memory_stats_dict);
-  // The default MTIA generator as a torch.Generator, for torch.mtia.default_generators.
-  m.def("_default_generator", [] {
+  m.def("_device_count", [] { return device_count(); });
+  m.def(
+      "_properties", [](int index) { return device_properties_dict(c10::DeviceIndex(index)); },
+      py::arg("index") = -1);
+  m.def(
+      "_memory_stats", [](int index) { return memory_stats_dict(c10::DeviceIndex(index)); },
+      py::arg("index") = -1);
+  // Device `index`'s default MTIA generator as a torch.Generator, for
+  // torch.mtia.default_generators.
+  m.def("_default_generator", [](int index) {
+    TORCH_CHECK_VALUE(index >= 0 && index < kMaxDevices, "torch_mtia_emu: no device ", index);
     return py::reinterpret_steal<py::object>(
-        THPGenerator_initDefaultGenerator(default_generator()));
+        THPGenerator_initDefaultGenerator(default_generator(c10::DeviceIndex(index))));
   });
 
   m.def("_set_quiet_fallbacks", &set_quiet_fallbacks);
@@ -128,7 +135,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_launch_counts", &launch_counts);
   m.def("_reset_launch_counts", &reset_launch_counts);
-  m.def("_kernel_names", [] { return Runtime::get().kernel_names(); });
+  m.def("_kernel_names", [] { return Runtime::get().context(current_device()).kernel_names(); });
   m.def(
       "_now_ps", [] { return guarded("reading the time", [] { return dev().now_ps(); }); },
       release());

@@ -26,6 +26,7 @@
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
+#include "on_device.h"
 #include "structured.h"
 
 namespace mtia::torch_backend {
@@ -290,18 +291,18 @@ Tensor native_dropout_backward(const Tensor& grad, const Tensor& mask, double sc
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("elu.out", TORCH_FN(elu_into));
-  m.impl("elu_backward.grad_input", TORCH_FN(elu_backward_into));
-  m.impl("softplus.out", TORCH_FN(softplus_into));
-  m.impl("softplus_backward.grad_input", TORCH_FN(softplus_backward_into));
-  m.impl("mish.out", TORCH_FN(mish_into));
-  m.impl("mish_backward", TORCH_FN(mish_backward));
-  m.impl("logit", TORCH_FN(logit));
-  m.impl("logit_", TORCH_FN(logit_));
-  m.impl("logit.out", TORCH_FN(logit_into));
-  m.impl("logit_backward.grad_input", TORCH_FN(logit_backward_into));
-  m.impl("native_dropout", TORCH_FN(native_dropout));
-  m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
+  m.impl("elu.out", MTIA_FN(elu_into));
+  m.impl("elu_backward.grad_input", MTIA_FN(elu_backward_into));
+  m.impl("softplus.out", MTIA_FN(softplus_into));
+  m.impl("softplus_backward.grad_input", MTIA_FN(softplus_backward_into));
+  m.impl("mish.out", MTIA_FN(mish_into));
+  m.impl("mish_backward", MTIA_FN(mish_backward));
+  m.impl("logit", MTIA_FN(logit));
+  m.impl("logit_", MTIA_FN(logit_));
+  m.impl("logit.out", MTIA_FN(logit_into));
+  m.impl("logit_backward.grad_input", MTIA_FN(logit_backward_into));
+  m.impl("native_dropout", MTIA_FN(native_dropout));
+  m.impl("native_dropout_backward", MTIA_FN(native_dropout_backward));
 }
 
 }  // namespace mtia::torch_backend

@@ -27,6 +27,7 @@
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
+#include "on_device.h"
 #include "ops.h"
 #include "runtime.h"
 
@@ -426,8 +427,8 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(const Tensor& grad_outpu
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("convolution_overrideable", TORCH_FN(convolution));
-  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));
+  m.impl("convolution_overrideable", MTIA_FN(convolution));
+  m.impl("convolution_backward_overrideable", MTIA_FN(convolution_backward));
 }
 
 }  // namespace mtia::torch_backend

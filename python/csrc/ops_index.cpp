@@ -31,6 +31,7 @@
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
+#include "on_device.h"
 #include "runtime.h"
 #include "structured.h"
 
@@ -93,7 +94,7 @@ void launch_checked(std::string_view kernel, mtia::Grid grid, const std::vector<
 Tensor index_operand(const Tensor& index, const char* op) {
   Tensor i = index.device().type() == kDeviceType
                  ? index
-                 : index.to(index.options().device(kDeviceType, 0));
+                 : index.to(index.options().device(kDeviceType, current_device()));
   TORCH_CHECK_INDEX(at::isIntegralType(i.scalar_type(), /*includeBool=*/false), op,
                     "(): Expected dtype int32/int64 for index but got ", i.scalar_type());
   if (!is_index_dtype(i.scalar_type())) i = as_dtype(i, at::kLong);
@@ -1185,35 +1186,35 @@ Tensor& tril_out(const Tensor& self, int64_t diagonal, Tensor& out) {
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("index_select", TORCH_FN(index_select_dev));
-  m.impl("index_select.out", TORCH_FN(index_select_out));
-  m.impl("flip", TORCH_FN(flip_dev));
-  m.impl("flip.out", TORCH_FN(flip_out));
-  m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
-  m.impl("_embedding_bag", TORCH_FN(embedding_bag));
-  m.impl("_embedding_bag_forward_only", TORCH_FN(embedding_bag));
-  m.impl("_embedding_bag_backward", TORCH_FN(embedding_bag_backward));
-  m.impl("_embedding_bag_dense_backward", TORCH_FN(embedding_bag_dense_backward));
+  m.impl("index_select", MTIA_FN(index_select_dev));
+  m.impl("index_select.out", MTIA_FN(index_select_out));
+  m.impl("flip", MTIA_FN(flip_dev));
+  m.impl("flip.out", MTIA_FN(flip_out));
+  m.impl("embedding_dense_backward", MTIA_FN(embedding_dense_backward));
+  m.impl("_embedding_bag", MTIA_FN(embedding_bag));
+  m.impl("_embedding_bag_forward_only", MTIA_FN(embedding_bag));
+  m.impl("_embedding_bag_backward", MTIA_FN(embedding_bag_backward));
+  m.impl("_embedding_bag_dense_backward", MTIA_FN(embedding_bag_dense_backward));
   m.impl("_embedding_bag_per_sample_weights_backward",
-         TORCH_FN(embedding_bag_per_sample_weights_backward));
-  m.impl("index.Tensor", TORCH_FN(index_tensor));
-  m.impl("index.Tensor_out", TORCH_FN(index_tensor_out));
-  m.impl("_index_put_impl_", TORCH_FN(index_put_impl_));
-  m.impl("index_add.out", TORCH_FN(index_add_out));
-  m.impl("gather.out", TORCH_FN(gather_out));
-  m.impl("scatter.src_out", TORCH_FN(scatter_src_out));
-  m.impl("scatter.value_out", TORCH_FN(scatter_value_out));
-  m.impl("scatter_add.out", TORCH_FN(scatter_add_out));
-  m.impl("masked_fill_.Scalar", TORCH_FN(masked_fill_scalar));
-  m.impl("masked_fill_.Tensor", TORCH_FN(masked_fill_tensor));
-  m.impl("masked_select", TORCH_FN(masked_select_dev));
-  m.impl("masked_select.out", TORCH_FN(masked_select_out));
-  m.impl("masked_scatter_", TORCH_FN(masked_scatter_));
-  m.impl("nonzero", TORCH_FN(nonzero_dev));
-  m.impl("nonzero.out", TORCH_FN(nonzero_out));
-  m.impl("cumsum.out", TORCH_FN(cumsum_out));
-  m.impl("triu.out", TORCH_FN(triu_out));
-  m.impl("tril.out", TORCH_FN(tril_out));
+         MTIA_FN(embedding_bag_per_sample_weights_backward));
+  m.impl("index.Tensor", MTIA_FN(index_tensor));
+  m.impl("index.Tensor_out", MTIA_FN(index_tensor_out));
+  m.impl("_index_put_impl_", MTIA_FN(index_put_impl_));
+  m.impl("index_add.out", MTIA_FN(index_add_out));
+  m.impl("gather.out", MTIA_FN(gather_out));
+  m.impl("scatter.src_out", MTIA_FN(scatter_src_out));
+  m.impl("scatter.value_out", MTIA_FN(scatter_value_out));
+  m.impl("scatter_add.out", MTIA_FN(scatter_add_out));
+  m.impl("masked_fill_.Scalar", MTIA_FN(masked_fill_scalar));
+  m.impl("masked_fill_.Tensor", MTIA_FN(masked_fill_tensor));
+  m.impl("masked_select", MTIA_FN(masked_select_dev));
+  m.impl("masked_select.out", MTIA_FN(masked_select_out));
+  m.impl("masked_scatter_", MTIA_FN(masked_scatter_));
+  m.impl("nonzero", MTIA_FN(nonzero_dev));
+  m.impl("nonzero.out", MTIA_FN(nonzero_out));
+  m.impl("cumsum.out", MTIA_FN(cumsum_out));
+  m.impl("triu.out", MTIA_FN(triu_out));
+  m.impl("tril.out", MTIA_FN(tril_out));
 }
 
 }  // namespace mtia::torch_backend

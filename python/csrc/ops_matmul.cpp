@@ -13,6 +13,7 @@
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
+#include "on_device.h"
 #include "runtime.h"
 #include "structured.h"
 
@@ -166,12 +167,12 @@ Tensor& baddbmm_out(const Tensor& self, const Tensor& batch1, const Tensor& batc
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("mm.out", TORCH_FN(mm_out));
-  m.impl("addmm.out", TORCH_FN(addmm_out));
-  m.impl("addmv.out", TORCH_FN(addmv_out));
-  m.impl("dot", TORCH_FN(dot));
-  m.impl("bmm.out", TORCH_FN(bmm_out));
-  m.impl("baddbmm.out", TORCH_FN(baddbmm_out));
+  m.impl("mm.out", MTIA_FN(mm_out));
+  m.impl("addmm.out", MTIA_FN(addmm_out));
+  m.impl("addmv.out", MTIA_FN(addmv_out));
+  m.impl("dot", MTIA_FN(dot));
+  m.impl("bmm.out", MTIA_FN(bmm_out));
+  m.impl("baddbmm.out", MTIA_FN(baddbmm_out));
 }
 
 }  // namespace mtia::torch_backend

@@ -19,6 +19,7 @@
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
+#include "on_device.h"
 #include "ops.h"
 #include "runtime.h"
 #include "structured.h"
@@ -271,12 +272,13 @@ void check_targets(const Tensor& t, int64_t C, int64_t ignore_index) {
 // was run once before its capture finds it here.
 Tensor class_indices(int64_t C) {
   static std::mutex mu;
-  static std::map<int64_t, Tensor> cache;
+  static std::map<std::pair<c10::DeviceIndex, int64_t>, Tensor> cache;
+  const c10::DeviceIndex device = current_device();
   std::lock_guard lock(mu);
-  auto it = cache.find(C);
+  auto it = cache.find({device, C});
   if (it != cache.end()) return it->second;
-  Tensor t = at::arange(C, at::TensorOptions().dtype(at::kLong).device(kDeviceType, 0));
-  if (cache.size() < 64) cache.emplace(C, t);
+  Tensor t = at::arange(C, at::TensorOptions().dtype(at::kLong).device(kDeviceType, device));
+  if (cache.size() < 64) cache.emplace(std::make_pair(device, C), t);
   return t;
 }
 
@@ -393,14 +395,14 @@ Tensor& nll_loss_backward_out(const Tensor& grad_output, const Tensor& self, con
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("nll_loss_forward.output", TORCH_FN(nll_loss_forward_out));
-  m.impl("nll_loss_backward.grad_input", TORCH_FN(nll_loss_backward_out));
-  m.impl("_softmax.out", TORCH_FN(softmax_out));
-  m.impl("_log_softmax.out", TORCH_FN(log_softmax_out));
-  m.impl("_softmax_backward_data.out", TORCH_FN(softmax_backward_out));
-  m.impl("_log_softmax_backward_data.out", TORCH_FN(log_softmax_backward_out));
-  m.impl("native_layer_norm", TORCH_FN(native_layer_norm));
-  m.impl("native_layer_norm_backward", TORCH_FN(native_layer_norm_backward));
+  m.impl("nll_loss_forward.output", MTIA_FN(nll_loss_forward_out));
+  m.impl("nll_loss_backward.grad_input", MTIA_FN(nll_loss_backward_out));
+  m.impl("_softmax.out", MTIA_FN(softmax_out));
+  m.impl("_log_softmax.out", MTIA_FN(log_softmax_out));
+  m.impl("_softmax_backward_data.out", MTIA_FN(softmax_backward_out));
+  m.impl("_log_softmax_backward_data.out", MTIA_FN(log_softmax_backward_out));
+  m.impl("native_layer_norm", MTIA_FN(native_layer_norm));
+  m.impl("native_layer_norm_backward", MTIA_FN(native_layer_norm_backward));
 }
 
 }  // namespace mtia::torch_backend

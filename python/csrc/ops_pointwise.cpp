@@ -62,6 +62,7 @@
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
+#include "on_device.h"
 #include "ops.h"
 #include "runtime.h"
 #include "structured.h"
@@ -744,37 +745,37 @@ Tensor mse_loss_backward(const Tensor& grad, const Tensor& self, const Tensor& t
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("exp.out", TORCH_FN(exp_out));
-  m.impl("log.out", TORCH_FN(log_out));
-  m.impl("sqrt.out", TORCH_FN(sqrt_out));
-  m.impl("rsqrt.out", TORCH_FN(rsqrt_out));
-  m.impl("tanh.out", TORCH_FN(tanh_out));
-  m.impl("erf.out", TORCH_FN(erf_out));
-  m.impl("sigmoid.out", TORCH_FN(sigmoid_out));
-  m.impl("silu.out", TORCH_FN(silu_out));
-  m.impl("neg.out", TORCH_FN(neg_out));
-  m.impl("abs.out", TORCH_FN(abs_out));
-  m.impl("bitwise_not.out", TORCH_FN(bitwise_not_out));
-  m.impl("logical_not.out", TORCH_FN(logical_not_out));
-  m.impl("relu", TORCH_FN(relu));
-  m.impl("relu_", TORCH_FN(relu_));
+  m.impl("exp.out", MTIA_FN(exp_out));
+  m.impl("log.out", MTIA_FN(log_out));
+  m.impl("sqrt.out", MTIA_FN(sqrt_out));
+  m.impl("rsqrt.out", MTIA_FN(rsqrt_out));
+  m.impl("tanh.out", MTIA_FN(tanh_out));
+  m.impl("erf.out", MTIA_FN(erf_out));
+  m.impl("sigmoid.out", MTIA_FN(sigmoid_out));
+  m.impl("silu.out", MTIA_FN(silu_out));
+  m.impl("neg.out", MTIA_FN(neg_out));
+  m.impl("abs.out", MTIA_FN(abs_out));
+  m.impl("bitwise_not.out", MTIA_FN(bitwise_not_out));
+  m.impl("logical_not.out", MTIA_FN(logical_not_out));
+  m.impl("relu", MTIA_FN(relu));
+  m.impl("relu_", MTIA_FN(relu_));
 
-  m.impl("add.out", TORCH_FN(add_out));
-  m.impl("sub.out", TORCH_FN(sub_out));
-  m.impl("rsub.Tensor", TORCH_FN(rsub));
-  m.impl("mul.out", TORCH_FN(mul_out));
-  m.impl("div.out", TORCH_FN(div_out));
-  m.impl("maximum.out", TORCH_FN(maximum_out));
-  m.impl("minimum.out", TORCH_FN(minimum_out));
-  m.impl("bitwise_and.Tensor_out", TORCH_FN(bitwise_and_out));
-  m.impl("bitwise_or.Tensor_out", TORCH_FN(bitwise_or_out));
-  m.impl("bitwise_xor.Tensor_out", TORCH_FN(bitwise_xor_out));
-  m.impl("logical_and.out", TORCH_FN(logical_and_out));
-  m.impl("logical_or.out", TORCH_FN(logical_or_out));
-  m.impl("logical_xor.out", TORCH_FN(logical_xor_out));
-#define MTIA_REGISTER_COMPARE(name)                         \
-  m.impl(#name ".Tensor_out", TORCH_FN(name##_tensor_out)); \
-  m.impl(#name ".Scalar_out", TORCH_FN(name##_scalar_out));
+  m.impl("add.out", MTIA_FN(add_out));
+  m.impl("sub.out", MTIA_FN(sub_out));
+  m.impl("rsub.Tensor", MTIA_FN(rsub));
+  m.impl("mul.out", MTIA_FN(mul_out));
+  m.impl("div.out", MTIA_FN(div_out));
+  m.impl("maximum.out", MTIA_FN(maximum_out));
+  m.impl("minimum.out", MTIA_FN(minimum_out));
+  m.impl("bitwise_and.Tensor_out", MTIA_FN(bitwise_and_out));
+  m.impl("bitwise_or.Tensor_out", MTIA_FN(bitwise_or_out));
+  m.impl("bitwise_xor.Tensor_out", MTIA_FN(bitwise_xor_out));
+  m.impl("logical_and.out", MTIA_FN(logical_and_out));
+  m.impl("logical_or.out", MTIA_FN(logical_or_out));
+  m.impl("logical_xor.out", MTIA_FN(logical_xor_out));
+#define MTIA_REGISTER_COMPARE(name)                        \
+  m.impl(#name ".Tensor_out", MTIA_FN(name##_tensor_out)); \
+  m.impl(#name ".Scalar_out", MTIA_FN(name##_scalar_out));
   MTIA_REGISTER_COMPARE(eq)
   MTIA_REGISTER_COMPARE(ne)
   MTIA_REGISTER_COMPARE(lt)
@@ -783,34 +784,34 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   MTIA_REGISTER_COMPARE(ge)
 #undef MTIA_REGISTER_COMPARE
 
-  m.impl("clamp.out", TORCH_FN(clamp_out));
-  m.impl("clamp_min.out", TORCH_FN(clamp_min_out));
-  m.impl("clamp_max.out", TORCH_FN(clamp_max_out));
-  m.impl("clamp.Tensor_out", TORCH_FN(clamp_tensor_out));
-  m.impl("clamp_min.Tensor_out", TORCH_FN(clamp_min_tensor_out));
-  m.impl("clamp_max.Tensor_out", TORCH_FN(clamp_max_tensor_out));
-  m.impl("isnan", TORCH_FN(isnan_device));
-  m.impl("nan_to_num.out", TORCH_FN(nan_to_num_out));
-  m.impl("where.self", TORCH_FN(where_self));
-  m.impl("where.self_out", TORCH_FN(where_out));
-  m.impl("addcmul.out", TORCH_FN(addcmul_out));
-  m.impl("addcdiv.out", TORCH_FN(addcdiv_out));
+  m.impl("clamp.out", MTIA_FN(clamp_out));
+  m.impl("clamp_min.out", MTIA_FN(clamp_min_out));
+  m.impl("clamp_max.out", MTIA_FN(clamp_max_out));
+  m.impl("clamp.Tensor_out", MTIA_FN(clamp_tensor_out));
+  m.impl("clamp_min.Tensor_out", MTIA_FN(clamp_min_tensor_out));
+  m.impl("clamp_max.Tensor_out", MTIA_FN(clamp_max_tensor_out));
+  m.impl("isnan", MTIA_FN(isnan_device));
+  m.impl("nan_to_num.out", MTIA_FN(nan_to_num_out));
+  m.impl("where.self", MTIA_FN(where_self));
+  m.impl("where.self_out", MTIA_FN(where_out));
+  m.impl("addcmul.out", MTIA_FN(addcmul_out));
+  m.impl("addcdiv.out", MTIA_FN(addcdiv_out));
 
-  m.impl("tanh_backward.grad_input", TORCH_FN(tanh_backward_out));
-  m.impl("sigmoid_backward.grad_input", TORCH_FN(sigmoid_backward_out));
-  m.impl("silu_backward.grad_input", TORCH_FN(silu_backward_out));
-  m.impl("silu_backward", TORCH_FN(silu_backward_device));
-  m.impl("lerp.Scalar_out", TORCH_FN(lerp_scalar_out));
-  m.impl("lerp.Tensor_out", TORCH_FN(lerp_tensor_out));
-  m.impl("threshold_backward.grad_input", TORCH_FN(threshold_backward_out));
-  m.impl("mse_loss", TORCH_FN(mse_loss));
-  m.impl("mse_loss.out", TORCH_FN(mse_loss_out));
-  m.impl("mse_loss_backward", TORCH_FN(mse_loss_backward));
-  m.impl("mse_loss_backward.grad_input", TORCH_FN(mse_loss_backward_out));
+  m.impl("tanh_backward.grad_input", MTIA_FN(tanh_backward_out));
+  m.impl("sigmoid_backward.grad_input", MTIA_FN(sigmoid_backward_out));
+  m.impl("silu_backward.grad_input", MTIA_FN(silu_backward_out));
+  m.impl("silu_backward", MTIA_FN(silu_backward_device));
+  m.impl("lerp.Scalar_out", MTIA_FN(lerp_scalar_out));
+  m.impl("lerp.Tensor_out", MTIA_FN(lerp_tensor_out));
+  m.impl("threshold_backward.grad_input", MTIA_FN(threshold_backward_out));
+  m.impl("mse_loss", MTIA_FN(mse_loss));
+  m.impl("mse_loss.out", MTIA_FN(mse_loss_out));
+  m.impl("mse_loss_backward", MTIA_FN(mse_loss_backward));
+  m.impl("mse_loss_backward.grad_input", MTIA_FN(mse_loss_backward_out));
 }
 
 TORCH_LIBRARY_IMPL(aten, AutogradMTIA, m) {
-  m.impl("silu_backward", TORCH_FN(silu_backward_autograd));
+  m.impl("silu_backward", MTIA_FN(silu_backward_autograd));
 }
 
 }  // namespace mtia::torch_backend

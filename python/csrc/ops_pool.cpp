@@ -19,6 +19,7 @@
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
+#include "on_device.h"
 #include "runtime.h"
 #include "structured.h"
 
@@ -322,15 +323,15 @@ Tensor& adaptive_max_pool2d_backward_out(const Tensor& grad_output, const Tensor
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("max_pool2d_with_indices.out", TORCH_FN(max_pool2d_with_indices_out));
+  m.impl("max_pool2d_with_indices.out", MTIA_FN(max_pool2d_with_indices_out));
   m.impl("max_pool2d_with_indices_backward.grad_input",
-         TORCH_FN(max_pool2d_with_indices_backward_out));
-  m.impl("avg_pool2d.out", TORCH_FN(avg_pool2d_out));
-  m.impl("avg_pool2d_backward.grad_input", TORCH_FN(avg_pool2d_backward_out));
-  m.impl("_adaptive_avg_pool2d", TORCH_FN(adaptive_avg_pool2d));
-  m.impl("_adaptive_avg_pool2d_backward", TORCH_FN(adaptive_avg_pool2d_backward));
-  m.impl("adaptive_max_pool2d.out", TORCH_FN(adaptive_max_pool2d_out));
-  m.impl("adaptive_max_pool2d_backward.grad_input", TORCH_FN(adaptive_max_pool2d_backward_out));
+         MTIA_FN(max_pool2d_with_indices_backward_out));
+  m.impl("avg_pool2d.out", MTIA_FN(avg_pool2d_out));
+  m.impl("avg_pool2d_backward.grad_input", MTIA_FN(avg_pool2d_backward_out));
+  m.impl("_adaptive_avg_pool2d", MTIA_FN(adaptive_avg_pool2d));
+  m.impl("_adaptive_avg_pool2d_backward", MTIA_FN(adaptive_avg_pool2d_backward));
+  m.impl("adaptive_max_pool2d.out", MTIA_FN(adaptive_max_pool2d_out));
+  m.impl("adaptive_max_pool2d_backward.grad_input", MTIA_FN(adaptive_max_pool2d_backward_out));
 }
 
 }  // namespace mtia::torch_backend

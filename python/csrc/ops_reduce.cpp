@@ -31,6 +31,7 @@
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
+#include "on_device.h"
 #include "ops.h"
 #include "runtime.h"
 #include "structured.h"
@@ -610,25 +611,25 @@ Tensor std(const Tensor& self, at::OptionalIntArrayRef dim,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("sum.IntList_out", TORCH_FN(sum_out));
-  m.impl("mean.out", TORCH_FN(mean_out));
-  m.impl("amax.out", TORCH_FN(amax_out));
-  m.impl("amin.out", TORCH_FN(amin_out));
-  m.impl("max", TORCH_FN(max_all));
-  m.impl("min", TORCH_FN(min_all));
-  m.impl("max.dim_max", TORCH_FN(max_dim_out));
-  m.impl("min.dim_min", TORCH_FN(min_dim_out));
-  m.impl("argmax.out", TORCH_FN(argmax_out));
-  m.impl("argmin.out", TORCH_FN(argmin_out));
-  m.impl("aminmax.out", TORCH_FN(aminmax_out));
-  m.impl("all.all_out", TORCH_FN(all_all_out));
-  m.impl("all.out", TORCH_FN(all_dim_out));
-  m.impl("any.all_out", TORCH_FN(any_all_out));
-  m.impl("any.out", TORCH_FN(any_dim_out));
-  m.impl("var.correction", TORCH_FN(var));
-  m.impl("var.correction_out", TORCH_FN(var_out));
-  m.impl("std.correction", TORCH_FN(std));
-  m.impl("std.correction_out", TORCH_FN(std_out));
+  m.impl("sum.IntList_out", MTIA_FN(sum_out));
+  m.impl("mean.out", MTIA_FN(mean_out));
+  m.impl("amax.out", MTIA_FN(amax_out));
+  m.impl("amin.out", MTIA_FN(amin_out));
+  m.impl("max", MTIA_FN(max_all));
+  m.impl("min", MTIA_FN(min_all));
+  m.impl("max.dim_max", MTIA_FN(max_dim_out));
+  m.impl("min.dim_min", MTIA_FN(min_dim_out));
+  m.impl("argmax.out", MTIA_FN(argmax_out));
+  m.impl("argmin.out", MTIA_FN(argmin_out));
+  m.impl("aminmax.out", MTIA_FN(aminmax_out));
+  m.impl("all.all_out", MTIA_FN(all_all_out));
+  m.impl("all.out", MTIA_FN(all_dim_out));
+  m.impl("any.all_out", MTIA_FN(any_all_out));
+  m.impl("any.out", MTIA_FN(any_dim_out));
+  m.impl("var.correction", MTIA_FN(var));
+  m.impl("var.correction_out", MTIA_FN(var_out));
+  m.impl("std.correction", MTIA_FN(std));
+  m.impl("std.correction_out", MTIA_FN(std_out));
 }
 
 }  // namespace mtia::torch_backend

@@ -31,6 +31,7 @@
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
+#include "on_device.h"
 #include "structured.h"
 
 namespace mtia::torch_backend {
@@ -309,13 +310,13 @@ Tensor nanmedian_all(const Tensor& self) {
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   // sort, sort.stable, argsort, argsort.stable, msort and Tensor.sort all reach this one.
-  m.impl("sort.values_stable", TORCH_FN(sort_stable_out));
-  m.impl("topk.values", TORCH_FN(topk_out));
-  m.impl("kthvalue.values", TORCH_FN(kthvalue_out));
-  m.impl("median.dim_values", TORCH_FN(median_dim_out));
-  m.impl("nanmedian.dim_values", TORCH_FN(nanmedian_dim_out));
-  m.impl("median", TORCH_FN(median_all));
-  m.impl("nanmedian", TORCH_FN(nanmedian_all));
+  m.impl("sort.values_stable", MTIA_FN(sort_stable_out));
+  m.impl("topk.values", MTIA_FN(topk_out));
+  m.impl("kthvalue.values", MTIA_FN(kthvalue_out));
+  m.impl("median.dim_values", MTIA_FN(median_dim_out));
+  m.impl("nanmedian.dim_values", MTIA_FN(nanmedian_dim_out));
+  m.impl("median", MTIA_FN(median_all));
+  m.impl("nanmedian", MTIA_FN(nanmedian_all));
 }
 
 }  // namespace mtia::torch_backend

@@ -23,6 +23,7 @@
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
+#include "on_device.h"
 #include "random.h"
 #include "runtime.h"
 #include "structured.h"
@@ -92,8 +93,7 @@ Tensor& set_empty(Tensor& self) {
 void record_stream(Tensor& self, c10::Stream stream) {
   TORCH_CHECK(stream.device_type() == kDeviceType, "torch_mtia_emu: record_stream on a ",
               stream.device_type(), " stream");
-  DeviceAllocator::instance().record_stream(self.storage().data_ptr().get_context(),
-                                            mtia::Stream{uint32_t(stream.id())});
+  DeviceAllocator::instance().record_stream(self.storage().data_ptr().get_context(), stream);
 }
 
 // --- fill ------------------------------------------------------------------------------------
@@ -215,36 +215,36 @@ Tensor& exponential_(Tensor& self, double lambd, c10::optional<at::Generator> ge
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   // Views are metadata: PyTorch's own device-independent implementations.
-  m.impl("view", TORCH_FN(at::native::view));
-  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
-  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
-  m.impl("unfold", TORCH_FN(at::native::unfold));
+  m.impl("view", MTIA_FN(at::native::view));
+  m.impl("_reshape_alias", MTIA_FN(at::native::_reshape_alias));
+  m.impl("as_strided", MTIA_FN(at::native::as_strided_tensorimpl));
+  m.impl("unfold", MTIA_FN(at::native::unfold));
   // A complex tensor's (real, imag) pairs and back: the same bytes as another dtype.
-  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
-  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+  m.impl("view_as_real", MTIA_FN(at::native::view_as_real));
+  m.impl("view_as_complex", MTIA_FN(at::native::view_as_complex));
 
-  m.impl("resize_", TORCH_FN(resize_));
-  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
-  m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
-  m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
-  m.impl("set_", TORCH_FN(set_empty));
-  m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("resize_", MTIA_FN(resize_));
+  m.impl("set_.source_Storage_storage_offset", MTIA_FN(set_storage));
+  m.impl("set_.source_Storage", MTIA_FN(set_source_storage));
+  m.impl("set_.source_Tensor", MTIA_FN(at::native::set_tensor_));
+  m.impl("set_", MTIA_FN(set_empty));
+  m.impl("record_stream", MTIA_FN(record_stream));
 
-  m.impl("fill_.Scalar", TORCH_FN(fill_scalar));
-  m.impl("fill_.Tensor", TORCH_FN(fill_tensor));
-  m.impl("zero_", TORCH_FN(zero_));
-  m.impl("cat.out", TORCH_FN(cat_out));
-  m.impl("arange.start_out", TORCH_FN(arange_out));
-  m.impl("linspace.out", TORCH_FN(linspace_out));
+  m.impl("fill_.Scalar", MTIA_FN(fill_scalar));
+  m.impl("fill_.Tensor", MTIA_FN(fill_tensor));
+  m.impl("zero_", MTIA_FN(zero_));
+  m.impl("cat.out", MTIA_FN(cat_out));
+  m.impl("arange.start_out", MTIA_FN(arange_out));
+  m.impl("linspace.out", MTIA_FN(linspace_out));
 
-  m.impl("uniform_", TORCH_FN(uniform_));
-  m.impl("normal_", TORCH_FN(normal_));
-  m.impl("random_", TORCH_FN(random_));
-  m.impl("random_.from", TORCH_FN(random_from));
-  m.impl("random_.to", TORCH_FN(random_to));
-  m.impl("bernoulli_.float", TORCH_FN(bernoulli_float));
-  m.impl("bernoulli_.Tensor", TORCH_FN(bernoulli_tensor));
-  m.impl("exponential_", TORCH_FN(exponential_));
+  m.impl("uniform_", MTIA_FN(uniform_));
+  m.impl("normal_", MTIA_FN(normal_));
+  m.impl("random_", MTIA_FN(random_));
+  m.impl("random_.from", MTIA_FN(random_from));
+  m.impl("random_.to", MTIA_FN(random_to));
+  m.impl("bernoulli_.float", MTIA_FN(bernoulli_float));
+  m.impl("bernoulli_.Tensor", MTIA_FN(bernoulli_tensor));
+  m.impl("exponential_", MTIA_FN(exponential_));
 }
 
 }  // namespace mtia::torch_backend

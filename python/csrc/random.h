@@ -1,8 +1,9 @@
 // The device's random generators. The kernel library has no random kernel, so random ops draw
 // on the host and copy the numbers to the device. An MTIA generator (a torch.Generator whose
-// device is mtia:0) holds a CPU Philox/Mersenne-Twister generator like torch's default and
+// device is mtia:N) holds a CPU Philox/Mersenne-Twister generator like torch's default and
 // draws with it: after the same seed, the device gets exactly the numbers the CPU gets.
-// torch.mtia.manual_seed() seeds the default one.
+// Each device has its own default generator; torch.mtia.manual_seed() seeds the current
+// device's, manual_seed_all() every device's.
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -12,7 +13,7 @@ namespace mtia::torch_backend {
 
 class MtiaGeneratorImpl final : public c10::GeneratorImpl {
  public:
-  explicit MtiaGeneratorImpl(uint64_t seed);
+  MtiaGeneratorImpl(uint64_t seed, c10::DeviceIndex device);
 
   void set_current_seed(uint64_t seed) override;
   void set_offset(uint64_t offset) override;
@@ -32,11 +33,13 @@ class MtiaGeneratorImpl final : public c10::GeneratorImpl {
   at::Generator host_;
 };
 
-// The default MTIA generator (torch.mtia.default_generators[0]).
-const at::Generator& default_generator();
-// A new MTIA generator (torch.Generator(device="mtia")).
-at::Generator new_generator();
-// The CPU generator that draws for `gen` (an MTIA generator; the default one when undefined).
+// Device `device`'s default generator (torch.mtia.default_generators[device]; >= 0). It exists
+// before the device opens, so seeding first and opening later works.
+const at::Generator& default_generator(c10::DeviceIndex device);
+// A new MTIA generator of `device` (torch.Generator(device="mtia:N")).
+at::Generator new_generator(c10::DeviceIndex device);
+// The CPU generator that draws for `gen` (an MTIA generator; the current device's default one
+// when undefined).
 at::Generator host_generator(const std::optional<at::Generator>& gen);
 
 }  // namespace mtia::torch_backend

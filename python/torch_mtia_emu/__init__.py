@@ -289,10 +289,16 @@ def _register_distributed() -> None:
 
 
 def _register() -> None:
-    # torch.mtia seeds, reads and restores torch.mtia.default_generators[i]; the default
-    # generator exists before the device opens, so seeding first and opening later works.
+    # torch.mtia seeds, reads and restores torch.mtia.default_generators[i], one per device;
+    # they exist before the devices open, so seeding first and opening later works. A device
+    # count that cannot be read (a malformed MTIA_EMU_DEVICES) is reported by the first
+    # torch.mtia call that needs it, not by `import torch`.
     if not torch.mtia.default_generators:
-        torch.mtia.default_generators = (_C._default_generator(),)
+        try:
+            count = _C._device_count()
+        except RuntimeError:
+            count = 1
+        torch.mtia.default_generators = tuple(_C._default_generator(i) for i in range(count))
     _install_record_memory_history()
     for name in ("memory_reserved", "max_memory_reserved", "memory_summary"):
         for module in (torch.mtia, torch.mtia.memory):

@@ -19,7 +19,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch_mtia_emu  # noqa: E402
 
-DEVICE = torch.device("mtia", 0)
+# The device the suite's tests use: mtia:0, or $MTIA_EMU_TEST_DEVICE (test_multi_device.py runs
+# tests of the suite on mtia:1 of two devices that way).
+DEVICE = torch.device("mtia", int(os.environ.get("MTIA_EMU_TEST_DEVICE", "0")))
 
 # `import torch` loaded the backend (its torch.backends entry point), not the import above.
 assert torch.mtia.is_available()

@@ -117,7 +117,7 @@ def test_device_contexts():
     with pytest.raises(RuntimeError, match="device index 1 does not exist"):
         with torch.mtia.device(1):
             pass
-    with pytest.raises(RuntimeError, match="no device mtia:3"):
+    with pytest.raises(RuntimeError, match="device index 3 does not exist"):
         torch.ones(1, device="mtia:3")
 
 
