@@ -127,8 +127,8 @@ c10::DataPtr CachingAllocator::allocate(size_t bytes) {
       const uint64_t total = dev.properties().dram_bytes;
       record_locked(Action::kOom, 0, size, stream, stack, ms.free_bytes);
       const std::string message =
-          c10::str("torch_mtia_emu: out of device memory on ", device, ": tried to allocate ",
-                   bytes, " bytes (", size, " rounded); the device has ", ms.free_bytes,
+          c10::str("torch_mtia_emu: out of device memory: tried to allocate ", bytes, " bytes (",
+                   size, " rounded) on ", device, "; the device has ", ms.free_bytes,
                    " bytes free (largest free range ", ms.largest_free_bytes, " bytes) of ", total,
                    "; tensors hold ", stats_.allocated_bytes.current, " bytes and the cache ",
                    stats_.cached_bytes, " bytes. Free tensors or call torch.mtia.empty_cache(). (",

@@ -88,6 +88,17 @@ def test_copies_between_devices_keep_any_layout():
         for _ in range(20):
             want = want * 1.5 - 0.25
         assert torch.equal(x.to("mtia:1").cpu(), want)
+        # torch.save keeps each tensor's device; map_location moves it to the other one.
+        import io
+        buf = io.BytesIO()
+        t1 = a0.to("mtia:1")
+        torch.save({"t": t1, "row": t1[2]}, buf)
+        buf.seek(0)
+        loaded = torch.load(buf)
+        assert loaded["t"].device.index == 1 and torch.equal(loaded["t"].cpu(), a)
+        assert loaded["row"].untyped_storage().data_ptr() == loaded["t"].untyped_storage().data_ptr()
+        buf.seek(0)
+        assert torch.load(buf, map_location="mtia:0")["t"].device.index == 0
         print("ok")
     """)
     assert out.split() == ["ok"]
