@@ -139,7 +139,7 @@ struct DeviceServer::Impl {
   void drop(Session& s, const std::string& why) {
     if (s.closed) return;
     s.closed = true;
-    if (why == "it disconnected" || open_failure) {
+    if (why == "it disconnected" || why == "the server is closing" || open_failure) {
       logger()->info("client {} left: {}", s.id, why);
     } else {
       logger()->warn("dropping client {}: {}", s.id, why);
