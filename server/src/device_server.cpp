@@ -321,7 +321,8 @@ struct DeviceServer::Impl {
         if (level > static_cast<uint32_t>(trace::TraceLevel::kUnits)) {
           return reply_status(s, id, bad_request(fmt::format("trace level {} is unknown", level)));
         }
-        return reply_status(s, id, device->trace().set_trace_level(static_cast<trace::TraceLevel>(level)));
+        return reply_status(s, id,
+                            device->trace().set_trace_level(static_cast<trace::TraceLevel>(level)));
       }
       case MessageType::kTraceHostCall: {
         MTIA_ASSIGN_OR_RETURN(trace::HostCall call,

@@ -150,8 +150,7 @@ TEST_CASE("a served device serves one client at a time, then the next", "[server
   test::check_device_works(second);
 }
 
-TEST_CASE("a pinned buffer is shared with the server: copies never cross the socket",
-          "[server]") {
+TEST_CASE("a pinned buffer is shared with the server: copies never cross the socket", "[server]") {
   Server server;
   Device dev = Device::open(server.options());
   const size_t n = 3 << 20;
@@ -215,7 +214,9 @@ TEST_CASE("malformed messages drop that client and the server serves on", "[serv
     CHECK(n <= 0);
     ::close(fd);
   };
-  SECTION("not the protocol at all") { garbage(std::vector<uint8_t>(64, 'x')); }
+  SECTION("not the protocol at all") {
+    garbage(std::vector<uint8_t>(64, 'x'));
+  }
   SECTION("a request before the hello") {
     std::vector<uint8_t> h(isa::server::kHeaderBytes + 8, 0);
     isa::server::encode_header({isa::server::MessageType::kReadRegister, 0, 1, 8}, h.data());
