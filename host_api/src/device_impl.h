@@ -1,9 +1,15 @@
-// Device::Impl: the state behind mtia::Device, shared by the source files of host_api/.
+// Device::Impl: the state behind mtia::Device, shared by the source files of host_api/. Parts
+// with state of their own live in their own files: device memory and its accounting
+// (DeviceMemory, device_memory.h) and the registry of host memory (HostRegistry,
+// host_registry.h).
 //
-// Locking: one mutex `mu` guards all bookkeeping below. It is held only for short sections
-// and never while calling into the driver (submit, wait, map_host...), so completion
-// callbacks, which run on the backend's thread and take `mu`, never wait for a host thread
-// that waits for the device.
+// Locking: `mu` guards the rest of the bookkeeping below. Each part has its own mutex, a
+// leaf: it calls nothing else of the runtime while held (DeviceMemory only the driver's
+// allocator), so a part may be called with `mu` held, never the other way round. Lock order:
+// args_mu, then mu, then a part's mutex. `mu` is held only for short sections and never while
+// calling into the driver (submit, wait, map_host...), so completion callbacks, which run on
+// the backend's thread and take these locks, never wait for a host thread that waits for the
+// device.
 #pragma once
 
 #include <spdlog/spdlog.h>
@@ -21,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "device_memory.h"
+#include "host_registry.h"
 #include "host_trace.h"
 #include "mtia/copy_plan.h"
 #include "mtia/device.h"
@@ -29,27 +37,6 @@
 #include "raise.h"
 
 namespace mtia {
-
-// Host memory the device can reach by DMA.
-struct HostRegion {
-  enum class Kind {
-    kAllocated,   // host_alloc: owned by the runtime, freed by host_free
-    kRegistered,  // host_register: owned by the caller
-    kStaging,     // a copy of pageable memory (copy_async, bounce buffers): owned by the
-                  // runtime, back to the staging cache when its packets complete
-    kTemporary,   // pageable memory mapped for the duration of one synchronous call
-  };
-  uint8_t* ptr = nullptr;
-  uint64_t bytes = 0;
-  uint64_t bus = 0;  // bus address of ptr
-  Kind kind = Kind::kAllocated;
-  // False for registered memory the backend cannot map (map_host said kUnsupported: a device
-  // in another process reaches only memory from alloc_host). Copies then stage it, as they do
-  // pageable memory.
-  bool mapped = true;
-  uint64_t inflight = 0;  // submitted packets that touch it and have not completed
-  bool closing = false;   // host_free / host_unregister is waiting for inflight == 0
-};
 
 struct GraphState;
 
@@ -125,15 +112,6 @@ struct Device::Impl {
   void defer(std::function<void()> task);
   void worker_loop();
 
-  // Device side of a transfer: checks that [base + span) lies in one live user allocation
-  // and is aligned to the element size.
-  void check_device_span(DevicePtr base, const ByteRange& span, size_t elem_size,
-                         const char* side) const;
-  // The pinned region holding [p + span), or nullptr for pageable memory. Throws
-  // kInvalidPointer when the span straddles a pinned region's boundary.
-  std::shared_ptr<HostRegion> find_host_span(const uint8_t* p, const ByteRange& span,
-                                             const char* side) const;  // requires mu held
-
   enum class Dir { kHostToDevice, kDeviceToHost, kDeviceToDevice };
   void copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, const Layout& sl, Stream stream,
             bool async);
@@ -173,6 +151,10 @@ struct Device::Impl {
   DeviceOptions options;
   DeviceProperties props;
   std::unique_ptr<driver::Device> dev;
+  // Device memory and its accounting (device_memory.h), over dev's allocator; own mutex.
+  std::unique_ptr<DeviceMemory> memory;
+  // Pinned host memory, staging buffers and their users (host_registry.h); own mutex.
+  HostRegistry host;
   std::unique_ptr<HostTrace> trace;  // host API calls for the device's trace (host_trace.h)
   uint32_t repair_queue = 0;         // queue for fence repairs (never carries user work)
   uint32_t first_user_queue = 0;     // created streams use [first_user_queue, last_user_queue]
@@ -181,28 +163,8 @@ struct Device::Impl {
   mutable std::mutex mu;
   std::condition_variable cv;  // a region's inflight count dropped or an event completed
 
-  // Device memory accounting for malloc()/free() (the allocator also holds runtime blocks).
-  uint64_t allocated = 0, peak = 0, live_allocations = 0, total_allocations = 0;
-  std::set<uint64_t> runtime_blocks;  // allocator blocks the runtime owns (fence slabs)
-  uint64_t runtime_bytes = 0;
-  std::map<uint64_t, uint64_t> recently_freed;  // address -> bytes, for messages only
-  std::deque<uint64_t> freed_order;
-  // Live malloc() allocations, numbered: a graph that captured one finds out at replay
-  // whether it was freed (even if another allocation now has its address).
-  std::map<uint64_t, uint64_t> generation;
-  uint64_t next_generation = 1;
-
   std::map<uint32_t, std::shared_ptr<GraphState>> graphs;
   uint32_t next_graph_id = 1;
-
-  std::map<uintptr_t, std::shared_ptr<HostRegion>> pinned;  // host_alloc + host_register
-  std::set<uintptr_t> freed_host;                           // for "freed before" messages
-  uint64_t pinned_bytes = 0;
-
-  // Idle staging buffers, kept mapped so that async copies from pageable memory skip the
-  // allocate/map/unmap/free cycle: capacity (a power of two) -> buffers.
-  std::multimap<uint64_t, std::shared_ptr<HostRegion>> staging_cache;
-  uint64_t staging_cache_bytes = 0;
 
   std::map<uint32_t, std::shared_ptr<StreamState>> streams;  // includes the default stream
   uint32_t next_stream_id = 1;

@@ -257,7 +257,7 @@ FenceSlot Device::Impl::take_fence_slot() {
       return slot;
     }
   }
-  isa::Result<uint64_t> slab = dev->allocator().allocate(kFenceSlab);
+  isa::Result<uint64_t> slab = memory->allocator().allocate(kFenceSlab);
   if (!slab) {
     throw Error(
         ErrorKind::kOutOfMemory,
@@ -267,14 +267,13 @@ FenceSlot Device::Impl::take_fence_slot() {
   // Fences start at zero; nothing refers to the new slab yet, so a direct write is ordered.
   static const std::vector<uint8_t> zeros(kFenceSlab, 0);
   if (isa::Status zeroed = dev->write_memory(base, zeros.data(), zeros.size()); !zeroed) {
-    (void)dev->allocator().free(base);  // it was just allocated
+    (void)memory->allocator().free(base);  // it was just allocated
     throw Error(
         ErrorKind::kDeviceUnavailable,
         fmt::format("create_event: cannot initialise event fences: {}", zeroed.error().reason));
   }
+  memory->add_runtime_block(base, kFenceSlab);
   std::lock_guard lock(mu);
-  runtime_blocks.insert(base);
-  runtime_bytes += kFenceSlab;
   for (uint64_t off = kFenceSlab; off > 8; off -= 8) free_slots.push_back({base + off - 8, 0});
   return FenceSlot{base, 0};
 }
