@@ -205,12 +205,7 @@ void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, c
   wait_seq(*s, last_seq);
   if (keep_region_for_caller) {
     const Side& host = h2d ? src_side : dst_side;
-    bool failed;
-    {
-      std::lock_guard lock(mu);
-      failed = s->has_error;
-    }
-    if (host.bounce_out && !failed) {
+    if (host.bounce_out && !s->pending_error()) {
       const ByteRange& span = plan.dst_span;
       std::memcpy(const_cast<uint8_t*>(host.user) + span.lo, region->ptr, span.size());
     }

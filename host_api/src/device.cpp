@@ -127,10 +127,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
     first_user_queue = nq - 1;
     last_user_queue = nq - 1;
   }
-  auto def = std::make_shared<StreamState>();
-  def->id = 0;
-  def->queue = 0;
-  streams.emplace(0, def);
+  streams.emplace(0, std::make_shared<StreamState>(0, 0));
   worker = std::thread([this] { worker_loop(); });
   log->debug("opened device '{}' through backend '{}' (timing {})", props.name, o.backend,
              o.timing ? "on" : "off");
@@ -149,9 +146,8 @@ Device::Impl::~Impl() {
     } catch (const std::exception& e) {
       log->error("closing the device: waiting for stream {} failed: {}", s->id, e.what());
     }
-    std::lock_guard lock(mu);
-    if (s->has_error) {
-      log->warn("closing the device: stream {} had an unreported error: {}", s->id, s->error);
+    if (auto error = s->pending_error()) {
+      log->warn("closing the device: stream {} had an unreported error: {}", s->id, *error);
     }
   }
   // 2. Stop the worker after it has run what the completions asked for (repairs, releases).

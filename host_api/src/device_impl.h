@@ -1,15 +1,19 @@
-// Device::Impl: the state behind mtia::Device, shared by the source files of host_api/. Parts
-// with state of their own live in their own files: device memory and its accounting
-// (DeviceMemory, device_memory.h) and the registry of host memory (HostRegistry,
-// host_registry.h).
+// Device::Impl: the state behind mtia::Device, shared by the source files of host_api/. It is
+// split as IREE's HAL is, a file per concept: device memory and its accounting (DeviceMemory,
+// device_memory.h), the registry of host memory (HostRegistry, host_registry.h), streams and
+// events that own their state (StreamState, stream_state.h; EventState and the pool of fence
+// slots, event_state.h) and graphs (GraphState, graph_state.h). What is left here ties them
+// together: the driver device, the handle tables, the launch-argument arena, the worker.
 //
-// Locking: `mu` guards the rest of the bookkeeping below. Each part has its own mutex, a
-// leaf: it calls nothing else of the runtime while held (DeviceMemory only the driver's
+// Locking: `mu` guards the handle tables (streams, events, graphs), graph capture and graph
+// state, and the worker's task queue. Every part above has its own mutex, a leaf: nothing
+// else of the runtime is called while it is held (DeviceMemory calls only the driver's
 // allocator), so a part may be called with `mu` held, never the other way round. Lock order:
-// args_mu, then mu, then a part's mutex. `mu` is held only for short sections and never while
-// calling into the driver (submit, wait, map_host...), so completion callbacks, which run on
+// args_mu, then mu, then a part's mutex. No lock is held while calling into the driver's
+// queues or host mappings (submit, wait, map_host...), so completion callbacks, which run on
 // the backend's thread and take these locks, never wait for a host thread that waits for the
-// device.
+// device. Waits on a condition variable (an event's record, a pinned region going quiet)
+// hold only that part's own mutex.
 #pragma once
 
 #include <spdlog/spdlog.h>
@@ -22,12 +26,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "device_memory.h"
+#include "event_state.h"
+#include "graph_state.h"
 #include "host_registry.h"
 #include "host_trace.h"
 #include "mtia/copy_plan.h"
@@ -35,57 +40,9 @@
 #include "mtia/driver/device.h"
 #include "mtia/error.h"
 #include "raise.h"
+#include "stream_state.h"
 
 namespace mtia {
-
-struct GraphState;
-
-struct StreamState {
-  uint32_t id = 0;
-  std::shared_ptr<GraphState> capture;  // the graph being captured from it, if any (mu)
-  uint32_t queue = 0;
-  uint64_t last_seq = 0;  // latest packet submitted for this stream on its queue
-  // Latest of its packets whose completion has been handled here, set before the packet's own
-  // callback runs: an event recorded on the stream is seen done only after the work before it.
-  std::atomic<uint64_t> done_seq{0};
-  bool has_error = false;
-  std::string error;  // sticky device error, reported once
-};
-
-// An 8-byte fence word in device memory. Values written to a slot only grow, also across
-// the events that reuse it, so a stale WaitPacket can never be released too late.
-struct FenceSlot {
-  uint64_t addr = 0;
-  uint64_t value = 0;  // highest value ever recorded into it
-};
-
-struct EventState {
-  uint32_t id = 0;
-  FenceSlot slot;
-  bool recorded = false;
-  uint32_t queue = 0;       // hardware queue of the latest record
-  uint32_t stream_id = 0;   // stream of the latest record
-  uint64_t value = 0;       // fence value of the latest record
-  uint64_t done_value = 0;  // highest record value whose fence write has happened
-  // done_value for waiters that poll without `mu` (the wait policy); stored under `mu`.
-  std::atomic<uint64_t> done_published{0};
-  uint64_t time_ps = 0;  // simulated end time of the latest completed record
-  bool failed = false;   // the latest completed record's stream faulted before it
-  std::string failure;
-};
-
-// A graph (graph.cpp): the packets captured from a stream, and what they need at replay.
-struct GraphState {
-  uint32_t id = 0;
-  uint32_t stream_id = 0;  // captured from
-  bool capturing = true;
-  std::vector<isa::Packet> packets;
-  std::vector<uint64_t> arg_blocks;            // launch argument blocks it owns (take_arg_block)
-  std::map<uint64_t, uint64_t> uses;           // malloc() allocation -> its generation at capture
-  uint64_t buffer = 0;                         // the command buffer, once instantiated
-  std::shared_ptr<StreamState> replay_stream;  // of the latest replay
-  uint64_t replay_seq = 0;
-};
 
 struct Device::Impl {
   explicit Impl(const DeviceOptions& options);
@@ -161,7 +118,6 @@ struct Device::Impl {
   uint32_t last_user_queue = 0;
 
   mutable std::mutex mu;
-  std::condition_variable cv;  // a region's inflight count dropped or an event completed
 
   std::map<uint32_t, std::shared_ptr<GraphState>> graphs;
   uint32_t next_graph_id = 1;
@@ -172,7 +128,7 @@ struct Device::Impl {
 
   std::map<uint32_t, std::shared_ptr<EventState>> events;
   uint32_t next_event_id = 1;
-  std::vector<FenceSlot> free_slots;
+  FenceSlots fence_slots;  // own mutex
 
   // Launch argument slots (kernel.cpp): a runtime block made at the first launch.
   std::mutex args_mu;

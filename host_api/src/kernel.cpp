@@ -364,10 +364,7 @@ void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& arg
       error = fmt::format("kernel '{}': the device rejected the image at 0x{:x}; {}", name,
                           c.error_arg0, c.message);
     }
-    if (auto st = weak.lock()) {
-      std::lock_guard lock(d.mu);
-      if (st->has_error && st->error == c.message) st->error = std::move(error);
-    }
+    if (auto st = weak.lock()) st->refine_failure(c.message, std::move(error));
   };
   std::vector<uint64_t> pointer_args;
   for (const Arg& a : args) {
