@@ -24,5 +24,6 @@ void add_info_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
 void add_trace_command(CLI::App& app);  // tools/trace.cpp
 void add_run_command(CLI::App& app);    // tools/run.cpp
+void add_serve_command(CLI::App& app);  // tools/serve.cpp
 
 }  // namespace mtia::tools

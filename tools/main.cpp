@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   mtia::tools::add_demo_command(app);
   mtia::tools::add_trace_command(app);
   mtia::tools::add_run_command(app);
+  mtia::tools::add_serve_command(app);
   try {
     CLI11_PARSE(app, argc, argv);
   } catch (const mtia::Error& e) {

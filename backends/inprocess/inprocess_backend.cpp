@@ -157,6 +157,11 @@ class InProcessBackend final : public driver::Backend, private driver::TraceChan
     return device_->write_memory(device_addr, src, bytes);
   }
 
+  isa::Result<SharedWindow> shared_window() override {
+    const sim::Device::MemoryWindow w = device_->dram_window();
+    return SharedWindow{w.fd, w.device_addr, w.bytes};
+  }
+
   // The device shares this process's memory: any host memory maps, this included.
   isa::Result<void*> alloc_host(uint64_t bytes) override {
     if (bytes == 0) return bad_argument("alloc_host: cannot allocate 0 bytes of host memory");

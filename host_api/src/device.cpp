@@ -1,12 +1,15 @@
 // mtia::Device: opening and closing, properties, device and pinned host memory.
 #include <spdlog/fmt/fmt.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
+#include "device_choice.h"
 #include "device_impl.h"
 #include "mtia/log/logger.h"
 #include "mtia/runtime.h"
@@ -67,15 +70,8 @@ std::shared_ptr<spdlog::logger> host_api_logger() {
 // --- open / close -------------------------------------------------------------------------
 
 Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) {
-  const auto names = driver::backend_names();
-  if (std::find(names.begin(), names.end(), o.backend) == names.end()) {
-    std::string known;
-    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-    throw Error(
-        ErrorKind::kDeviceUnavailable,
-        fmt::format("unknown device backend '{}'; known backends: {}", o.backend,
-                    known.empty() ? "none (link the program with mtia_backend_inprocess)" : known));
-  }
+  const DeviceChoice choice = choose_device(o);
+  options.backend = choice.backend;
   driver::BackendOptions bo;
   bo.preset = o.preset;
   bo.overrides = o.overrides;
@@ -87,20 +83,21 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   bo.unit_threads = o.unit_threads;
   bo.inline_work_ns = o.inline_work_ns;
   bo.lazy_loads = o.lazy_loads;
-  isa::Result<std::unique_ptr<driver::Device>> opened = driver::Device::open(o.backend, bo);
+  bo.server = choice.server;
+  isa::Result<std::unique_ptr<driver::Device>> opened = driver::Device::open(choice.backend, bo);
   if (!opened) {
     const isa::Failure& f = opened.error();
     if (f.code == isa::ErrorCode::kInvalidArgument) {
       raise(f, fmt::format("cannot open a device with preset '{}': ", o.preset));
     }
     throw Error(ErrorKind::kDeviceUnavailable,
-                fmt::format("cannot open the '{}' device: {}", o.backend, f.reason));
+                fmt::format("cannot open the '{}' device: {}", choice.backend, f.reason));
   }
   dev = std::move(opened).value();
   memory = std::make_unique<DeviceMemory>(dev->allocator());
   trace = std::make_unique<HostTrace>(dev->trace(), trace_level);
   const driver::DeviceInfo& info = dev->info();
-  props.backend = o.backend;
+  props.backend = choice.backend;
   props.name = info.preset_name;
   props.generation = info.generation;
   props.firmware_version = info.firmware_version;
@@ -113,6 +110,14 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   props.dma_engines = info.dma_engines;
   props.hardware_queues = info.num_queues;
   props.timing = o.timing;
+  if (choice.backend == "socket" && !choice.server.empty()) {
+    // A running server's device is configured by the server: report what it does.
+    const auto config = nlohmann::json::parse(dev->trace().config_json(), nullptr, false);
+    if (config.is_object() && config.contains("timing") && config["timing"].is_object() &&
+        config["timing"].value("value", o.timing) != o.timing) {
+      props.timing = !o.timing;
+    }
+  }
   props.wait = bo.wait;
 
   // Queue 0: default stream. The last queue: fence repairs only, so a repair never waits
@@ -129,7 +134,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   }
   streams.emplace(0, std::make_shared<StreamState>(0, 0));
   worker = std::thread([this] { worker_loop(); });
-  log->debug("opened device '{}' through backend '{}' (timing {})", props.name, o.backend,
+  log->debug("opened device '{}' through backend '{}' (timing {})", props.name, choice.backend,
              o.timing ? "on" : "off");
 }
 
@@ -378,15 +383,7 @@ std::vector<std::string> backend_names() {
 }
 
 int device_count(const std::string& backend) {
-  const auto names = driver::backend_names();
-  if (std::find(names.begin(), names.end(), backend) == names.end()) {
-    std::string known;
-    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("unknown device backend '{}'; known backends: {}", backend,
-                            known.empty() ? "none" : known));
-  }
-  return 1;  // every backend exposes one device; the in-process one simulates one per process
+  return count_devices(backend);
 }
 
 DeviceProperties get_device_properties(const DeviceOptions& options) {

@@ -14,6 +14,7 @@
 
 #include "log.h"
 #include "model.h"
+#include "mtia/isa/address_map.h"
 
 namespace mtia::sim {
 namespace {
@@ -281,6 +282,11 @@ isa::Status Device::read_memory(uint64_t addr, void* dst, uint64_t bytes) {
   if (p == nullptr) return outside_device_memory("read", addr, bytes);
   std::memcpy(dst, p, bytes);
   return {};
+}
+
+Device::MemoryWindow Device::dram_window() const {
+  const DeviceMemory& mem = impl_->shared.memory->device();
+  return {mem.dram_fd(), isa::kDramBase, mem.dram_bytes()};
 }
 
 isa::Status Device::write_memory(uint64_t addr, const void* src, uint64_t bytes) {

@@ -1,6 +1,7 @@
 #include "mtia/sim/device_memory.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -21,32 +22,52 @@ bool contains(uint64_t base, uint64_t size, uint64_t addr, uint64_t bytes) {
 
 }  // namespace
 
-DeviceMemory::Mapping DeviceMemory::map(uint64_t bytes, const std::string& what) {
-  // MAP_NORESERVE: the kernel commits pages on first touch, so a 128 GiB DRAM costs only the
-  // pages the program writes. Fresh anonymous pages read as zero, like reset memory.
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
+DeviceMemory::Mapping DeviceMemory::map(uint64_t bytes, const std::string& what, bool shareable) {
+  auto refused = [&](const char* step) {
     const int err = errno;
-    throw std::runtime_error("cannot reserve " + std::to_string(bytes) + " bytes of host " +
-                             "address space for device " + what + ": " + std::strerror(err) +
-                             " (check ulimit -v and vm.overcommit_memory, or lower the size "
-                             "with a config override)");
+    return std::runtime_error("cannot reserve " + std::to_string(bytes) + " bytes of host " +
+                              "address space for device " + what + " (" + step +
+                              "): " + std::strerror(err) +
+                              " (check ulimit -v and vm.overcommit_memory, or lower the size "
+                              "with a config override)");
+  };
+  // MAP_NORESERVE: the kernel commits pages on first touch, so a 128 GiB DRAM costs only the
+  // pages the program writes. Fresh pages read as zero, like reset memory. A shareable memory
+  // is a sparse memfd (pages allocated on first touch too) that another process may map: a
+  // device server hands it to its client as the BAR memory window.
+  int fd = -1;
+  if (shareable) {
+    fd = memfd_create(("mtia-" + what).c_str(), MFD_CLOEXEC);
+    if (fd < 0) throw refused("memfd_create");
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      const auto e = refused("ftruncate");
+      close(fd);
+      throw e;
+    }
   }
-  return {static_cast<uint8_t*>(p), bytes};
+  void* p = mmap(
+      nullptr, bytes, PROT_READ | PROT_WRITE,
+      shareable ? MAP_SHARED | MAP_NORESERVE : MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, fd, 0);
+  if (p == MAP_FAILED) {
+    const auto e = refused("mmap");
+    if (fd >= 0) close(fd);
+    throw e;
+  }
+  return {static_cast<uint8_t*>(p), bytes, fd};
 }
 
 void DeviceMemory::unmap(Mapping& m) {
   if (m.base != nullptr) munmap(m.base, m.bytes);
+  if (m.fd >= 0) close(m.fd);
   m = {};
 }
 
 DeviceMemory::DeviceMemory(const ChipConfig& config)
     : local_store_bytes_(config.local_store_bytes), num_pes_(config.pe_rows * config.pe_cols) {
   try {
-    dram_ = map(config.dram_bytes, "DRAM");
-    sram_ = map(config.sram_bytes, "SRAM");
-    local_stores_ = map(local_store_bytes_ * num_pes_, "local stores");
+    dram_ = map(config.dram_bytes, "DRAM", /*shareable=*/true);
+    sram_ = map(config.sram_bytes, "SRAM", false);
+    local_stores_ = map(local_store_bytes_ * num_pes_, "local stores", false);
   } catch (...) {
     unmap(dram_);
     unmap(sram_);

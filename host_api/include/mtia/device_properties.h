@@ -20,7 +20,16 @@ using isa::wait_policy_name;
 
 // How to open a device.
 struct DeviceOptions {
-  std::string backend = "inprocess";   // driver backend; "inprocess" runs the simulator here
+  // Where the device runs: "inprocess" (the simulator on a thread of this process), "socket"
+  // (a device server, `mtia-emu serve`, in its own process), or "" to choose from the
+  // environment: $MTIA_EMU_SERVER (server socket paths, comma-separated, device i on the i-th),
+  // else $MTIA_EMU_DEVICES=N (N servers this process starts itself), else "inprocess".
+  std::string backend;
+  // Backend "socket": the server's socket path; empty: start a server of its own for this
+  // device (it exits when the device is closed or this process ends).
+  std::string server;
+  // Which of the environment's devices to open (0-based; device_count() of them).
+  uint32_t index = 0;
   std::string preset = "mtia-v2";      // chip preset name ("mtia-v1", "mtia-v2") or file path
   std::vector<std::string> overrides;  // "key=value" preset overrides, applied in order
   bool timing = true;                  // false: functional only, simulated times stay 0

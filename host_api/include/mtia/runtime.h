@@ -16,14 +16,15 @@
 
 namespace mtia {
 
-// Backends linked into this program (the in-process simulator registers "inprocess").
+// Backends linked into this program: "inprocess" (the simulator in this process) and
+// "socket" (a device server in another process).
 std::vector<std::string> backend_names();
-
-// Devices reachable through `backend`. Every backend exposes one device: the in-process
-// backend simulates exactly one device per process. Throws kInvalidArgument for an unknown
-// backend, naming the known ones.
-int device_count(const std::string& backend = "inprocess");
-
+// Devices this process can open (DeviceOptions::index from 0 to one less). With `backend`
+// "" (as DeviceOptions::backend chooses): the number of $MTIA_EMU_SERVER paths, else
+// $MTIA_EMU_DEVICES, else 1. "inprocess": 1 (SystemC runs one device per process). "socket":
+// as "", or 1 when neither variable is set (a server started for the device). Throws
+// kInvalidArgument for an unknown backend, naming the known ones, or a malformed variable.
+int device_count(const std::string& backend = "");
 // Opens the device briefly to read its properties. With the in-process backend this cannot
 // be called while a Device is open (use Device::properties() instead).
 DeviceProperties get_device_properties(const DeviceOptions& options = {});

@@ -20,7 +20,11 @@ namespace mtia::driver {
 struct BackendOptions {
   std::string preset = "mtia-v2";      // chip preset name or path to a preset file
   std::vector<std::string> overrides;  // "key=value" preset overrides, applied in order
-  bool timing = true;                  // false: functional only, simulated time stays 0
+  // Backend "socket": the Unix-domain socket of a running device server (`mtia-emu serve`);
+  // empty: the backend starts a server of its own, with the options above. Other backends
+  // ignore it.
+  std::string server;
+  bool timing = true;         // false: functional only, simulated time stays 0
   trace::TraceOptions trace;  // the device's performance trace (docs/architecture.md, "Traces")
   // How host threads wait for completions and the device's thread for host requests
   // (isa/wait.h); a backend without a thread of its own uses it for the host side only.
@@ -48,6 +52,19 @@ class Backend {
   // The BAR memory window onto device memory. kDeviceAddressFault outside it.
   virtual isa::Status read_memory(uint64_t device_addr, void* dst, uint64_t bytes) = 0;
   virtual isa::Status write_memory(uint64_t device_addr, const void* src, uint64_t bytes) = 0;
+
+  // The device-memory window as shared memory that another process may map (a device server
+  // hands it to its client, as a PCIe BAR is mapped): `fd` (the backend's; it stays open while
+  // the backend lives) holds `bytes` bytes of device memory from `device_addr` on.
+  // kUnsupported for a backend that has no such window.
+  struct SharedWindow {
+    int fd = -1;
+    uint64_t device_addr = 0;
+    uint64_t bytes = 0;
+  };
+  virtual isa::Result<SharedWindow> shared_window() {
+    return isa::reject(isa::ErrorCode::kUnsupported, "this backend shares no memory window");
+  }
 
   // Host memory that device DMA can reach once mapped: memory the backend shares with its
   // device (a device in another process reaches only memory shared with it). Page-aligned, at

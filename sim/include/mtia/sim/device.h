@@ -60,6 +60,16 @@ class Device {
   isa::Status read_memory(uint64_t addr, void* dst, uint64_t bytes);
   isa::Status write_memory(uint64_t addr, const void* src, uint64_t bytes);
 
+  // DRAM as a memfd that another process may map MAP_SHARED (the BAR memory window a device
+  // server shares with its client): byte 0 of the file is `device_addr`. The fd is the
+  // device's; dup it to keep it past the Device.
+  struct MemoryWindow {
+    int fd = -1;
+    uint64_t device_addr = 0;
+    uint64_t bytes = 0;
+  };
+  MemoryWindow dram_window() const;
+
   // Sets (or, with an empty function, clears) the handler told when the device is lost.
   void set_lost_handler(LostHandler handler);
   // Why the simulator stopped on a failure, or "" while it runs (or after a normal stop).

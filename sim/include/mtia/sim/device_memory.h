@@ -1,6 +1,7 @@
 // Device memory: LPDDR, on-chip SRAM and the PE local stores at the addresses of
-// isa/address_map.h, each backed lazily by an anonymous private mapping so that only the
-// pages the program touches cost host memory (a 128 GiB DRAM costs nothing until written).
+// isa/address_map.h, each backed lazily (DRAM by a sparse memfd, the others by anonymous private
+// mappings) so that only the pages the program touches cost host memory (a 128 GiB DRAM costs
+// nothing until written).
 //
 // Thread safety: translate() only reads immutable state, so any thread may call it; who may
 // touch the bytes behind the pointer when is the caller's business (doorbells order it).
@@ -33,6 +34,9 @@ class DeviceMemory {
   MemoryKind kind_of(uint64_t addr, uint64_t bytes) const;
 
   uint64_t dram_bytes() const { return dram_.bytes; }
+  // A memfd holding DRAM (byte 0 is device address isa::kDramBase), which another process may
+  // map MAP_SHARED to see and write DRAM in place. Owned by this object.
+  int dram_fd() const { return dram_.fd; }
   uint64_t sram_bytes() const { return sram_.bytes; }
   uint64_t local_store_bytes() const { return local_store_bytes_; }
   uint32_t num_pes() const { return num_pes_; }
@@ -41,8 +45,9 @@ class DeviceMemory {
   struct Mapping {
     uint8_t* base = nullptr;
     uint64_t bytes = 0;
+    int fd = -1;  // the memfd behind a shareable mapping
   };
-  static Mapping map(uint64_t bytes, const std::string& what);
+  static Mapping map(uint64_t bytes, const std::string& what, bool shareable);
   static void unmap(Mapping& m);
   // Locates [addr, addr + bytes) in a memory: its kind and host pointer, or kNone.
   MemoryKind locate(uint64_t addr, uint64_t bytes, uint8_t** out) const;

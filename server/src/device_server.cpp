@@ -1,0 +1,537 @@
+#include "mtia/server/device_server.h"
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <chrono>
+#include <cstring>
+#include <list>
+#include <map>
+#include <thread>
+
+#include "mtia/driver/trace_channel.h"
+#include "mtia/isa/registers.h"
+#include "mtia/isa/server_protocol.h"
+#include "mtia/log/logger.h"
+#include "mtia/remote/message_io.h"
+#include "mtia/trace/host_call_codec.h"
+#include "mtia/trace/level.h"
+
+namespace mtia::server {
+namespace {
+
+namespace asio = boost::asio;
+using local = asio::local::stream_protocol;
+using isa::server::MessageType;
+using isa::server::PayloadReader;
+using isa::server::Reply;
+
+std::shared_ptr<spdlog::logger> logger() {
+  static const std::shared_ptr<spdlog::logger> log = mtia::log::get("server");
+  return log;
+}
+
+isa::Failure bad_request(std::string why) {
+  return isa::reject(isa::ErrorCode::kInvalidArgument, std::move(why));
+}
+
+// How long a dropped client's queued work may run before its memory is released anyway.
+constexpr auto kQuiesceLimit = std::chrono::seconds(60);
+
+}  // namespace
+
+// One client's connection.
+struct Session {
+  explicit Session(asio::io_context& io) : socket(io) {}
+  local::socket socket;
+  remote::MessageReader reader;
+  uint64_t id = 0;
+  bool has_device = false;  // said hello and holds the device
+  bool first = false;       // the client_fd client (exit_with_client)
+  bool closed = false;
+  struct Mapping {
+    void* ptr = nullptr;
+    uint64_t bytes = 0;
+  };
+  std::map<uint64_t, Mapping> mappings;  // bus address -> this process's mapping
+};
+
+struct DeviceServer::Impl {
+  ServerOptions options;
+  asio::io_context io;
+  std::unique_ptr<local::acceptor> acceptor;
+  std::unique_ptr<driver::Backend> device;
+  driver::Backend::SharedWindow window;
+  std::list<std::shared_ptr<Session>> sessions;
+  Session* holder = nullptr;  // the session that holds the device
+  uint64_t next_session = 1;
+  std::string lost;  // why the device was lost ("" while it works)
+  bool stopping = false;
+
+  // --- connections -------------------------------------------------------------------------
+  void accept() {
+    if (!acceptor) return;
+    auto s = std::make_shared<Session>(io);
+    acceptor->async_accept(s->socket, [this, s](const boost::system::error_code& ec) {
+      if (ec) {
+        if (ec != asio::error::operation_aborted) {
+          logger()->warn("accepting a client failed: {}", ec.message());
+        }
+        if (!stopping) accept();
+        return;
+      }
+      start(s);
+      accept();
+    });
+  }
+
+  void start(const std::shared_ptr<Session>& s) {
+    s->id = next_session++;
+    sessions.push_back(s);
+    logger()->info("client {} connected", s->id);
+    wait_readable(s);
+  }
+
+  void wait_readable(const std::shared_ptr<Session>& s) {
+    s->socket.async_wait(local::socket::wait_read, [this, s](const boost::system::error_code& ec) {
+      if (s->closed) return;
+      if (ec) return drop(*s, "its socket failed: " + ec.message());
+      on_readable(s);
+    });
+  }
+
+  void on_readable(const std::shared_ptr<Session>& s) {
+    const int fd = s->socket.native_handle();
+    for (;;) {
+      isa::Result<remote::MessageReader::ReadState> got = s->reader.read_some(fd);
+      if (!got) return drop(*s, got.error().reason);
+      for (;;) {
+        isa::Result<std::optional<remote::Message>> m = s->reader.next();
+        if (!m) return drop(*s, m.error().reason);
+        if (!m.value()) break;
+        if (isa::Status handled = handle(*s, *m.value()); !handled) {
+          return drop(*s, handled.error().reason);
+        }
+        if (s->closed) return;
+      }
+      if (got.value() == remote::MessageReader::ReadState::kClosed) {
+        return drop(*s, s->reader.buffered() > 0 ? "it disconnected in the middle of a message"
+                                                 : "it disconnected");
+      }
+      if (got.value() == remote::MessageReader::ReadState::kWouldBlock) break;
+    }
+    wait_readable(s);
+  }
+
+  // Ends a session: its queued work finishes, then its host memory is released.
+  void drop(Session& s, const std::string& why) {
+    if (s.closed) return;
+    s.closed = true;
+    if (why == "it disconnected") {
+      logger()->info("client {} left: {}", s.id, why);
+    } else {
+      logger()->warn("dropping client {}: {}", s.id, why);
+    }
+    boost::system::error_code ignored;
+    s.socket.shutdown(local::socket::shutdown_both, ignored);
+    s.socket.close(ignored);
+    const bool exiting = s.first && options.exit_with_client;
+    if (holder == &s) {
+      if (!exiting) quiesce();  // else the device goes with the server
+      holder = nullptr;
+    }
+    release_mappings(s);
+    sessions.remove_if([&](const std::shared_ptr<Session>& p) { return p.get() == &s; });
+    if (exiting) {
+      logger()->info("the client this server was started for has gone; stopping");
+      finish();
+    }
+  }
+
+  void release_mappings(Session& s) {
+    for (auto& [bus, m] : s.mappings) {
+      if (isa::Status un = device->unmap_host(bus); !un) {
+        logger()->warn("releasing host memory of client {}: {}", s.id, un.error().reason);
+      }
+      munmap(m.ptr, m.bytes);
+    }
+    s.mappings.clear();
+  }
+
+  // Waits until every queue has finished the packets it was given (or halted on an error),
+  // so that no DMA touches host memory about to be released.
+  void quiesce() {
+    if (!lost.empty()) return;
+    const auto deadline = std::chrono::steady_clock::now() + kQuiesceLimit;
+    isa::Result<uint64_t> nq = device->read_register(isa::reg::kNumQueues);
+    if (!nq) return;
+    for (uint32_t q = 0; q < nq.value() && q < isa::kMaxQueues; ++q) {
+      for (;;) {
+        auto tail = device->read_register(isa::reg::queue_reg(q, isa::reg::kQueueTail));
+        auto done = device->read_register(isa::reg::queue_reg(q, isa::reg::kQueueCompleted));
+        auto state = device->read_register(isa::reg::queue_reg(q, isa::reg::kQueueState));
+        if (!tail || !done || !state) return;
+        if (done.value() >= tail.value() ||
+            state.value() == static_cast<uint64_t>(isa::QueueState::kError) ||
+            state.value() == static_cast<uint64_t>(isa::QueueState::kDisabled)) {
+          break;
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+          logger()->error("queue {} still busy after {} s; releasing its client's memory anyway", q,
+                          kQuiesceLimit.count());
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      device->write_register(isa::reg::queue_reg(q, isa::reg::kQueueControl), isa::kQueueReset);
+    }
+  }
+
+  // --- requests ----------------------------------------------------------------------------
+  isa::Status send(Session& s, MessageType type, uint64_t id, const std::vector<uint8_t>& payload,
+                   int fd = -1) {
+    return remote::send_message(s.socket.native_handle(), type, id, payload.data(), payload.size(),
+                                fd);
+  }
+
+  isa::Status reply(Session& s, uint64_t id, const Reply& r, int fd = -1) {
+    return send(s, MessageType::kReply, id, isa::server::encode_reply(r), fd);
+  }
+
+  isa::Status reply_status(Session& s, uint64_t id, const isa::Status& st) {
+    Reply r;
+    if (!st) {
+      r.code = st.error().code;
+      r.text = st.error().reason;
+      r.value = st.error().arg0;
+      r.value2 = st.error().arg1;
+    }
+    return reply(s, id, r);
+  }
+
+  template <typename T>
+  isa::Status reply_value(Session& s, uint64_t id, const isa::Result<T>& v) {
+    if (!v) return reply_status(s, id, v.error());
+    Reply r;
+    r.value = v.value();
+    return reply(s, id, r);
+  }
+
+  // Answers one message. A failure here is the client's fault: it is dropped.
+  isa::Status handle(Session& s, remote::Message& m) {
+    const MessageType type = m.header.type;
+    const uint64_t id = m.header.request_id;
+    PayloadReader in(m.payload.data(), m.payload.size(), type);
+    if (m.fd && type != MessageType::kMapHost) {
+      return bad_request(isa::server::message_type_name(static_cast<uint16_t>(type)) +
+                         " carries a file descriptor it has no use for");
+    }
+    if (type == MessageType::kHello) return hello(s, id, in);
+    if (type == MessageType::kReply || type == MessageType::kInterrupt ||
+        type == MessageType::kLost) {
+      return bad_request("a client sent a server's message (" +
+                         isa::server::message_type_name(static_cast<uint16_t>(type)) + ")");
+    }
+    if (!s.has_device) return bad_request("a request came before the hello");
+    if (!lost.empty()) {
+      if (isa::server::is_posted(type)) return {};
+      return reply_status(s, id, isa::reject(isa::ErrorCode::kDeviceLost, lost));
+    }
+    switch (type) {
+      case MessageType::kReadRegister: {
+        MTIA_ASSIGN_OR_RETURN(const uint64_t offset, in.u64());
+        MTIA_RETURN_IF_ERROR(in.finish());
+        return reply_value(s, id, device->read_register(offset));
+      }
+      case MessageType::kWriteRegister: {
+        MTIA_ASSIGN_OR_RETURN(const uint64_t offset, in.u64());
+        MTIA_ASSIGN_OR_RETURN(const uint64_t value, in.u64());
+        MTIA_RETURN_IF_ERROR(in.finish());
+        device->write_register(offset, value);
+        return {};
+      }
+      case MessageType::kReadMemory: {
+        MTIA_ASSIGN_OR_RETURN(const uint64_t addr, in.u64());
+        MTIA_ASSIGN_OR_RETURN(const uint64_t bytes, in.u64());
+        MTIA_RETURN_IF_ERROR(in.finish());
+        if (bytes > isa::server::kMaxMemoryChunk) {
+          return bad_request(fmt::format("read memory of {} bytes is over the limit of {}", bytes,
+                                         isa::server::kMaxMemoryChunk));
+        }
+        Reply r;
+        r.data.resize(bytes);
+        if (isa::Status read = device->read_memory(addr, r.data.data(), bytes); !read) {
+          return reply_status(s, id, read);
+        }
+        return reply(s, id, r);
+      }
+      case MessageType::kWriteMemory: {
+        MTIA_ASSIGN_OR_RETURN(const uint64_t addr, in.u64());
+        return reply_status(s, id, device->write_memory(addr, in.rest(), in.remaining()));
+      }
+      case MessageType::kMapHost:
+        return map_host(s, id, in, std::move(m.fd));
+      case MessageType::kUnmapHost: {
+        MTIA_ASSIGN_OR_RETURN(const uint64_t bus, in.u64());
+        MTIA_RETURN_IF_ERROR(in.finish());
+        auto it = s.mappings.find(bus);
+        if (it == s.mappings.end()) {
+          return reply_status(
+              s, id,
+              isa::reject(isa::ErrorCode::kInvalidPointer,
+                          fmt::format("unmap_host: bus address 0x{:x} is not the start of a "
+                                      "range this client mapped",
+                                      bus)));
+        }
+        isa::Status un = device->unmap_host(bus);
+        munmap(it->second.ptr, it->second.bytes);
+        s.mappings.erase(it);
+        return reply_status(s, id, un);
+      }
+      case MessageType::kNow: {
+        MTIA_RETURN_IF_ERROR(in.finish());
+        return reply_value(s, id, isa::Result<uint64_t>(device->trace().now_ps()));
+      }
+      case MessageType::kWriteArtifacts: {
+        MTIA_ASSIGN_OR_RETURN(const std::string dir, in.text(4096));
+        MTIA_RETURN_IF_ERROR(in.finish());
+        return reply_status(s, id, device->trace().write_artifacts(dir));
+      }
+      case MessageType::kConfigJson: {
+        MTIA_RETURN_IF_ERROR(in.finish());
+        Reply r;
+        r.text = device->trace().config_json();
+        return reply(s, id, r);
+      }
+      case MessageType::kSetTraceLevel: {
+        MTIA_ASSIGN_OR_RETURN(const uint32_t level, in.u32());
+        MTIA_RETURN_IF_ERROR(in.finish());
+        if (level > static_cast<uint32_t>(trace::TraceLevel::kUnits)) {
+          return reply_status(s, id, bad_request(fmt::format("trace level {} is unknown", level)));
+        }
+        return reply_status(s, id, device->trace().set_trace_level(static_cast<trace::TraceLevel>(level)));
+      }
+      case MessageType::kTraceHostCall: {
+        MTIA_ASSIGN_OR_RETURN(trace::HostCall call,
+                              trace::decode_host_call(m.payload.data(), m.payload.size()));
+        device->trace().trace_host_call(std::move(call));
+        return {};
+      }
+      default:
+        break;
+    }
+    return bad_request("unexpected " + isa::server::message_type_name(static_cast<uint16_t>(type)));
+  }
+
+  isa::Status hello(Session& s, uint64_t id, PayloadReader& in) {
+    MTIA_ASSIGN_OR_RETURN(const uint32_t version, in.u32());
+    MTIA_ASSIGN_OR_RETURN(const uint32_t zero, in.u32());
+    MTIA_RETURN_IF_ERROR(in.finish());
+    if (version != isa::server::kProtocolVersion || zero != 0) {
+      return bad_request(fmt::format("hello with protocol version {}, this server speaks {}",
+                                     version, isa::server::kProtocolVersion));
+    }
+    if (s.has_device) return bad_request("a second hello on one connection");
+    if (!lost.empty()) {
+      return reply_status(s, id, isa::reject(isa::ErrorCode::kDeviceLost, lost));
+    }
+    if (holder != nullptr) {
+      MTIA_RETURN_IF_ERROR(reply_status(
+          s, id,
+          isa::reject(isa::ErrorCode::kDeviceUnavailable,
+                      fmt::format("the device is in use by another client (client {}); a "
+                                  "server serves one client at a time: start another server "
+                                  "(mtia-emu serve) or try again when it has finished",
+                                  holder->id))));
+      return {};
+    }
+    holder = &s;
+    s.has_device = true;
+    logger()->info("client {} holds the device", s.id);
+    Reply r;
+    r.value = window.bytes;
+    r.value2 = window.device_addr;
+    return reply(s, id, r, window.fd);
+  }
+
+  isa::Status map_host(Session& s, uint64_t id, PayloadReader& in, remote::UniqueFd fd) {
+    MTIA_ASSIGN_OR_RETURN(const uint64_t offset, in.u64());
+    MTIA_ASSIGN_OR_RETURN(const uint64_t bytes, in.u64());
+    MTIA_RETURN_IF_ERROR(in.finish());
+    if (!fd) return bad_request("map host without the memory's file descriptor");
+    struct stat st {};
+    const long page = sysconf(_SC_PAGESIZE);
+    if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return reply_status(s, id, bad_request("map_host: the descriptor is not a memory file"));
+    }
+    const auto size = static_cast<uint64_t>(st.st_size);
+    if (bytes == 0 || offset % static_cast<uint64_t>(page) != 0 || offset > size ||
+        bytes > size - offset) {
+      return reply_status(
+          s, id,
+          bad_request(fmt::format("map_host: {} bytes at offset {} do not lie page-aligned inside "
+                                  "the {}-byte memory file",
+                                  bytes, offset, size)));
+    }
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(),
+                   static_cast<off_t>(offset));
+    if (p == MAP_FAILED) {
+      return reply_status(s, id,
+                          isa::reject(isa::ErrorCode::kOutOfMemory,
+                                      std::string("map_host: mmap failed: ") + strerror(errno)));
+    }
+    isa::Result<uint64_t> bus = device->map_host(p, bytes);
+    if (!bus) {
+      munmap(p, bytes);
+      return reply_status(s, id, bus.error());
+    }
+    s.mappings[bus.value()] = {p, bytes};
+    Reply r;
+    r.value = bus.value();
+    return reply(s, id, r);
+  }
+
+  // --- device events (from the simulator thread) -------------------------------------------
+  void on_interrupt(uint64_t mask) {
+    asio::post(io, [this, mask] {
+      if (holder == nullptr || holder->closed) return;
+      isa::server::PayloadWriter w;
+      w.u64(mask);
+      if (isa::Status sent = send(*holder, MessageType::kInterrupt, 0, w.data()); !sent) {
+        drop(*holder, sent.error().reason);
+      }
+    });
+  }
+
+  void on_lost(const std::string& why) {
+    asio::post(io, [this, why] {
+      lost = why;
+      logger()->error("the device was lost: {}", why);
+      tell_all_and_close(why);
+      finish();
+    });
+  }
+
+  void tell_all_and_close(const std::string& why) {
+    isa::server::PayloadWriter w;
+    w.bytes(why.data(), why.size());
+    auto all = sessions;
+    for (auto& s : all) {
+      if (s->closed) continue;
+      (void)send(*s, MessageType::kLost, 0, w.data());
+      drop(*s, "the server is closing");
+    }
+  }
+
+  void finish() {
+    stopping = true;
+    boost::system::error_code ignored;
+    if (acceptor) acceptor->close(ignored);
+    io.stop();
+  }
+
+  // SIGTERM / stop(): work in flight finishes, then clients are told and the server exits.
+  void shut_down(const std::string& why) {
+    if (stopping) return;
+    logger()->info("shutting down: {}", why);
+    stopping = true;
+    boost::system::error_code ignored;
+    if (acceptor) acceptor->close(ignored);
+    quiesce();
+    tell_all_and_close("the device server shut down (" + why + ")");
+    finish();
+  }
+};
+
+isa::Result<std::unique_ptr<DeviceServer>> DeviceServer::create(ServerOptions options) {
+  auto impl = std::make_unique<Impl>();
+  remote::UniqueFd first(options.client_fd);
+  options.client_fd = -1;
+  if (options.socket_path.empty() && !first) {
+    return bad_request("a device server needs a socket path (--socket PATH) to listen on");
+  }
+  impl->options = options;
+  MTIA_ASSIGN_OR_RETURN(impl->device, driver::create_backend("inprocess", options.device));
+  MTIA_ASSIGN_OR_RETURN(impl->window, impl->device->shared_window());
+  Impl* self = impl.get();
+  impl->device->set_interrupt_handler([self](uint64_t mask) { self->on_interrupt(mask); });
+  impl->device->set_lost_handler([self](const std::string& why) { self->on_lost(why); });
+
+  if (!options.socket_path.empty()) {
+    if (options.socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
+      return bad_request(
+          fmt::format("socket path '{}' is longer than a Unix socket path may be "
+                      "({} bytes); choose a shorter one",
+                      options.socket_path, sizeof(sockaddr_un::sun_path) - 1));
+    }
+    struct stat st {};
+    if (lstat(options.socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      ::unlink(options.socket_path.c_str());  // a stale socket from an earlier server
+    }
+    try {
+      impl->acceptor = std::make_unique<local::acceptor>(impl->io);
+      local::endpoint ep(options.socket_path);
+      impl->acceptor->open(ep.protocol());
+      impl->acceptor->bind(ep);
+      impl->acceptor->listen();
+    } catch (const boost::system::system_error& e) {
+      return isa::reject(isa::ErrorCode::kDeviceUnavailable,
+                         fmt::format("cannot listen on '{}': {}", options.socket_path, e.what()));
+    }
+  }
+  if (first) {
+    auto s = std::make_shared<Session>(impl->io);
+    boost::system::error_code ec;
+    s->socket.assign(local(), first.release(), ec);
+    if (ec) {
+      return isa::reject(isa::ErrorCode::kDeviceUnavailable,
+                         "cannot use the client socket: " + ec.message());
+    }
+    s->first = true;
+    impl->start(s);
+  }
+  return std::unique_ptr<DeviceServer>(new DeviceServer(std::move(impl)));
+}
+
+DeviceServer::DeviceServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+DeviceServer::~DeviceServer() {
+  if (!impl_) return;
+  for (auto& s : impl_->sessions) impl_->release_mappings(*s);
+  impl_->device->set_interrupt_handler({});
+  impl_->device->set_lost_handler({});
+  impl_->device.reset();
+  if (!impl_->options.socket_path.empty() && impl_->acceptor) {
+    ::unlink(impl_->options.socket_path.c_str());
+  }
+}
+
+isa::Status DeviceServer::run(bool handle_signals) {
+  Impl& d = *impl_;
+  asio::signal_set signals(d.io);
+  if (handle_signals) {
+    signals.add(SIGTERM);
+    signals.add(SIGINT);
+    signals.async_wait([&d](const boost::system::error_code& ec, int sig) {
+      if (!ec) d.shut_down(sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    });
+  }
+  d.accept();
+  d.io.run();
+  if (!d.lost.empty()) return isa::reject(isa::ErrorCode::kDeviceLost, d.lost);
+  return {};
+}
+
+void DeviceServer::stop() {
+  asio::post(impl_->io, [this] { impl_->shut_down("stop requested"); });
+}
+
+}  // namespace mtia::server
