@@ -76,6 +76,24 @@ static Side pageable_side(Device::Impl& d, const uint8_t* p, const ByteRange& sp
   return side;
 }
 
+isa::DmaCopyPacket copy_packet(const CopyPiece& piece, size_t elem, uint64_t src_base,
+                               isa::AddressSpace src_space, uint64_t dst_base,
+                               isa::AddressSpace dst_space) {
+  isa::DmaCopyPacket pk{};
+  pk.ndims = static_cast<uint8_t>(piece.ndims);
+  pk.elem_size = static_cast<uint8_t>(elem);
+  for (int k = 0; k < piece.ndims; ++k) {
+    pk.sizes[k] = piece.sizes[k];
+    pk.src.strides[k] = piece.src_strides[k];
+    pk.dst.strides[k] = piece.dst_strides[k];
+  }
+  pk.src.addr = src_base + piece.src_offset;
+  pk.src.space = static_cast<uint8_t>(src_space);
+  pk.dst.addr = dst_base + piece.dst_offset;
+  pk.dst.space = static_cast<uint8_t>(dst_space);
+  return pk;
+}
+
 std::shared_ptr<HostRegion> Device::Impl::take_staging(uint64_t bytes) {
   const uint64_t capacity = std::bit_ceil(std::max(bytes, kPageBytes));
   if (auto cached = host.take_staging(capacity)) return cached;
@@ -168,18 +186,8 @@ void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, c
   uint64_t submitted = 0, last_seq = 0;
   try {
     for (const CopyPiece& piece : plan.pieces) {
-      isa::DmaCopyPacket pk{};
-      pk.ndims = static_cast<uint8_t>(piece.ndims);
-      pk.elem_size = static_cast<uint8_t>(elem);
-      for (int k = 0; k < piece.ndims; ++k) {
-        pk.sizes[k] = piece.sizes[k];
-        pk.src.strides[k] = piece.src_strides[k];
-        pk.dst.strides[k] = piece.dst_strides[k];
-      }
-      pk.src.addr = src_side.base + piece.src_offset;
-      pk.src.space = static_cast<uint8_t>(src_side.space);
-      pk.dst.addr = dst_side.base + piece.dst_offset;
-      pk.dst.space = static_cast<uint8_t>(dst_side.space);
+      const isa::DmaCopyPacket pk =
+          copy_packet(piece, elem, src_side.base, src_side.space, dst_side.base, dst_side.space);
       if (keep_region_for_caller) {
         last_seq = submit(s, pk, [this, region](const driver::Completion&) {
           (void)host.release(region, 1);  // this thread gives the region back afterwards

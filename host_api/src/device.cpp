@@ -134,6 +134,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   }
   streams.emplace(0, std::make_shared<StreamState>(0, 0));
   worker = std::thread([this] { worker_loop(); });
+  life->impl = this;
   log->debug("opened device '{}' through backend '{}' (timing {})", props.name, choice.backend,
              o.timing ? "on" : "off");
 }
@@ -154,6 +155,11 @@ Device::Impl::~Impl() {
     if (auto error = s->pending_error()) {
       log->warn("closing the device: stream {} had an unreported error: {}", s->id, *error);
     }
+  }
+  // Other devices' completions hand this one no more work from now on.
+  {
+    std::lock_guard lock(life->mu);
+    life->impl = nullptr;
   }
   // 2. Stop the worker after it has run what the completions asked for (repairs, releases).
   {
@@ -214,6 +220,10 @@ Device Device::open(const DeviceOptions& options) {
 }
 
 Device::Device(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+uint32_t Device::index() const {
+  return impl_->options.index;
+}
 Device::~Device() = default;
 Device::Device(Device&&) noexcept = default;
 Device& Device::operator=(Device&&) noexcept = default;

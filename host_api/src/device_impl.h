@@ -44,6 +44,26 @@
 
 namespace mtia {
 
+// The DMA packet for one piece of a copy plan, from src_base to dst_base (copy.cpp).
+isa::DmaCopyPacket copy_packet(const CopyPiece& piece, size_t elem, uint64_t src_base,
+                               isa::AddressSpace src_space, uint64_t dst_base,
+                               isa::AddressSpace dst_space);
+
+// Whether a Device::Impl still exists, for work another device's completions hand it (a peer
+// copy, a wait for another device's event: peer.cpp). `impl` is cleared under `mu` when the
+// device closes, after its streams have drained.
+struct ImplLife {
+  std::mutex mu;
+  Device::Impl* impl = nullptr;
+};
+
+// A stream held on the device until the host releases it (peer.cpp): a WaitPacket on a fence
+// slot of this device, released by a SignalPacket the host submits later.
+struct HostFence {
+  FenceSlot slot;
+  uint64_t value = 0;
+};
+
 struct Device::Impl {
   explicit Impl(const DeviceOptions& options);
   ~Impl();
@@ -103,6 +123,16 @@ struct Device::Impl {
   void note_use_locked(GraphState& g, uint64_t addr);
   void repair_fence(std::shared_ptr<EventState> ev, uint64_t value, std::string failure);
 
+  // Devices working together (peer.cpp). hold_stream_for_host queues a wait on `s` that
+  // release_host_fence (from the worker thread, never the backend's) lets go; `failure`, if
+  // not empty, becomes the stream's error. run_on_worker_of hands `task` to the worker of the
+  // device `life` names, if it is still open (any thread, also a backend's).
+  HostFence hold_stream_for_host(const std::shared_ptr<StreamState>& s);
+  void release_host_fence(const HostFence& f, const std::shared_ptr<StreamState>& s,
+                          const std::string& failure);
+  static void run_on_worker_of(const std::shared_ptr<ImplLife>& life,
+                               std::function<void(Impl&)> task);
+
   // --- state ----------------------------------------------------------------------------------
   std::shared_ptr<spdlog::logger> log;
   DeviceOptions options;
@@ -113,8 +143,9 @@ struct Device::Impl {
   // Pinned host memory, staging buffers and their users (host_registry.h); own mutex.
   HostRegistry host;
   std::unique_ptr<HostTrace> trace;  // host API calls for the device's trace (host_trace.h)
-  uint32_t repair_queue = 0;         // queue for fence repairs (never carries user work)
-  uint32_t first_user_queue = 0;     // created streams use [first_user_queue, last_user_queue]
+  std::shared_ptr<ImplLife> life = std::make_shared<ImplLife>();
+  uint32_t repair_queue = 0;      // queue for fence repairs (never carries user work)
+  uint32_t first_user_queue = 0;  // created streams use [first_user_queue, last_user_queue]
   uint32_t last_user_queue = 0;
 
   mutable std::mutex mu;

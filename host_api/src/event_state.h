@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -36,6 +37,23 @@ struct EventState {
   uint64_t time_ps = 0;  // simulated end time of the latest completed record
   bool failed = false;   // the latest completed record's stream faulted before it
   std::string failure;
+  // Run once done_value reaches their value (a stream of another device waits for this event:
+  // peer.cpp). Whoever raises done_value takes them and runs them after unlocking `mu`.
+  std::vector<std::pair<uint64_t, std::function<void()>>> watchers;
+
+  // The watchers done_value has now reached, removed. Requires `mu`.
+  std::vector<std::function<void()>> take_ready_watchers() {
+    std::vector<std::function<void()>> ready;
+    for (auto it = watchers.begin(); it != watchers.end();) {
+      if (it->first <= done_value) {
+        ready.push_back(std::move(it->second));
+        it = watchers.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return ready;
+  }
 };
 
 // Free fence slots. The device memory behind them (slabs) is the runtime's: Device::Impl

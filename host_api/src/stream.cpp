@@ -282,6 +282,7 @@ void Device::Impl::repair_fence(std::shared_ptr<EventState> ev, uint64_t value,
   sig.value = value;
   auto finish = [this, ev, value, failure](const driver::Completion& c) {
     if (!c.ok && !c.lost) log->error("event {}: repairing its fence failed: {}", ev->id, c.message);
+    std::vector<std::function<void()>> ready;
     {
       std::lock_guard lock(ev->mu);
       ev->done_value = std::max(ev->done_value, value);
@@ -291,8 +292,10 @@ void Device::Impl::repair_fence(std::shared_ptr<EventState> ev, uint64_t value,
         ev->failed = true;
         ev->failure = failure;
       }
+      ready = ev->take_ready_watchers();
     }
     ev->done_cv.notify_all();
+    for (auto& fn : ready) fn();
   };
   if (isa::Result<uint64_t> submitted = dev->submit(repair_queue, sig, finish); !submitted) {
     // The repair cannot run (on a lost device nothing can; waiters learn of the loss from
@@ -332,6 +335,7 @@ void Device::Impl::record(Event event, Stream stream) {
       defer([this, ev, value, msg = c.message] { repair_fence(ev, value, msg); });
       return;
     }
+    std::vector<std::function<void()>> ready;
     {
       std::lock_guard lock(ev->mu);
       ev->done_value = std::max(ev->done_value, value);
@@ -341,9 +345,11 @@ void Device::Impl::record(Event event, Stream stream) {
         ev->failed = false;
         ev->failure.clear();
       }
+      ready = ev->take_ready_watchers();
     }
     // After the unlock, so the woken thread does not run straight into the held lock.
     ev->done_cv.notify_all();
+    for (auto& fn : ready) fn();
   });
 }
 
