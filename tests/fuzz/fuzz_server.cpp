@@ -68,7 +68,7 @@ Rig& rig() {
 }
 
 // Sends `bytes`, ends the stream, and reads what the server says until it hangs up.
-void exchange(int fd, const std::vector<uint8_t>& bytes) {
+void send_and_drain(int fd, const std::vector<uint8_t>& bytes) {
   (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   ::shutdown(fd, SHUT_WR);
   mtia::remote::MessageReader reader;
@@ -147,7 +147,7 @@ void check_served() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static uint64_t runs = 0;
   const int fd = rig().connect();
-  exchange(fd, defused(data, size));
+  send_and_drain(fd, defused(data, size));
   ::close(fd);
   if (++runs % 64 == 1) check_served();
   return 0;
