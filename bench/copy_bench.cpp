@@ -3,9 +3,13 @@
 //     host->device and device->host, as a ratio to host memcpy of the same bytes measured in
 //     the same run (targets: contiguous >= 0.5, transposed >= 0.25);
 //  2. the simulated time of the same copies against the preset's PCIe bandwidth;
-//  3. the host round trip of a small async copy plus synchronize (target < 20 us).
+//  3. the host round trip of a small async copy plus synchronize (target < 20 us in-process,
+//     < 50 us through a device server).
+// Each runs on the in-process device and then on a served one (a device server this bench
+// starts, reached through the socket backend), unless --backend picks one.
 //
 // Usage: bench_copy [preset] [--round-trip] [--trips N] [--wait auto|spin|yield|block]
+//                   [--backend inprocess|socket|both]
 //   --round-trip  only the round trip (3.), skipping the 64 MiB copies
 //   --wait        the device's wait policy (default: $MTIA_EMU_WAIT, else auto)
 #include <nlohmann/json.hpp>
@@ -45,6 +49,8 @@ struct Options {
   bool round_trip_only = false;
   int trips = 2000;
   std::optional<mtia::WaitPolicy> wait;
+  // "inprocess", "socket" (a device server this bench starts) or "both", one after the other.
+  std::string backend = "both";
 };
 
 static void round_trip(mtia::Device& device, mtia::DevicePtr dev, void* host, int trips) {
@@ -66,12 +72,15 @@ static void round_trip(mtia::Device& device, mtia::DevicePtr dev, void* host, in
   device.destroy_stream(stream);
 }
 
-static void bench_preset(const Options& o) {
+static void bench_preset(const Options& o, const std::string& backend) {
   const std::string& preset = o.preset;
   mtia::DeviceOptions options;
   options.preset = preset;
   options.wait = o.wait;
+  options.backend = backend;
   mtia::Device device = mtia::Device::open(options);
+  std::printf("== backend %s%s ==\n", backend.c_str(),
+              backend == "socket" ? " (a device server in its own process)" : "");
   if (o.round_trip_only) {
     mtia::DevicePtr dev = device.malloc(4096);
     void* host = device.host_alloc(4096);
@@ -148,17 +157,25 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_copy: --wait takes auto, spin, yield or block\n");
         return 2;
       }
+    } else if (a == "--backend" && i + 1 < argc) {
+      o.backend = argv[++i];
+      if (o.backend != "inprocess" && o.backend != "socket" && o.backend != "both") {
+        std::fprintf(stderr, "bench_copy: --backend takes inprocess, socket or both\n");
+        return 2;
+      }
     } else if (!a.empty() && a[0] != '-') {
       o.preset = a;
     } else {
       std::fprintf(stderr,
                    "usage: bench_copy [preset] [--round-trip] [--trips N] "
-                   "[--wait auto|spin|yield|block]\n");
+                   "[--wait auto|spin|yield|block] [--backend inprocess|socket|both]\n");
       return 2;
     }
   }
   try {
-    bench_preset(o);
+    if (o.backend != "socket") bench_preset(o, "inprocess");
+    if (o.backend == "both") std::printf("\n");
+    if (o.backend != "inprocess") bench_preset(o, "socket");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_copy: %s\n", e.what());
     return 1;

@@ -102,7 +102,17 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
     if (socket_) ::shutdown(socket_.get(), SHUT_RDWR);
     if (reader_.joinable()) reader_.join();
     if (window_ != nullptr) munmap(window_, window_bytes_);
-    for (auto& [ptr, seg] : segments_) munmap(ptr, seg.bytes);
+    {
+      std::lock_guard lock(segments_mu_);
+      for (auto it = segments_.begin(); it != segments_.end();) {
+        if (it->second.owner == this) {
+          munmap(it->first, it->second.bytes);
+          it = segments_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
     reap_server();
   }
 
@@ -182,7 +192,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
                                      std::strerror(errno)));
     }
     std::lock_guard lock(segments_mu_);
-    segments_[static_cast<uint8_t*>(p)] = Segment{size, std::move(fd)};
+    segments_[static_cast<uint8_t*>(p)] = Segment{size, std::move(fd), this};
     return p;
   }
 
@@ -305,6 +315,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   struct Segment {
     uint64_t bytes = 0;
     UniqueFd fd;
+    const SocketBackend* owner = nullptr;  // the backend that made it (frees it at the end)
   };
   struct Pending {
     bool done = false;
@@ -356,7 +367,8 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
     if (!o.timing) args.push_back("--no-timing");
     args.insert(args.end(), {"--trace-max-events", std::to_string(o.trace.max_events), "--wait",
                              isa::wait_policy_name(o.wait)});
-    if (o.unit_threads) args.insert(args.end(), {"--unit-threads", std::to_string(*o.unit_threads)});
+    if (o.unit_threads)
+      args.insert(args.end(), {"--unit-threads", std::to_string(*o.unit_threads)});
     if (o.inline_work_ns) {
       args.insert(args.end(), {"--inline-work-ns", std::to_string(*o.inline_work_ns)});
     }
@@ -570,8 +582,10 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   std::function<void(uint64_t)> interrupt_;
   std::function<void(const std::string&)> lost_handler_;
 
-  std::mutex segments_mu_;
-  std::map<uint8_t*, Segment> segments_;   // alloc_host buffers by address
+  // alloc_host buffers by address, of every socket backend in the process: any device may map
+  // another's (a peer copy's bounce buffer is reached by both devices).
+  static inline std::mutex segments_mu_;
+  static inline std::map<uint8_t*, Segment> segments_;
   std::map<uint64_t, uint64_t> bus_base_;  // bus address handed out -> the server's mapping
 };
 

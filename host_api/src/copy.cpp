@@ -13,9 +13,6 @@ namespace {
 
 constexpr uint64_t kPageBytes = 4096;
 
-// Host memory kept in idle staging buffers for reuse, at most.
-constexpr uint64_t kStagingCacheBytes = uint64_t{256} << 20;
-
 // One side of a transfer as the packets see it.
 struct Side {
   uint64_t base = 0;  // address of the layout's base pointer in `space` (may wrap; only
@@ -79,32 +76,35 @@ static Side pageable_side(Device::Impl& d, const uint8_t* p, const ByteRange& sp
   return side;
 }
 
+isa::DmaCopyPacket copy_packet(const CopyPiece& piece, size_t elem, uint64_t src_base,
+                               isa::AddressSpace src_space, uint64_t dst_base,
+                               isa::AddressSpace dst_space) {
+  isa::DmaCopyPacket pk{};
+  pk.ndims = static_cast<uint8_t>(piece.ndims);
+  pk.elem_size = static_cast<uint8_t>(elem);
+  for (int k = 0; k < piece.ndims; ++k) {
+    pk.sizes[k] = piece.sizes[k];
+    pk.src.strides[k] = piece.src_strides[k];
+    pk.dst.strides[k] = piece.dst_strides[k];
+  }
+  pk.src.addr = src_base + piece.src_offset;
+  pk.src.space = static_cast<uint8_t>(src_space);
+  pk.dst.addr = dst_base + piece.dst_offset;
+  pk.dst.space = static_cast<uint8_t>(dst_space);
+  return pk;
+}
+
 std::shared_ptr<HostRegion> Device::Impl::take_staging(uint64_t bytes) {
   const uint64_t capacity = std::bit_ceil(std::max(bytes, kPageBytes));
-  {
-    std::lock_guard lock(mu);
-    if (auto it = staging_cache.find(capacity); it != staging_cache.end()) {
-      auto r = it->second;
-      staging_cache.erase(it);
-      staging_cache_bytes -= capacity;
-      return r;
-    }
-  }
+  if (auto cached = host.take_staging(capacity)) return cached;
   return alloc_mapped(capacity, HostRegion::Kind::kStaging,
                       fmt::format("a {}-byte staging buffer", capacity));
 }
 
 void Device::Impl::return_staging(const std::shared_ptr<HostRegion>& r) {
-  {
-    std::lock_guard lock(mu);
-    if (!stopping && staging_cache_bytes + r->bytes <= kStagingCacheBytes) {
-      r->inflight = 0;
-      staging_cache.emplace(r->bytes, r);
-      staging_cache_bytes += r->bytes;
-      return;
-    }
-  }
-  // Unmapping may not happen on the backend's thread: leave it to the worker.
+  if (host.cache_staging(r)) return;
+  // Full (or the device is closing). Unmapping may not happen on the backend's thread: leave it to
+  // the worker.
   defer([this, r] { release_region(r); });
 }
 
@@ -134,11 +134,11 @@ void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, c
   // Device sides first: they only need checking.
   Side dst_side, src_side;
   if (dir != Dir::kHostToDevice) {
-    check_device_span(DevicePtr(src), plan.src_span, elem, "src");
+    memory->check_span(DevicePtr(src), plan.src_span, elem, "src");
     src_side.base = src;
   }
   if (dir != Dir::kDeviceToHost) {
-    check_device_span(DevicePtr(dst), plan.dst_span, elem, "dst");
+    memory->check_span(DevicePtr(dst), plan.dst_span, elem, "dst");
     dst_side.base = dst;
   }
 
@@ -151,17 +151,12 @@ void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, c
     check_host_alignment(p, span, elem, name);
     Side& side = h2d ? src_side : dst_side;
     side.space = isa::AddressSpace::kHost;
-    {
-      std::lock_guard lock(mu);
-      side.region = find_host_span(p, span, name);
-      // Registered memory the backend could not map is copied as pageable memory is.
-      if (side.region && !side.region->mapped) side.region = nullptr;
-      if (side.region) {
-        side.region->inflight += npieces;
-        side.base = side.region->bus + static_cast<uint64_t>(p - side.region->ptr);
-      }
-    }
-    if (!side.region) {
+    // Registered memory the backend could not map comes back as nullptr: it is copied as
+    // pageable memory is.
+    side.region = host.acquire(p, span, name, npieces);
+    if (side.region) {
+      side.base = side.region->bus + static_cast<uint64_t>(p - side.region->ptr);
+    } else {
       // Pageable: host->device async copies stage the data so the caller may reuse its
       // memory at once; everything else is done synchronously on mapped memory.
       const bool stage = h2d && async;
@@ -175,15 +170,7 @@ void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, c
   // When the last packet touching a region completes: release staging buffers, and wake
   // host_free / host_unregister waiting for pinned memory to go quiet.
   auto done_with_region = [this, region](uint64_t n) {
-    if (!region) return;
-    bool release = false;
-    {
-      std::lock_guard lock(mu);
-      region->inflight -= n;
-      release = region->inflight == 0 && region->kind == HostRegion::Kind::kStaging;
-      cv.notify_all();
-    }
-    if (release) return_staging(region);
+    if (region && host.release(region, n)) return_staging(region);
   };
   const bool keep_region_for_caller =  // released below by this thread, not by a callback
       region && (region->kind == HostRegion::Kind::kTemporary ||
@@ -199,22 +186,11 @@ void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, c
   uint64_t submitted = 0, last_seq = 0;
   try {
     for (const CopyPiece& piece : plan.pieces) {
-      isa::DmaCopyPacket pk{};
-      pk.ndims = static_cast<uint8_t>(piece.ndims);
-      pk.elem_size = static_cast<uint8_t>(elem);
-      for (int k = 0; k < piece.ndims; ++k) {
-        pk.sizes[k] = piece.sizes[k];
-        pk.src.strides[k] = piece.src_strides[k];
-        pk.dst.strides[k] = piece.dst_strides[k];
-      }
-      pk.src.addr = src_side.base + piece.src_offset;
-      pk.src.space = static_cast<uint8_t>(src_side.space);
-      pk.dst.addr = dst_side.base + piece.dst_offset;
-      pk.dst.space = static_cast<uint8_t>(dst_side.space);
+      const isa::DmaCopyPacket pk =
+          copy_packet(piece, elem, src_side.base, src_side.space, dst_side.base, dst_side.space);
       if (keep_region_for_caller) {
         last_seq = submit(s, pk, [this, region](const driver::Completion&) {
-          std::lock_guard lock(mu);
-          region->inflight -= 1;
+          (void)host.release(region, 1);  // this thread gives the region back afterwards
         });
       } else {
         last_seq =
@@ -237,12 +213,7 @@ void Device::Impl::copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, c
   wait_seq(*s, last_seq);
   if (keep_region_for_caller) {
     const Side& host = h2d ? src_side : dst_side;
-    bool failed;
-    {
-      std::lock_guard lock(mu);
-      failed = s->has_error;
-    }
-    if (host.bounce_out && !failed) {
+    if (host.bounce_out && !s->pending_error()) {
       const ByteRange& span = plan.dst_span;
       std::memcpy(const_cast<uint8_t*>(host.user) + span.lo, region->ptr, span.size());
     }
@@ -267,7 +238,7 @@ void Device::Impl::fill(DevicePtr dst, const Layout& layout, uint64_t pattern, S
   call.set_detail(fmt::format("{} bytes at 0x{:x}, stream {}", plan.elements * plan.elem_size,
                               dst.address(), s->id));
   if (plan.elements == 0) return;
-  check_device_span(dst, plan.dst_span, plan.elem_size, "dst");
+  memory->check_span(dst, plan.dst_span, plan.elem_size, "dst");
   uint64_t last_seq = 0;
   for (const CopyPiece& piece : plan.pieces) {
     isa::FillPacket pk{};

@@ -17,8 +17,6 @@
 namespace mtia {
 namespace {
 
-constexpr size_t kRememberFreed = 4096;  // freed addresses kept for error messages
-
 // DeviceOptions::trace, else $MTIA_EMU_TRACE, else off.
 TraceLevel resolve_trace_level(const DeviceOptions& o) {
   if (o.trace) return *o.trace;
@@ -96,6 +94,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
                 fmt::format("cannot open the '{}' device: {}", choice.backend, f.reason));
   }
   dev = std::move(opened).value();
+  memory = std::make_unique<DeviceMemory>(dev->allocator());
   trace = std::make_unique<HostTrace>(dev->trace(), trace_level);
   const driver::DeviceInfo& info = dev->info();
   props.backend = choice.backend;
@@ -133,11 +132,9 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
     first_user_queue = nq - 1;
     last_user_queue = nq - 1;
   }
-  auto def = std::make_shared<StreamState>();
-  def->id = 0;
-  def->queue = 0;
-  streams.emplace(0, def);
+  streams.emplace(0, std::make_shared<StreamState>(0, 0));
   worker = std::thread([this] { worker_loop(); });
+  life->impl = this;
   log->debug("opened device '{}' through backend '{}' (timing {})", props.name, choice.backend,
              o.timing ? "on" : "off");
 }
@@ -155,10 +152,14 @@ Device::Impl::~Impl() {
     } catch (const std::exception& e) {
       log->error("closing the device: waiting for stream {} failed: {}", s->id, e.what());
     }
-    std::lock_guard lock(mu);
-    if (s->has_error) {
-      log->warn("closing the device: stream {} had an unreported error: {}", s->id, s->error);
+    if (auto error = s->pending_error()) {
+      log->warn("closing the device: stream {} had an unreported error: {}", s->id, *error);
     }
+  }
+  // Other devices' completions hand this one no more work from now on.
+  {
+    std::lock_guard lock(life->mu);
+    life->impl = nullptr;
   }
   // 2. Stop the worker after it has run what the completions asked for (repairs, releases).
   {
@@ -185,16 +186,7 @@ Device::Impl::~Impl() {
     task();
   }
   // 4. Pinned host memory and idle staging buffers go with the device.
-  std::vector<std::shared_ptr<HostRegion>> regions;
-  {
-    std::lock_guard lock(mu);
-    for (auto& [p, r] : pinned) regions.push_back(r);
-    pinned.clear();
-    for (auto& [capacity, r] : staging_cache) regions.push_back(r);
-    staging_cache.clear();
-    staging_cache_bytes = 0;
-  }
-  for (auto& r : regions) release_region(r);
+  for (auto& r : host.take_all()) release_region(r);
   dev.reset();
 }
 
@@ -228,6 +220,10 @@ Device Device::open(const DeviceOptions& options) {
 }
 
 Device::Device(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+uint32_t Device::index() const {
+  return impl_->options.index;
+}
 Device::~Device() = default;
 Device::Device(Device&&) noexcept = default;
 Device& Device::operator=(Device&&) noexcept = default;
@@ -275,126 +271,26 @@ DevicePtr Device::malloc(uint64_t bytes) {
                 "malloc(0): cannot allocate 0 bytes of device memory; skip the allocation for "
                 "empty tensors");
   }
-  isa::Result<uint64_t> allocated = impl_->dev->allocator().allocate(bytes);
-  if (!allocated) {
-    const isa::Failure& f = allocated.error();
-    if (f.code == isa::ErrorCode::kOutOfMemory) {
-      raise(f, fmt::format("malloc({} bytes): ", bytes),
-            "; free unused allocations or request less");
-    }
-    raise(f, fmt::format("malloc({} bytes): ", bytes));
-  }
-  const uint64_t addr = allocated.value();
-  std::lock_guard lock(impl_->mu);
-  impl_->allocated += bytes;
-  impl_->peak = std::max(impl_->peak, impl_->allocated);
-  impl_->live_allocations += 1;
-  impl_->total_allocations += 1;
-  impl_->generation[addr] = impl_->next_generation++;
-  return DevicePtr(addr);
+  return DevicePtr(impl_->memory->allocate(bytes));
 }
 
 void Device::free(DevicePtr ptr) {
   Impl& d = *impl_;
   ApiCall call(*d.trace, "free");
   call.set_detail(fmt::format("0x{:x}", ptr.address()));
-  const uint64_t addr = ptr.address();
-  {
-    std::lock_guard lock(d.mu);
-    if (d.runtime_blocks.count(addr)) {
-      throw Error(
-          ErrorKind::kInvalidPointer,
-          fmt::format("free(0x{:x}): this block belongs to the runtime, not to malloc()", addr));
-    }
-  }
-  const auto alloc = d.dev->allocator().find(addr, 1);
-  if (isa::Status freed = d.dev->allocator().free(addr); !freed) {
-    raise(freed.error(), fmt::format("free(0x{:x}): ", addr),
-          "; pass a pointer malloc() returned, once");
-  }
-  // The allocator accepted it, so `alloc` was this very block.
-  std::lock_guard lock(d.mu);
-  const uint64_t bytes = alloc ? alloc->bytes : 0;
-  d.allocated -= bytes;
-  d.live_allocations -= 1;
-  d.generation.erase(addr);
-  d.recently_freed[addr] = bytes;
-  d.freed_order.push_back(addr);
-  if (d.freed_order.size() > kRememberFreed) {
-    d.recently_freed.erase(d.freed_order.front());
-    d.freed_order.pop_front();
-  }
+  d.memory->free(ptr.address());
 }
 
 MemoryStats Device::memory_stats() const {
-  const driver::AllocatorStats a = impl_->dev->allocator().stats();
-  std::lock_guard lock(impl_->mu);
   MemoryStats s;
-  s.allocated_bytes = impl_->allocated;
-  s.reserved_bytes = a.reserved_bytes - impl_->runtime_bytes;  // runtime blocks have no padding
-  s.peak_allocated_bytes = impl_->peak;
-  s.allocations = impl_->live_allocations;
-  s.total_allocations = impl_->total_allocations;
-  s.free_bytes = a.free_bytes;
-  s.largest_free_bytes = a.largest_free_bytes;
-  s.runtime_bytes = impl_->runtime_bytes;
-  s.pinned_host_bytes = impl_->pinned_bytes;
-  s.staging_host_bytes = impl_->staging_cache_bytes;
+  impl_->memory->stats(s);
+  s.pinned_host_bytes = impl_->host.pinned_bytes();
+  s.staging_host_bytes = impl_->host.staging_bytes();
   return s;
 }
 
 void Device::reset_peak_memory_stats() {
-  std::lock_guard lock(impl_->mu);
-  impl_->peak = impl_->allocated;
-}
-
-void Device::Impl::check_device_span(DevicePtr base, const ByteRange& span, size_t elem_size,
-                                     const char* side) const {
-  uint64_t lo = 0;
-  if (__builtin_add_overflow(base.address(), span.lo, &lo)) {
-    throw Error(ErrorKind::kInvalidPointer,
-                fmt::format("{} device pointer 0x{:x} + layout offset {} bytes overflows 64 bits",
-                            side, base.address(), span.lo));
-  }
-  const uint64_t bytes = span.size();
-  if (lo % elem_size != 0) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("{} device address 0x{:x} is not aligned to the element size {}; "
-                            "DMA moves naturally aligned elements",
-                            side, lo, elem_size));
-  }
-  const auto alloc = dev->allocator().find(lo, bytes);
-  if (alloc) {
-    std::lock_guard lock(mu);
-    if (!runtime_blocks.count(alloc->address)) return;
-    throw Error(ErrorKind::kInvalidPointer,
-                fmt::format("{} region 0x{:x} + {} bytes lies in memory the runtime owns, not in "
-                            "a malloc() allocation",
-                            side, lo, bytes));
-  }
-  if (const auto start = dev->allocator().find(lo, 1)) {
-    const uint64_t end = start->address + start->bytes;
-    throw Error(
-        ErrorKind::kInvalidPointer,
-        fmt::format("{} region 0x{:x} + {} bytes runs {} bytes past the end of its allocation "
-                    "(0x{:x}, {} bytes); check the layout's sizes, strides and offset",
-                    side, lo, bytes, lo + bytes - end, start->address, start->bytes));
-  }
-  std::lock_guard lock(mu);
-  auto it = recently_freed.upper_bound(lo);
-  if (it != recently_freed.begin()) {
-    --it;
-    if (lo - it->first < std::max<uint64_t>(it->second, 1)) {
-      throw Error(ErrorKind::kInvalidPointer,
-                  fmt::format("{} region 0x{:x} + {} bytes is in the allocation at 0x{:x} ({} "
-                              "bytes), which was freed; use a live allocation",
-                              side, lo, bytes, it->first, it->second));
-    }
-  }
-  throw Error(ErrorKind::kInvalidPointer,
-              fmt::format("{} region 0x{:x} + {} bytes is not inside any live device allocation; "
-                          "pass a pointer from malloc() (plus an offset inside it)",
-                          side, lo, bytes));
+  impl_->memory->reset_peak();
 }
 
 // --- pinned host memory -------------------------------------------------------------------
@@ -406,58 +302,12 @@ void* Device::host_alloc(size_t bytes) {
   }
   auto r = d.alloc_mapped(bytes, HostRegion::Kind::kAllocated,
                           fmt::format("host_alloc({} bytes)", bytes));
-  void* p = r->ptr;
-  std::lock_guard lock(d.mu);
-  d.pinned[reinterpret_cast<uintptr_t>(p)] = r;
-  d.freed_host.erase(reinterpret_cast<uintptr_t>(p));
-  d.pinned_bytes += bytes;
-  return p;
+  d.host.add_pinned(r);
+  return r->ptr;
 }
-
-namespace {
-
-// Removes a pinned region of the expected kind once no copy uses it any more.
-std::shared_ptr<HostRegion> close_region(Device::Impl& d, void* ptr, HostRegion::Kind kind,
-                                         const char* call) {
-  const auto key = reinterpret_cast<uintptr_t>(ptr);
-  std::unique_lock lock(d.mu);
-  auto it = d.pinned.find(key);
-  const bool want_alloc = kind == HostRegion::Kind::kAllocated;
-  if (it == d.pinned.end() || it->second->kind != kind || it->second->closing) {
-    std::string why;
-    if (it != d.pinned.end() && it->second->closing) {
-      why = "another thread is releasing it right now";
-    } else if (it != d.pinned.end()) {
-      why = want_alloc ? "it was registered with host_register(); use host_unregister()"
-                       : "it came from host_alloc(); use host_free()";
-    } else if (d.freed_host.count(key)) {
-      why = want_alloc ? "it was already freed" : "it was already unregistered";
-    } else {
-      why = want_alloc ? "it was not returned by host_alloc()"
-                       : "it is not the start of a region passed to host_register()";
-      for (const auto& [start, r] : d.pinned) {
-        if (key > start && key < start + r->bytes) {
-          why = fmt::format("it points inside the pinned region at {} ({} bytes), not at its start",
-                            static_cast<const void*>(r->ptr), r->bytes);
-        }
-      }
-    }
-    throw Error(ErrorKind::kInvalidPointer, fmt::format("{}({}): {}", call, ptr, why));
-  }
-  auto r = it->second;
-  r->closing = true;  // new copies are refused from here on
-  d.cv.wait(lock, [&] { return r->inflight == 0; });
-  d.pinned.erase(key);
-  d.pinned_bytes -= r->bytes;
-  d.freed_host.insert(key);
-  if (d.freed_host.size() > kRememberFreed) d.freed_host.erase(d.freed_host.begin());
-  return r;
-}
-
-}  // namespace
 
 void Device::host_free(void* ptr) {
-  auto r = close_region(*impl_, ptr, HostRegion::Kind::kAllocated, "host_free");
+  auto r = impl_->host.close_pinned(ptr, HostRegion::Kind::kAllocated, "host_free");
   impl_->release_region(r);
 }
 
@@ -468,18 +318,7 @@ void Device::host_register(void* ptr, size_t bytes) {
         ErrorKind::kInvalidArgument,
         fmt::format("host_register({}, {}): need a non-null pointer and bytes > 0", ptr, bytes));
   }
-  const auto key = reinterpret_cast<uintptr_t>(ptr);
-  {
-    std::lock_guard lock(d.mu);
-    for (const auto& [start, r] : d.pinned) {
-      if (key < start + r->bytes && start < key + bytes) {
-        throw Error(ErrorKind::kInvalidArgument,
-                    fmt::format("host_register({}, {}): overlaps the pinned region at {} ({} "
-                                "bytes); unregister that first or register disjoint memory",
-                                ptr, bytes, static_cast<const void*>(r->ptr), r->bytes));
-      }
-    }
-  }
+  d.host.check_disjoint(ptr, bytes, "host_register");
   auto r = std::make_shared<HostRegion>();
   r->ptr = static_cast<uint8_t*>(ptr);
   r->bytes = bytes;
@@ -498,25 +337,16 @@ void Device::host_register(void* ptr, size_t bytes) {
                 fmt::format("host_register({}, {}): cannot map it for DMA: {}", ptr, bytes,
                             bus.error().reason));
   }
-  std::lock_guard lock(d.mu);
-  d.pinned[key] = r;
-  d.freed_host.erase(key);
-  d.pinned_bytes += bytes;
+  d.host.add_pinned(std::move(r));
 }
 
 void Device::host_unregister(void* ptr) {
-  auto r = close_region(*impl_, ptr, HostRegion::Kind::kRegistered, "host_unregister");
+  auto r = impl_->host.close_pinned(ptr, HostRegion::Kind::kRegistered, "host_unregister");
   impl_->release_region(r);
 }
 
 bool Device::is_pinned(const void* ptr, size_t bytes) const {
-  std::lock_guard lock(impl_->mu);
-  try {
-    return impl_->find_host_span(static_cast<const uint8_t*>(ptr), ByteRange{0, bytes}, "") !=
-           nullptr;
-  } catch (const Error&) {
-    return false;  // straddles a region boundary
-  }
+  return impl_->host.is_pinned(ptr, bytes);
 }
 
 void Device::Impl::release_region(const std::shared_ptr<HostRegion>& r) {
@@ -554,42 +384,6 @@ std::shared_ptr<HostRegion> Device::Impl::alloc_mapped(uint64_t bytes, HostRegio
   }
   r->bus = bus.value();
   return r;
-}
-
-std::shared_ptr<HostRegion> Device::Impl::find_host_span(const uint8_t* p, const ByteRange& span,
-                                                         const char* side) const {
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) + span.lo;
-  const uintptr_t hi = reinterpret_cast<uintptr_t>(p) + span.hi;
-  auto it = pinned.upper_bound(lo);
-  if (it != pinned.begin()) {
-    const auto& r = std::prev(it)->second;
-    const uintptr_t start = reinterpret_cast<uintptr_t>(r->ptr);
-    if (lo < start + r->bytes) {
-      if (hi > start + r->bytes) {
-        throw Error(
-            ErrorKind::kInvalidPointer,
-            fmt::format("{} host region {} + {} bytes runs {} bytes past the end of the "
-                        "pinned region at {} ({} bytes); check the layout",
-                        side, reinterpret_cast<const void*>(lo), hi - lo, hi - (start + r->bytes),
-                        static_cast<const void*>(r->ptr), r->bytes));
-      }
-      if (r->closing) {
-        throw Error(ErrorKind::kInvalidPointer,
-                    fmt::format("{} host region {} is in pinned memory that is being freed", side,
-                                reinterpret_cast<const void*>(lo)));
-      }
-      return r;
-    }
-  }
-  // Pageable, unless it runs into a pinned region that starts inside it.
-  if (it != pinned.end() && reinterpret_cast<uintptr_t>(it->second->ptr) < hi) {
-    throw Error(ErrorKind::kInvalidPointer,
-                fmt::format("{} host region {} + {} bytes starts in pageable memory but runs into "
-                            "the pinned region at {}; keep a copy's host side in one region",
-                            side, reinterpret_cast<const void*>(lo), hi - lo,
-                            static_cast<const void*>(it->second->ptr)));
-  }
-  return nullptr;
 }
 
 // --- runtime-level functions ---------------------------------------------------------------

@@ -1,9 +1,19 @@
-// Device::Impl: the state behind mtia::Device, shared by the source files of host_api/.
+// Device::Impl: the state behind mtia::Device, shared by the source files of host_api/. It is
+// split as IREE's HAL is, a file per concept: device memory and its accounting (DeviceMemory,
+// device_memory.h), the registry of host memory (HostRegistry, host_registry.h), streams and
+// events that own their state (StreamState, stream_state.h; EventState and the pool of fence
+// slots, event_state.h) and graphs (GraphState, graph_state.h). What is left here ties them
+// together: the driver device, the handle tables, the launch-argument arena, the worker.
 //
-// Locking: one mutex `mu` guards all bookkeeping below. It is held only for short sections
-// and never while calling into the driver (submit, wait, map_host...), so completion
-// callbacks, which run on the backend's thread and take `mu`, never wait for a host thread
-// that waits for the device.
+// Locking: `mu` guards the handle tables (streams, events, graphs), graph capture and graph
+// state, and the worker's task queue. Every part above has its own mutex, a leaf: nothing
+// else of the runtime is called while it is held (DeviceMemory calls only the driver's
+// allocator), so a part may be called with `mu` held, never the other way round. Lock order:
+// args_mu, then mu, then a part's mutex. No lock is held while calling into the driver's
+// queues or host mappings (submit, wait, map_host...), so completion callbacks, which run on
+// the backend's thread and take these locks, never wait for a host thread that waits for the
+// device. Waits on a condition variable (an event's record, a pinned region going quiet)
+// hold only that part's own mutex.
 #pragma once
 
 #include <spdlog/spdlog.h>
@@ -16,88 +26,42 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "device_memory.h"
+#include "event_state.h"
+#include "graph_state.h"
+#include "host_registry.h"
 #include "host_trace.h"
 #include "mtia/copy_plan.h"
 #include "mtia/device.h"
 #include "mtia/driver/device.h"
 #include "mtia/error.h"
 #include "raise.h"
+#include "stream_state.h"
 
 namespace mtia {
 
-// Host memory the device can reach by DMA.
-struct HostRegion {
-  enum class Kind {
-    kAllocated,   // host_alloc: owned by the runtime, freed by host_free
-    kRegistered,  // host_register: owned by the caller
-    kStaging,     // a copy of pageable memory (copy_async, bounce buffers): owned by the
-                  // runtime, back to the staging cache when its packets complete
-    kTemporary,   // pageable memory mapped for the duration of one synchronous call
-  };
-  uint8_t* ptr = nullptr;
-  uint64_t bytes = 0;
-  uint64_t bus = 0;  // bus address of ptr
-  Kind kind = Kind::kAllocated;
-  // False for registered memory the backend cannot map (map_host said kUnsupported: a device
-  // in another process reaches only memory from alloc_host). Copies then stage it, as they do
-  // pageable memory.
-  bool mapped = true;
-  uint64_t inflight = 0;  // submitted packets that touch it and have not completed
-  bool closing = false;   // host_free / host_unregister is waiting for inflight == 0
+// The DMA packet for one piece of a copy plan, from src_base to dst_base (copy.cpp).
+isa::DmaCopyPacket copy_packet(const CopyPiece& piece, size_t elem, uint64_t src_base,
+                               isa::AddressSpace src_space, uint64_t dst_base,
+                               isa::AddressSpace dst_space);
+
+// Whether a Device::Impl still exists, for work another device's completions hand it (a peer
+// copy, a wait for another device's event: peer.cpp). `impl` is cleared under `mu` when the
+// device closes, after its streams have drained.
+struct ImplLife {
+  std::mutex mu;
+  Device::Impl* impl = nullptr;
 };
 
-struct GraphState;
-
-struct StreamState {
-  uint32_t id = 0;
-  std::shared_ptr<GraphState> capture;  // the graph being captured from it, if any (mu)
-  uint32_t queue = 0;
-  uint64_t last_seq = 0;  // latest packet submitted for this stream on its queue
-  // Latest of its packets whose completion has been handled here, set before the packet's own
-  // callback runs: an event recorded on the stream is seen done only after the work before it.
-  std::atomic<uint64_t> done_seq{0};
-  bool has_error = false;
-  std::string error;  // sticky device error, reported once
-};
-
-// An 8-byte fence word in device memory. Values written to a slot only grow, also across
-// the events that reuse it, so a stale WaitPacket can never be released too late.
-struct FenceSlot {
-  uint64_t addr = 0;
-  uint64_t value = 0;  // highest value ever recorded into it
-};
-
-struct EventState {
-  uint32_t id = 0;
+// A stream held on the device until the host releases it (peer.cpp): a WaitPacket on a fence
+// slot of this device, released by a SignalPacket the host submits later.
+struct HostFence {
   FenceSlot slot;
-  bool recorded = false;
-  uint32_t queue = 0;       // hardware queue of the latest record
-  uint32_t stream_id = 0;   // stream of the latest record
-  uint64_t value = 0;       // fence value of the latest record
-  uint64_t done_value = 0;  // highest record value whose fence write has happened
-  // done_value for waiters that poll without `mu` (the wait policy); stored under `mu`.
-  std::atomic<uint64_t> done_published{0};
-  uint64_t time_ps = 0;  // simulated end time of the latest completed record
-  bool failed = false;   // the latest completed record's stream faulted before it
-  std::string failure;
-};
-
-// A graph (graph.cpp): the packets captured from a stream, and what they need at replay.
-struct GraphState {
-  uint32_t id = 0;
-  uint32_t stream_id = 0;  // captured from
-  bool capturing = true;
-  std::vector<isa::Packet> packets;
-  std::vector<uint64_t> arg_blocks;            // launch argument blocks it owns (take_arg_block)
-  std::map<uint64_t, uint64_t> uses;           // malloc() allocation -> its generation at capture
-  uint64_t buffer = 0;                         // the command buffer, once instantiated
-  std::shared_ptr<StreamState> replay_stream;  // of the latest replay
-  uint64_t replay_seq = 0;
+  uint64_t value = 0;
 };
 
 struct Device::Impl {
@@ -124,15 +88,6 @@ struct Device::Impl {
   // Runs `task` on the runtime's worker thread (for work a completion callback must not do).
   void defer(std::function<void()> task);
   void worker_loop();
-
-  // Device side of a transfer: checks that [base + span) lies in one live user allocation
-  // and is aligned to the element size.
-  void check_device_span(DevicePtr base, const ByteRange& span, size_t elem_size,
-                         const char* side) const;
-  // The pinned region holding [p + span), or nullptr for pageable memory. Throws
-  // kInvalidPointer when the span straddles a pinned region's boundary.
-  std::shared_ptr<HostRegion> find_host_span(const uint8_t* p, const ByteRange& span,
-                                             const char* side) const;  // requires mu held
 
   enum class Dir { kHostToDevice, kDeviceToHost, kDeviceToDevice };
   void copy(Dir dir, uint64_t dst, const Layout& dl, uint64_t src, const Layout& sl, Stream stream,
@@ -168,41 +123,35 @@ struct Device::Impl {
   void note_use_locked(GraphState& g, uint64_t addr);
   void repair_fence(std::shared_ptr<EventState> ev, uint64_t value, std::string failure);
 
+  // Devices working together (peer.cpp). hold_stream_for_host queues a wait on `s` that
+  // release_host_fence (from the worker thread, never the backend's) lets go; `failure`, if
+  // not empty, becomes the stream's error. run_on_worker_of hands `task` to the worker of the
+  // device `life` names, if it is still open (any thread, also a backend's).
+  HostFence hold_stream_for_host(const std::shared_ptr<StreamState>& s);
+  void release_host_fence(const HostFence& f, const std::shared_ptr<StreamState>& s,
+                          const std::string& failure);
+  static void run_on_worker_of(const std::shared_ptr<ImplLife>& life,
+                               std::function<void(Impl&)> task);
+
   // --- state ----------------------------------------------------------------------------------
   std::shared_ptr<spdlog::logger> log;
   DeviceOptions options;
   DeviceProperties props;
   std::unique_ptr<driver::Device> dev;
+  // Device memory and its accounting (device_memory.h), over dev's allocator; own mutex.
+  std::unique_ptr<DeviceMemory> memory;
+  // Pinned host memory, staging buffers and their users (host_registry.h); own mutex.
+  HostRegistry host;
   std::unique_ptr<HostTrace> trace;  // host API calls for the device's trace (host_trace.h)
-  uint32_t repair_queue = 0;         // queue for fence repairs (never carries user work)
-  uint32_t first_user_queue = 0;     // created streams use [first_user_queue, last_user_queue]
+  std::shared_ptr<ImplLife> life = std::make_shared<ImplLife>();
+  uint32_t repair_queue = 0;      // queue for fence repairs (never carries user work)
+  uint32_t first_user_queue = 0;  // created streams use [first_user_queue, last_user_queue]
   uint32_t last_user_queue = 0;
 
   mutable std::mutex mu;
-  std::condition_variable cv;  // a region's inflight count dropped or an event completed
-
-  // Device memory accounting for malloc()/free() (the allocator also holds runtime blocks).
-  uint64_t allocated = 0, peak = 0, live_allocations = 0, total_allocations = 0;
-  std::set<uint64_t> runtime_blocks;  // allocator blocks the runtime owns (fence slabs)
-  uint64_t runtime_bytes = 0;
-  std::map<uint64_t, uint64_t> recently_freed;  // address -> bytes, for messages only
-  std::deque<uint64_t> freed_order;
-  // Live malloc() allocations, numbered: a graph that captured one finds out at replay
-  // whether it was freed (even if another allocation now has its address).
-  std::map<uint64_t, uint64_t> generation;
-  uint64_t next_generation = 1;
 
   std::map<uint32_t, std::shared_ptr<GraphState>> graphs;
   uint32_t next_graph_id = 1;
-
-  std::map<uintptr_t, std::shared_ptr<HostRegion>> pinned;  // host_alloc + host_register
-  std::set<uintptr_t> freed_host;                           // for "freed before" messages
-  uint64_t pinned_bytes = 0;
-
-  // Idle staging buffers, kept mapped so that async copies from pageable memory skip the
-  // allocate/map/unmap/free cycle: capacity (a power of two) -> buffers.
-  std::multimap<uint64_t, std::shared_ptr<HostRegion>> staging_cache;
-  uint64_t staging_cache_bytes = 0;
 
   std::map<uint32_t, std::shared_ptr<StreamState>> streams;  // includes the default stream
   uint32_t next_stream_id = 1;
@@ -210,7 +159,7 @@ struct Device::Impl {
 
   std::map<uint32_t, std::shared_ptr<EventState>> events;
   uint32_t next_event_id = 1;
-  std::vector<FenceSlot> free_slots;
+  FenceSlots fence_slots;  // own mutex
 
   // Launch argument slots (kernel.cpp): a runtime block made at the first launch.
   std::mutex args_mu;

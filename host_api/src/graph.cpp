@@ -33,10 +33,7 @@ std::shared_ptr<GraphState> graph_state(const Device::Impl& d, Graph g) {
 }  // namespace
 
 void Device::Impl::note_use_locked(GraphState& g, uint64_t addr) {
-  const auto alloc = dev->allocator().find(addr, 1);
-  if (!alloc) return;
-  const auto it = generation.find(alloc->address);
-  if (it != generation.end()) g.uses[alloc->address] = it->second;
+  if (const auto use = memory->find_use(addr)) g.uses[use->address] = use->generation;
 }
 
 bool Device::Impl::capture_packet(StreamState& s, const isa::Packet& packet) {
@@ -174,7 +171,7 @@ void Device::instantiate(Graph graph) {
     isa::encode_packet(p, slot);
     std::memcpy(bytes.data() + i * isa::kPacketSlotBytes, slot, sizeof slot);
   }
-  isa::Result<uint64_t> allocated = d.dev->allocator().allocate(bytes.size());
+  isa::Result<uint64_t> allocated = d.memory->allocator().allocate(bytes.size());
   if (!allocated) {
     throw Error(ErrorKind::kOutOfMemory,
                 fmt::format("instantiate: no device memory for graph {}'s command buffer of {} "
@@ -183,12 +180,11 @@ void Device::instantiate(Graph graph) {
   }
   const uint64_t buffer = allocated.value();
   if (isa::Status written = d.dev->write_memory(buffer, bytes.data(), bytes.size()); !written) {
-    (void)d.dev->allocator().free(buffer);
+    (void)d.memory->allocator().free(buffer);
     raise(written.error(), fmt::format("instantiate: writing graph {}'s command buffer: ", g->id));
   }
+  d.memory->add_runtime_block(buffer, bytes.size());
   std::lock_guard lock(d.mu);
-  d.runtime_blocks.insert(buffer);
-  d.runtime_bytes += bytes.size();
   g->buffer = buffer;
 }
 
@@ -209,8 +205,7 @@ void Device::replay(Graph graph, Stream stream) {
                               g->id));
     }
     for (const auto& [address, number] : g->uses) {
-      const auto it = d.generation.find(address);
-      if (it == d.generation.end() || it->second != number) {
+      if (!d.memory->is_live(address, number)) {
         throw Error(ErrorKind::kInvalidPointer,
                     fmt::format("replay: graph {} uses the allocation at 0x{:x}, which was freed "
                                 "after the capture; capture the graph again with live buffers",
@@ -256,12 +251,10 @@ void Device::destroy_graph(Graph graph) {
   if (g->replay_stream) d.wait_seq(*g->replay_stream, g->replay_seq);
   for (uint64_t block : g->arg_blocks) d.give_arg_block(block);
   if (g->buffer != 0) {
-    if (isa::Status freed = d.dev->allocator().free(g->buffer); !freed) {
+    if (isa::Status freed = d.memory->allocator().free(g->buffer); !freed) {
       d.log->error("freeing graph {}'s command buffer: {}", g->id, freed.error().reason);
     }
-    std::lock_guard lock(d.mu);
-    d.runtime_blocks.erase(g->buffer);
-    d.runtime_bytes -= g->packets.size() * isa::kPacketSlotBytes;
+    d.memory->remove_runtime_block(g->buffer, g->packets.size() * isa::kPacketSlotBytes);
   }
 }
 

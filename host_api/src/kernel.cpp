@@ -147,15 +147,8 @@ KernelModule Device::load_module(const void* elf, size_t bytes) {
   const DevicePtr image = malloc(bytes);
   state->addr = image.address();
   state->bytes = bytes;
-  {
-    // Runtime-owned: user calls may not address it as a malloc() allocation.
-    std::lock_guard lock(impl_->mu);
-    impl_->allocated -= bytes;
-    impl_->live_allocations -= 1;
-    impl_->total_allocations -= 1;
-    impl_->runtime_blocks.insert(image.address());
-    impl_->runtime_bytes += bytes;
-  }
+  // Runtime-owned: user calls may not address it as a malloc() allocation.
+  impl_->memory->make_runtime(image.address(), bytes);
   // Written through the memory window before any launch is queued; the launch's doorbell
   // orders it before the PEs read it.
   check(impl_->dev->write_memory(image.address(), p, bytes), "loading a kernel module: ");
@@ -214,7 +207,7 @@ isa::Result<uint64_t> Device::Impl::take_arg_block(uint64_t bytes) {
     if (arena == 0 && !arg_arena_failed) {
       uint64_t made = 0;
       if (isa::Result<uint64_t> arena_block =
-              dev->allocator().allocate(kArgSlots * kArgSlotBytes)) {
+              memory->allocator().allocate(kArgSlots * kArgSlotBytes)) {
         made = arena_block.value();
       } else {
         arg_arena_failed = true;  // a small device: every block from the allocator
@@ -223,14 +216,12 @@ isa::Result<uint64_t> Device::Impl::take_arg_block(uint64_t bytes) {
         arg_arena.store(made, std::memory_order_release);
         arg_slots_free.reserve(kArgSlots);
         for (uint32_t i = kArgSlots; i > 1; --i) arg_slots_free.push_back(i - 1);
-        std::lock_guard big(mu);
-        runtime_blocks.insert(made);
-        runtime_bytes += kArgSlots * kArgSlotBytes;
+        memory->add_runtime_block(made, kArgSlots * kArgSlotBytes);
         return made;  // slot 0
       }
     }
   }
-  return dev->allocator().allocate(bytes);
+  return memory->allocator().allocate(bytes);
 }
 
 void Device::Impl::give_arg_block(uint64_t addr) {
@@ -240,7 +231,7 @@ void Device::Impl::give_arg_block(uint64_t addr) {
     arg_slots_free.push_back(static_cast<uint32_t>((addr - arg_arena) / kArgSlotBytes));
     return;
   }
-  if (isa::Status freed = dev->allocator().free(addr); !freed) {
+  if (isa::Status freed = memory->allocator().free(addr); !freed) {
     log->error("returning an argument block failed: {}", freed.error().reason);
   }
 }
@@ -295,7 +286,7 @@ void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& arg
     std::set<uint64_t> buffers;
     for (const Arg& a : args) {
       if (a.kind() != ArgKind::kPointer) continue;
-      const auto alloc = d.dev->allocator().find(a.bits(), 1);
+      const auto alloc = d.memory->allocator().find(a.bits(), 1);
       buffers.insert(alloc ? alloc->address : a.bits());
     }
     if (buffers.size() > props.max_kernel_buffers) {
@@ -373,10 +364,7 @@ void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& arg
       error = fmt::format("kernel '{}': the device rejected the image at 0x{:x}; {}", name,
                           c.error_arg0, c.message);
     }
-    if (auto st = weak.lock()) {
-      std::lock_guard lock(d.mu);
-      if (st->has_error && st->error == c.message) st->error = std::move(error);
-    }
+    if (auto st = weak.lock()) st->refine_failure(c.message, std::move(error));
   };
   std::vector<uint64_t> pointer_args;
   for (const Arg& a : args) {

@@ -50,14 +50,7 @@ std::shared_ptr<EventState> Device::Impl::event_state(Event e) const {
 uint64_t Device::Impl::submit(const std::shared_ptr<StreamState>& s, const isa::Packet& packet,
                               std::function<void(const driver::Completion&)> extra) {
   auto on_complete = [this, s, extra = std::move(extra)](const driver::Completion& c) {
-    if (!c.ok) {
-      std::lock_guard lock(mu);
-      // The first failure on a stream is the cause; what was aborted after it adds nothing.
-      if (!s->has_error) {
-        s->has_error = true;
-        s->error = c.message;
-      }
-    }
+    if (!c.ok) s->note_failure(c.message);
     // The driver marks a seq done only after its callback ran; a thread that sees an event
     // done (set in that callback) must also see the stream done, so the stream's own mark
     // goes first.
@@ -77,8 +70,7 @@ uint64_t Device::Impl::submit(const std::shared_ptr<StreamState>& s, const isa::
   }
   const uint64_t seq = submitted.value();
   ApiCall::submitted(*trace, s->queue, seq);
-  std::lock_guard lock(mu);
-  s->last_seq = std::max(s->last_seq, seq);
+  s->note_submitted(seq);
   return seq;
 }
 
@@ -105,24 +97,13 @@ void Device::Impl::check_lost() const {
 
 void Device::Impl::throw_pending(StreamState& s) {
   check_lost();
-  std::string message;
-  {
-    std::lock_guard lock(mu);
-    if (!s.has_error) return;
-    s.has_error = false;
-    message = std::move(s.error);
-    s.error.clear();
+  if (auto message = s.take_error()) {
+    throw Error(ErrorKind::kDeviceFault, fmt::format("stream {}: {}", s.id, *message));
   }
-  throw Error(ErrorKind::kDeviceFault, fmt::format("stream {}: {}", s.id, message));
 }
 
 void Device::Impl::drain_stream(const std::shared_ptr<StreamState>& s) {
-  uint64_t last;
-  {
-    std::lock_guard lock(mu);
-    last = s->last_seq;
-  }
-  wait_seq(*s, last);
+  wait_seq(*s, s->last_seq());
 }
 
 // --- streams ------------------------------------------------------------------------------
@@ -131,10 +112,9 @@ Stream Device::create_stream() {
   impl_->check_lost();
   Impl& d = *impl_;
   std::lock_guard lock(d.mu);
-  auto s = std::make_shared<StreamState>();
-  s->id = d.next_stream_id++;
   const uint32_t span = d.last_user_queue - d.first_user_queue + 1;
-  s->queue = d.first_user_queue + d.next_stream_queue++ % span;
+  auto s = std::make_shared<StreamState>(d.next_stream_id++,
+                                         d.first_user_queue + d.next_stream_queue++ % span);
   d.streams.emplace(s->id, s);
   return Stream{s->id};
 }
@@ -155,9 +135,8 @@ void Device::destroy_stream(Stream stream) {
     }
   }
   d.drain_stream(s);
-  std::lock_guard lock(d.mu);
-  if (s->has_error) {
-    d.log->warn("stream {} was destroyed with an unreported device error: {}", s->id, s->error);
+  if (auto error = s->pending_error()) {
+    d.log->warn("stream {} was destroyed with an unreported device error: {}", s->id, *error);
   }
 }
 
@@ -167,11 +146,7 @@ bool Device::query(Stream stream) {
   auto s = d.stream_state(stream);
   call.set_detail(fmt::format("stream {}", s->id));
   d.refuse_in_capture(*s, "query(stream)", "it asks whether the stream's work has run");
-  uint64_t last;
-  {
-    std::lock_guard lock(d.mu);
-    last = s->last_seq;
-  }
+  const uint64_t last = s->last_seq();
   if (last != 0) {
     const bool done = value_or_raise(d.dev->is_done(s->queue, last));
     // Not done but handled: its completion callbacks are running now (the stream's mark is set
@@ -215,13 +190,9 @@ void Device::synchronize() {
   d.check_lost();
   // Report every stream's pending error at once, so none is lost.
   std::string message;
-  {
-    std::lock_guard lock(d.mu);
-    for (auto& s : all) {
-      if (!s->has_error) continue;
-      message += fmt::format("{}stream {}: {}", message.empty() ? "" : "; ", s->id, s->error);
-      s->has_error = false;
-      s->error.clear();
+  for (auto& s : all) {
+    if (auto error = s->take_error()) {
+      message += fmt::format("{}stream {}: {}", message.empty() ? "" : "; ", s->id, *error);
     }
   }
   if (!message.empty()) throw Error(ErrorKind::kDeviceFault, message);
@@ -236,7 +207,7 @@ void Device::wait_event(Stream stream, Event event) {
   d.refuse_in_capture(*s, "wait_event", "cross-stream waits are not captured yet");
   isa::WaitPacket w{};
   {
-    std::lock_guard lock(d.mu);
+    std::lock_guard lock(ev->mu);
     // Never recorded: nothing to wait for. Same queue: in-order execution already waits.
     if (!ev->recorded || ev->queue == s->queue) return;
     w.addr = ev->slot.addr;
@@ -249,15 +220,8 @@ void Device::wait_event(Stream stream, Event event) {
 // --- events -------------------------------------------------------------------------------
 
 FenceSlot Device::Impl::take_fence_slot() {
-  {
-    std::lock_guard lock(mu);
-    if (!free_slots.empty()) {
-      FenceSlot slot = free_slots.back();
-      free_slots.pop_back();
-      return slot;
-    }
-  }
-  isa::Result<uint64_t> slab = dev->allocator().allocate(kFenceSlab);
+  if (auto slot = fence_slots.take()) return *slot;
+  isa::Result<uint64_t> slab = memory->allocator().allocate(kFenceSlab);
   if (!slab) {
     throw Error(
         ErrorKind::kOutOfMemory,
@@ -267,15 +231,13 @@ FenceSlot Device::Impl::take_fence_slot() {
   // Fences start at zero; nothing refers to the new slab yet, so a direct write is ordered.
   static const std::vector<uint8_t> zeros(kFenceSlab, 0);
   if (isa::Status zeroed = dev->write_memory(base, zeros.data(), zeros.size()); !zeroed) {
-    (void)dev->allocator().free(base);  // it was just allocated
+    (void)memory->allocator().free(base);  // it was just allocated
     throw Error(
         ErrorKind::kDeviceUnavailable,
         fmt::format("create_event: cannot initialise event fences: {}", zeroed.error().reason));
   }
-  std::lock_guard lock(mu);
-  runtime_blocks.insert(base);
-  runtime_bytes += kFenceSlab;
-  for (uint64_t off = kFenceSlab; off > 8; off -= 8) free_slots.push_back({base + off - 8, 0});
+  memory->add_runtime_block(base, kFenceSlab);
+  for (uint64_t off = kFenceSlab; off > 8; off -= 8) fence_slots.give({base + off - 8, 0});
   return FenceSlot{base, 0};
 }
 
@@ -296,15 +258,18 @@ void Device::destroy_event(Event event) {
   Impl& d = *impl_;
   ApiCall call(*d.trace, "destroy_event");
   auto ev = d.event_state(event);
-  std::unique_lock lock(d.mu);
-  if (d.events.erase(event.id) == 0) {
-    throw Error(ErrorKind::kInvalidHandle,
-                fmt::format("event {} was destroyed (by another thread)", event.id));
+  {
+    std::lock_guard lock(d.mu);
+    if (d.events.erase(event.id) == 0) {
+      throw Error(ErrorKind::kInvalidHandle,
+                  fmt::format("event {} was destroyed (by another thread)", event.id));
+    }
   }
   // The slot is reused only once its last fence write has landed (values keep growing).
-  d.cv.wait(lock, [&] { return ev->done_value >= ev->value; });
+  std::unique_lock lock(ev->mu);
+  ev->done_cv.wait(lock, [&] { return ev->done_value >= ev->value; });
   ev->slot.value = ev->value;
-  d.free_slots.push_back(ev->slot);
+  d.fence_slots.give(ev->slot);
 }
 
 void Device::Impl::repair_fence(std::shared_ptr<EventState> ev, uint64_t value,
@@ -317,15 +282,20 @@ void Device::Impl::repair_fence(std::shared_ptr<EventState> ev, uint64_t value,
   sig.value = value;
   auto finish = [this, ev, value, failure](const driver::Completion& c) {
     if (!c.ok && !c.lost) log->error("event {}: repairing its fence failed: {}", ev->id, c.message);
-    std::lock_guard lock(mu);
-    ev->done_value = std::max(ev->done_value, value);
-    ev->done_published.store(ev->done_value, std::memory_order_release);
-    if (value == ev->value) {
-      ev->time_ps = 0;
-      ev->failed = true;
-      ev->failure = failure;
+    std::vector<std::function<void()>> ready;
+    {
+      std::lock_guard lock(ev->mu);
+      ev->done_value = std::max(ev->done_value, value);
+      ev->done_published.store(ev->done_value, std::memory_order_release);
+      if (value == ev->value) {
+        ev->time_ps = 0;
+        ev->failed = true;
+        ev->failure = failure;
+      }
+      ready = ev->take_ready_watchers();
     }
-    cv.notify_all();
+    ev->done_cv.notify_all();
+    for (auto& fn : ready) fn();
   };
   if (isa::Result<uint64_t> submitted = dev->submit(repair_queue, sig, finish); !submitted) {
     // The repair cannot run (on a lost device nothing can; waiters learn of the loss from
@@ -344,11 +314,11 @@ void Device::Impl::record(Event event, Stream stream) {
   auto ev = event_state(event);
   call.set_detail(fmt::format("event {} on stream {}", ev->id, s->id));
   refuse_in_capture(*s, "record(event)", "event records are not captured yet");
-  std::unique_lock lock(mu);
+  std::unique_lock lock(ev->mu);
   // Fence values must only grow. A new record on another queue could overtake the pending
   // one and be overwritten by it, so wait for the pending one first (rare in practice).
   if (ev->recorded && ev->queue != s->queue) {
-    cv.wait(lock, [&] { return ev->done_value >= ev->value; });
+    ev->done_cv.wait(lock, [&] { return ev->done_value >= ev->value; });
   }
   const uint64_t value = ++ev->value;
   ev->recorded = true;
@@ -365,8 +335,9 @@ void Device::Impl::record(Event event, Stream stream) {
       defer([this, ev, value, msg = c.message] { repair_fence(ev, value, msg); });
       return;
     }
+    std::vector<std::function<void()>> ready;
     {
-      std::lock_guard lock(mu);
+      std::lock_guard lock(ev->mu);
       ev->done_value = std::max(ev->done_value, value);
       ev->done_published.store(ev->done_value, std::memory_order_release);
       if (value == ev->value) {
@@ -374,9 +345,11 @@ void Device::Impl::record(Event event, Stream stream) {
         ev->failed = false;
         ev->failure.clear();
       }
+      ready = ev->take_ready_watchers();
     }
     // After the unlock, so the woken thread does not run straight into the held lock.
-    cv.notify_all();
+    ev->done_cv.notify_all();
+    for (auto& fn : ready) fn();
   });
 }
 
@@ -391,7 +364,7 @@ bool Device::query(Event event) {
   call.set_detail(fmt::format("event {}", ev->id));
   uint64_t time_ps = 0;
   {
-    std::lock_guard lock(d.mu);
+    std::lock_guard lock(ev->mu);
     if (ev->done_value < ev->value) return false;
     time_ps = ev->time_ps;
   }
@@ -404,7 +377,7 @@ void Device::synchronize(Event event) {
   ApiCall call(*d.trace, "synchronize");
   auto ev = d.event_state(event);
   if (call.active()) call.set_detail(fmt::format("event {}", ev->id));
-  std::unique_lock lock(d.mu);
+  std::unique_lock lock(ev->mu);
   if (ev->done_value < ev->value) {
     // Spin or yield first (the wait policy), then sleep until the record's completion.
     const uint64_t want = ev->value;
@@ -413,7 +386,7 @@ void Device::synchronize(Event event) {
       return ev->done_published.load(std::memory_order_acquire) >= want;
     });
     lock.lock();
-    d.cv.wait(lock, [&] { return ev->done_value >= ev->value; });
+    ev->done_cv.wait(lock, [&] { return ev->done_value >= ev->value; });
   }
   const uint64_t time_ps = ev->time_ps;
   lock.unlock();
@@ -431,21 +404,22 @@ int64_t Device::elapsed_ps(Event start, Event end) {
   Impl& d = *impl_;
   auto a = d.event_state(start);
   auto b = d.event_state(end);
-  {
-    std::lock_guard lock(d.mu);
-    for (const auto& ev : {a, b}) {
-      if (!ev->recorded) {
-        throw Error(ErrorKind::kInvalidArgument,
-                    fmt::format("elapsed time: event {} was never recorded; record() both events "
-                                "first",
-                                ev->id));
-      }
+  for (const auto& ev : {a, b}) {
+    std::lock_guard lock(ev->mu);
+    if (!ev->recorded) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("elapsed time: event {} was never recorded; record() both events "
+                              "first",
+                              ev->id));
     }
   }
   synchronize(start);
   synchronize(end);
-  std::lock_guard lock(d.mu);
-  return static_cast<int64_t>(b->time_ps - a->time_ps);
+  auto time_of = [](EventState& ev) {
+    std::lock_guard lock(ev.mu);
+    return ev.time_ps;
+  };
+  return static_cast<int64_t>(time_of(*b) - time_of(*a));
 }
 
 double Device::elapsed_ms(Event start, Event end) {

@@ -56,7 +56,7 @@ inline std::string environment_backend() {
   const char* server = std::getenv("MTIA_EMU_SERVER");
   const char* devices = std::getenv("MTIA_EMU_DEVICES");
   return (server != nullptr && *server != 0) || (devices != nullptr && *devices != 0) ? "socket"
-                                                                                     : "inprocess";
+                                                                                      : "inprocess";
 }
 
 // How many devices the environment gives this process.

@@ -74,14 +74,9 @@ std::vector<uint8_t> device_bytes(Device& dev, DevicePtr d, size_t n) {
   return v;
 }
 
-}  // namespace
-
-TEST_CASE(
-    "a backend that maps only its own host memory: copies of every kind still give the "
-    "reference bytes",
-    "[device][shared_host]") {
-  Device dev = open_shared_host_only();
-  const uint64_t refused_before = test::SharedHostOnlyBackend::refused.load();
+// Copies host <-> device of every kind (pageable, host_register'd and host_alloc'd memory;
+// contiguous and strided; sync and async) give the bytes of a nested-loop reference.
+void check_copies_of_every_kind(Device& dev) {
   std::mt19937_64 rng(21);
 
   // A strided host side (rows padded, a leading offset) against a contiguous device side,
@@ -141,9 +136,30 @@ TEST_CASE(
       }
     }
   }
+  test::check_device_works(dev);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a backend that maps only its own host memory: copies of every kind still give the "
+    "reference bytes",
+    "[device][shared_host]") {
+  Device dev = open_shared_host_only();
+  const uint64_t refused_before = test::SharedHostOnlyBackend::refused.load();
+  check_copies_of_every_kind(dev);
   // Pageable and registered memory were offered to the backend and refused: the fallback ran.
   CHECK(test::SharedHostOnlyBackend::refused.load() > refused_before);
-  test::check_device_works(dev);
+}
+
+TEST_CASE("the socket backend (a device server of its own) gives the same bytes for every copy",
+          "[device][shared_host][socket]") {
+  // A device in another process reaches only host memory from alloc_host, as above.
+  DeviceOptions o = test::functional_options();
+  o.backend = "socket";
+  Device dev = Device::open(o);
+  REQUIRE(dev.properties().backend == "socket");
+  check_copies_of_every_kind(dev);
 }
 
 TEST_CASE("a backend that maps only its own host memory: registered memory stays registered",

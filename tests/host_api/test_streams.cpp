@@ -154,7 +154,7 @@ TEST_CASE("host_free and host_unregister wait for copies in flight", "[copies][l
   if (registered_is_staged) dev.copy_async(user.data(), d, 8192, s);  // d is still zero
 
   gate.hold(s);
-  dev.copy_async(d, pinned, 8192, s);  // reads pinned memory later
+  dev.copy_async(d, pinned, 8192, s);                                  // reads pinned memory later
   if (!registered_is_staged) dev.copy_async(user.data(), d, 8192, s);  // writes it later
   auto freed = std::async(std::launch::async, [&] { dev.host_free(pinned); });
   auto unregistered = std::async(std::launch::async, [&] { dev.host_unregister(user.data()); });

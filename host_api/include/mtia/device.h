@@ -36,7 +36,8 @@
 //
 // The in-process backend hosts one simulated device per process, and only one Device may be
 // open at a time in a process (SystemC has one simulation context); open another after the
-// first is destroyed.
+// first is destroyed. Devices served by device servers (backend "socket", docs/device-server.md)
+// have no such limit: open as many as there are servers.
 #pragma once
 
 #include <cstddef>
@@ -171,6 +172,32 @@ class Device {
 
   // Waits for every stream's work; throws the first pending device error (and clears it).
   void synchronize();
+
+  // --- several devices ------------------------------------------------------------------
+  // A process has device_count() devices (runtime.h); each is opened as its own Device
+  // (DeviceOptions::index). Devices share only the host, as cards on one PCIe bus do.
+  //
+  // Peer copies: dst (on this device) <- src (on `src_device`), layouts as for copy(). The
+  // source device copies into a host buffer both devices reach, then this device copies it
+  // in: each half is timed on its own device's PCIe model, and no host thread waits. The copy
+  // runs after the work queued so far on `src_stream` (the source device's) and on `stream`
+  // (this device's); later work on `stream` runs after it. A failure of the source half is
+  // reported by `stream` (and by `src_stream`). copy_peer_async returns once queued,
+  // copy_peer once the data has arrived. With `src_device` this device, it is a
+  // device-to-device copy on `stream` after `src_stream`'s work. Throws as copy() does, for
+  // either side.
+  void copy_peer_async(DevicePtr dst, const Layout& dst_layout, Device& src_device, DevicePtr src,
+                       const Layout& src_layout, Stream stream = {}, Stream src_stream = {});
+  void copy_peer(DevicePtr dst, const Layout& dst_layout, Device& src_device, DevicePtr src,
+                 const Layout& src_layout, Stream stream = {}, Stream src_stream = {});
+  void copy_peer(DevicePtr dst, Device& src_device, DevicePtr src, uint64_t bytes,
+                 Stream stream = {}, Stream src_stream = {});
+  // Work queued on `stream` after this waits until the latest record() of `event`, an event
+  // of `event_device`, has completed; no host thread waits. If that record's stream faulted
+  // before it, `stream` reports the fault. No-op for a never-recorded or completed event.
+  void wait_event(Stream stream, Device& event_device, Event event);
+  // Which of the process's devices this is (DeviceOptions::index).
+  uint32_t index() const;
 
   // --- kernels ----------------------------------------------------------------------------
   // Loads a kernel module (a static RISC-V ELF64 image, docs/pe-isa.md) from a file or from
