@@ -1,7 +1,7 @@
 // Allocation and copies: empty/empty_strided on the caching allocator, _copy_from between
 // the host and the device and on the device through the host API's strided copies (any
 // sizes, strides and storage offsets on either side, broadcast sources included), dtype
-// conversion, non_blocking, copies between two devices (through host memory), and reading one
+// conversion, non_blocking, copies between two devices (peer copies), and reading one
 // element back. Pinned memory comes through the MTIA hooks (hooks.cpp).
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
@@ -88,15 +88,33 @@ at::Tensor expand_to(const at::Tensor& src, const at::Tensor& dst) {
   return src.sizes() == dst.sizes() ? src : src.expand(dst.sizes());
 }
 
-// src on one device -> dst on another, any strides and dtypes, through host memory: a blocking
-// copy to the host on src's current stream (so everything queued on it before has run), then a
-// blocking copy to dst's device on dst's current stream. Returns once the data has landed, so
-// non_blocking changes nothing.
+// src on one device -> dst on another, any strides: a peer copy (the host API's copy_peer: the
+// source device DMAs into a host buffer both reach, the destination DMAs it in, no host
+// staging here), after the work queued on both devices' current streams. It returns once the
+// data has landed: the source's block may be reused by its stream's next allocation at once.
+// A dtype conversion happens on the destination, after the copy.
 void device_to_device_across(const at::Tensor& dst, const at::Tensor& src) {
-  at::Tensor host = at::empty(src.sizes(), src.options().device(at::kCPU));
-  device_to_host(host, src, false);
-  if (host.scalar_type() != dst.scalar_type()) host = host.to(dst.scalar_type());
-  host_to_device(dst, host, false);
+  if (src.scalar_type() != dst.scalar_type()) {
+    const DeviceScope on(dst.device().index());
+    at::Tensor same = at::empty(src.sizes(), src.options().device(dst.device()));
+    device_to_device_across(same, src);
+    if (kernel_supports(src.scalar_type()) && kernel_supports(dst.scalar_type())) {
+      launch_cast(dst, same);
+    } else {
+      dst.copy_(same.cpu().to(dst.scalar_type()));
+    }
+    return;
+  }
+  const c10::DeviceIndex to = dst.device().index(), from = src.device().index();
+  Runtime& rt = Runtime::get();
+  mtia::Device& dst_dev = rt.device(to);
+  mtia::Device& src_dev = rt.device(from);
+  const mtia::Layout dl = layout_of(dst, dst.sizes(), dst.strides());
+  const mtia::Layout sl = layout_of(src, dst.sizes(), src.strides());
+  guarded(c10::str("copying from mtia:", int(from), " to mtia:", int(to)), [&] {
+    dst_dev.copy_peer(tensor_address(dst), dl, src_dev, tensor_address(src), sl,
+                      current_stream(to), current_stream(from));
+  });
 }
 
 }  // namespace

@@ -120,10 +120,11 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
               [&] { Runtime::get().device(d).wait_event(from_c10(stream), h.event); });
       return;
     }
-    // An event of another device: the host waits for it, so the stream's work queued from now
-    // on starts after it (the host API has no wait across devices yet).
-    guarded("waiting for an event of another device",
-            [&] { Runtime::get().device(h.device).synchronize(h.event); });
+    // An event of another device: the device waits for it (no host thread does).
+    guarded("making a stream wait for an event of another device", [&] {
+      Runtime::get().device(d).wait_event(from_c10(stream), Runtime::get().device(h.device),
+                                          h.event);
+    });
   }
 
   bool queryEvent(void* event) const override {
