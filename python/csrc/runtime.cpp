@@ -299,14 +299,17 @@ mtia::Stream current_stream() {
   return mtia::Stream{t_streams[size_t(t_device)]};
 }
 mtia::Stream current_stream(c10::DeviceIndex index) {
-  return mtia::Stream{t_streams[size_t(index < 0 ? t_device : index)]};
+  // Callers pass a checked index or -1; anything else reads the current device's.
+  const bool valid = index >= 0 && index < kMaxDevices;
+  return mtia::Stream{t_streams[size_t(valid ? index : t_device)]};
 }
 void set_current_stream(c10::DeviceIndex index, mtia::Stream stream) {
   t_streams[size_t(resolve_device(index))] = stream.id;
 }
 
 c10::Stream to_c10(c10::DeviceIndex index, mtia::Stream s) {
-  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kDeviceType, index < 0 ? t_device : index),
+  const bool valid = index >= 0 && index < kMaxDevices;
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kDeviceType, valid ? index : t_device),
                      static_cast<c10::StreamId>(s.id));
 }
 
