@@ -1,9 +1,11 @@
+// `mtia-emu trace merge FILES -o OUT`: one trace of several devices.
 // `mtia-emu trace summarize FILE`: the run summary of a trace (mtia/trace.h), computed from the
 // trace file alone - per-unit utilization, FLOP/s and bytes/s against the preset's peaks, and
 // a table of the kernels with their place on the roofline.
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "mtia/trace.h"
@@ -30,6 +32,20 @@ void add_trace_command(CLI::App& app) {
     const std::string text = o->json ? s.to_json() : s.to_text();
     std::fputs(text.c_str(), stdout);
   });
+
+  auto* merge = trace->add_subcommand(
+      "merge",
+      "merge the trace.json files of several devices (device k = the k-th file) into one that "
+      "ui.perfetto.dev shows with a process track per device");
+  struct MergeOptions {
+    std::vector<std::string> files;
+    std::string out;
+  };
+  auto m = std::make_shared<MergeOptions>();
+  merge->add_option("FILES", m->files, "trace.json files, one per device, in device order")
+      ->required();
+  merge->add_option("-o,--out", m->out, "the merged trace file")->required();
+  merge->callback([m] { merge_trace_files(m->files, m->out); });
 }
 
 }  // namespace mtia::tools

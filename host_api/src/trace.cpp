@@ -10,6 +10,7 @@
 #include "host_trace.h"
 #include "mtia/error.h"
 #include "mtia/trace.h"
+#include "mtia/trace/merge.h"
 #include "raise.h"
 
 namespace mtia {
@@ -104,6 +105,24 @@ TraceSummary summarize_trace_file(const std::string& path) {
     return summarize_trace(text);
   } catch (const Error& e) {
     throw Error(e.kind(), fmt::format("{}: {}", path, e.what()));
+  }
+}
+
+void merge_trace_files(const std::vector<std::string>& files, const std::string& out) {
+  std::vector<std::string> texts;
+  for (const std::string& path : files) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("cannot open trace '{}': {}", path, std::strerror(errno)));
+    }
+    texts.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string merged = value_or_raise(trace::merge_traces(texts));
+  std::ofstream o(out, std::ios::binary);
+  if (!(o << merged) || !o.flush()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("cannot write the merged trace '{}': {}", out, std::strerror(errno)));
   }
 }
 

@@ -17,6 +17,7 @@
 #include <map>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "mtia/driver/trace_channel.h"
 #include "mtia/isa/registers.h"
@@ -45,7 +46,7 @@ isa::Failure bad_request(std::string why) {
 }
 
 // How long a dropped client's queued work may run before its memory is released anyway.
-constexpr auto kQuiesceLimit = std::chrono::seconds(60);
+constexpr auto kQuiesceLimit = std::chrono::seconds(30);
 
 }  // namespace
 
@@ -72,7 +73,8 @@ struct DeviceServer::Impl {
   std::unique_ptr<driver::Backend> device;
   driver::Backend::SharedWindow window;
   std::list<std::shared_ptr<Session>> sessions;
-  Session* holder = nullptr;  // the session that holds the device
+  std::vector<Session::Mapping> retired;  // address ranges freed once the device is gone
+  Session* holder = nullptr;              // the session that holds the device
   uint64_t next_session = 1;
   std::string lost;  // why the device was lost ("" while it works)
   // Why the device could not be opened, for a server started for one client: its hello is
@@ -149,7 +151,7 @@ struct DeviceServer::Impl {
     s.socket.close(ignored);
     const bool exiting = s.first && options.exit_with_client;
     if (holder == &s) {
-      if (!exiting) quiesce();  // else the device goes with the server
+      if (!exiting) reset_queues();  // else the device goes with the server
       holder = nullptr;
     }
     release_mappings(s);
@@ -165,13 +167,37 @@ struct DeviceServer::Impl {
       if (isa::Status un = device->unmap_host(bus); !un) {
         logger()->warn("releasing host memory of client {}: {}", s.id, un.error().reason);
       }
-      munmap(m.ptr, m.bytes);
+      retire(m);
     }
     s.mappings.clear();
   }
 
-  // Waits until every queue has finished the packets it was given (or halted on an error),
-  // so that no DMA touches host memory about to be released.
+  // Lets go of a client's memory without unmapping it: a DMA or kernel the device started
+  // before may still be writing there. Fresh anonymous pages replace the client's, so such a
+  // write lands harmlessly; the address range itself is freed when the device is gone.
+  void retire(const Session::Mapping& m) {
+    void* p = mmap(m.ptr, m.bytes, PROT_READ | PROT_WRITE,
+                   MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      logger()->error("cannot retire a client mapping: {}", std::strerror(errno));
+      return;
+    }
+    retired.push_back(m);
+  }
+
+  // Stops every queue at once: queued and waiting packets are dropped. (Work already running on
+  // a DMA engine or the PE grid finishes on its own; retire() keeps it harmless.)
+  void reset_queues() {
+    if (!lost.empty()) return;
+    isa::Result<uint64_t> nq = device->read_register(isa::reg::kNumQueues);
+    if (!nq) return;
+    for (uint32_t q = 0; q < nq.value() && q < isa::kMaxQueues; ++q) {
+      device->write_register(isa::reg::queue_reg(q, isa::reg::kQueueControl), isa::kQueueReset);
+    }
+  }
+
+  // Waits until every queue has finished the packets it was given (or halted on an error), at
+  // most kQuiesceLimit: a server shutting down lets its clients' work finish.
   void quiesce() {
     if (!lost.empty()) return;
     const auto deadline = std::chrono::steady_clock::now() + kQuiesceLimit;
@@ -296,7 +322,7 @@ struct DeviceServer::Impl {
                                       bus)));
         }
         isa::Status un = device->unmap_host(bus);
-        munmap(it->second.ptr, it->second.bytes);
+        retire(it->second);
         s.mappings.erase(it);
         return reply_status(s, id, un);
       }
@@ -528,6 +554,7 @@ DeviceServer::~DeviceServer() {
     impl_->device->set_lost_handler({});
     impl_->device.reset();
   }
+  for (const auto& m : impl_->retired) munmap(m.ptr, m.bytes);
   if (!impl_->options.socket_path.empty() && impl_->acceptor) {
     ::unlink(impl_->options.socket_path.c_str());
   }

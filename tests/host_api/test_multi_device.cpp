@@ -1,13 +1,21 @@
 // Several devices in one process (each a device server started for it): peer copies between
 // them against a nested-loop reference, waits for another device's events, and work from
 // several threads on several devices at once.
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "device_helpers.h"
+#include "mtia/trace.h"
 #include "reference.h"
 
 using namespace mtia;
@@ -246,4 +254,60 @@ TEST_CASE("bad peer copies say what is wrong, and nothing is queued", "[multidev
   far.index = 2;
   expect_error(ErrorKind::kInvalidArgument, "this process has 2 devices",
                [&] { Device::open(far); });
+}
+
+TEST_CASE("the traces of several devices merge into one with a process per device",
+          "[multidevice][trace]") {
+  DevicesInEnvironment env(2);
+  std::vector<Device> devs;
+  for (uint32_t i = 0; i < 2; ++i) {
+    DeviceOptions o;
+    o.index = i;
+    o.trace = TraceLevel::kKernels;
+    devs.push_back(Device::open(o));
+  }
+  DevicePtr a = devs[0].malloc(4096), b = devs[1].malloc(4096);
+  devs[0].memset(a, 1, 4096);
+  devs[1].copy_peer(b, devs[0], a, 4096);
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("mtia_merge_test_" + std::to_string(::getpid()));
+  std::vector<std::string> files;
+  for (int i = 0; i < 2; ++i) {
+    const auto sub = dir / ("device" + std::to_string(i));
+    devs[i].write_artifacts(sub.string());
+    files.push_back((sub / "trace.json").string());
+  }
+  const std::string merged = (dir / "merged.json").string();
+  merge_trace_files(files, merged);
+  std::ifstream in(merged);
+  const auto j = nlohmann::json::parse(in);
+  std::set<std::string> processes;
+  std::set<uint64_t> pids_with_slices;
+  for (const auto& e : j["traceEvents"]) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") {
+      processes.insert(e["args"]["name"].get<std::string>());
+    }
+    if (e.value("ph", "") == "X") pids_with_slices.insert(e["pid"].get<uint64_t>());
+  }
+  // Each device's host calls and device tracks, named by device.
+  int per_device[2] = {0, 0};
+  for (const auto& name : processes) {
+    if (name.rfind("mtia:0 ", 0) == 0) ++per_device[0];
+    if (name.rfind("mtia:1 ", 0) == 0) ++per_device[1];
+  }
+  CHECK(per_device[0] >= 2);
+  CHECK(per_device[1] >= 2);
+  CHECK(std::any_of(pids_with_slices.begin(), pids_with_slices.end(),
+                    [](uint64_t p) { return p > 100 && p < 200; }));
+  CHECK(std::any_of(pids_with_slices.begin(), pids_with_slices.end(),
+                    [](uint64_t p) { return p > 200 && p < 300; }));
+  CHECK(j["otherData"]["devices"].size() == 2);
+  // Something that is not a trace is refused, naming it.
+  std::ofstream(dir / "bad.json") << "{\"no\": 1}";
+  expect_error(ErrorKind::kInvalidArgument, "trace 1 cannot be merged", [&] {
+    merge_trace_files({files[0], (dir / "bad.json").string()}, merged);
+  });
+  expect_error(ErrorKind::kInvalidArgument, "cannot open trace",
+               [&] { merge_trace_files({(dir / "missing.json").string()}, merged); });
+  std::filesystem::remove_all(dir);
 }

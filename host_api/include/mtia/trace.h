@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "mtia/trace/level.h"
 #include "mtia/trace/summary.h"
@@ -44,5 +45,14 @@ using trace::TraceSummary;
 TraceSummary summarize_trace(std::string_view trace_json);
 // The same for a file; also throws kInvalidArgument when it cannot be read.
 TraceSummary summarize_trace_file(const std::string& path);
+
+// ---- several devices -------------------------------------------------------------------------
+
+// Each device writes its own trace (Device::write_artifacts). This merges the trace.json files
+// of several devices, device k being the k-th file, into one file `out` that ui.perfetto.dev
+// shows with one process track per device ("mtia:k ..."), each on its own simulated clock
+// (mtia/trace/merge.h). Throws kInvalidArgument naming a file that cannot be read or is not a
+// device's trace, or an `out` that cannot be written.
+void merge_trace_files(const std::vector<std::string>& files, const std::string& out);
 
 }  // namespace mtia

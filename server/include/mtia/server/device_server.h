@@ -9,8 +9,9 @@
 //
 // Clients take the device one at a time: while one holds it, another's hello is refused with
 // kDeviceUnavailable. A client that disconnects, is killed or sends a malformed message is
-// dropped: the server waits for its queued work to finish, then releases its host memory, and
-// the next client gets the device as a fresh one (its driver resets the queues).
+// dropped at once: its queues are reset (queued and waiting work is dropped), its host memory
+// is released (work already running cannot reach it any more), and the next client gets the
+// device as a fresh one.
 #pragma once
 
 #include <memory>
