@@ -135,7 +135,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   // --- the memory window -------------------------------------------------------------------
   isa::Status read_memory(uint64_t addr, void* dst, uint64_t bytes) override {
     if (uint8_t* p = in_window(addr, bytes)) {
-      std::memcpy(dst, p, bytes);
+      if (bytes > 0) std::memcpy(dst, p, bytes);
       return {};
     }
     auto* out = static_cast<uint8_t*>(dst);
@@ -148,7 +148,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
         return lose("the server answered a memory read of " + std::to_string(n) + " bytes with " +
                     std::to_string(r.data.size()));
       }
-      std::memcpy(out + done, r.data.data(), n);
+      if (n > 0) std::memcpy(out + done, r.data.data(), n);
       done += n;
       if (bytes == 0) break;
     }
@@ -157,7 +157,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
 
   isa::Status write_memory(uint64_t addr, const void* src, uint64_t bytes) override {
     if (uint8_t* p = in_window(addr, bytes)) {
-      std::memcpy(p, src, bytes);
+      if (bytes > 0) std::memcpy(p, src, bytes);
       return {};
     }
     const auto* in = static_cast<const uint8_t*>(src);

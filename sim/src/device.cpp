@@ -280,7 +280,7 @@ isa::Failure outside_device_memory(const char* what, uint64_t addr, uint64_t byt
 isa::Status Device::read_memory(uint64_t addr, void* dst, uint64_t bytes) {
   const uint8_t* p = impl_->shared.memory->device().translate(addr, bytes);
   if (p == nullptr) return outside_device_memory("read", addr, bytes);
-  std::memcpy(dst, p, bytes);
+  if (bytes > 0) std::memcpy(dst, p, bytes);  // an empty read may have no buffer at all
   return {};
 }
 
@@ -292,7 +292,7 @@ Device::MemoryWindow Device::dram_window() const {
 isa::Status Device::write_memory(uint64_t addr, const void* src, uint64_t bytes) {
   uint8_t* p = impl_->shared.memory->device().translate(addr, bytes);
   if (p == nullptr) return outside_device_memory("write", addr, bytes);
-  std::memcpy(p, src, bytes);
+  if (bytes > 0) std::memcpy(p, src, bytes);
   return {};
 }
 
