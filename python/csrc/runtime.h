@@ -114,7 +114,7 @@ class Runtime {
   static void shutdown();
   static bool is_shut_down();
 
-  // Device `index` (>= 0, checked), opened on first use.
+  // Device `index` (-1: the current one; checked), opened on first use.
   DeviceContext& context(c10::DeviceIndex index);
   // Device `index` if it has been opened, else null; never opens one.
   DeviceContext* opened(c10::DeviceIndex index) const;
