@@ -93,6 +93,13 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   }
 
   ~SocketBackend() override {
+    if (getpid() != owner_pid_) {
+      // A forked child (a DataLoader worker, say) closing its copy: the connection, the reader
+      // thread and the server are the parent's. Shutting the socket down would cut the
+      // parent off, and the reader thread does not exist here; let go of the descriptor only.
+      reader_.detach();
+      return;
+    }
     {
       std::lock_guard lock(handler_mu_);  // the driver going away wants no more calls
       interrupt_ = {};
@@ -561,6 +568,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   }
 
   UniqueFd socket_;
+  const pid_t owner_pid_ = getpid();  // the process that opened the connection
   std::atomic<bool> closing_{false};  // our own destructor closes the connection
   pid_t pid_ = -1;
   std::string where_;
