@@ -27,6 +27,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -98,6 +99,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
       // thread and the server are the parent's. Shutting the socket down would cut the
       // parent off, and the reader thread does not exist here; let go of the descriptor only.
       reader_.detach();
+      writer_.detach();
       return;
     }
     {
@@ -108,6 +110,12 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
     closing_ = true;
     if (socket_) ::shutdown(socket_.get(), SHUT_RDWR);
     if (reader_.joinable()) reader_.join();
+    {
+      std::lock_guard lock(send_mu_);
+      stopping_ = true;
+    }
+    outbox_cv_.notify_all();
+    if (writer_.joinable()) writer_.join();
     if (window_ != nullptr) munmap(window_, window_bytes_);
     {
       std::lock_guard lock(segments_mu_);
@@ -319,6 +327,10 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   }
 
  private:
+  struct Outgoing {
+    std::vector<uint8_t> bytes;  // what is left to send
+    int fd = -1;                 // sent with the first byte (owned by the caller, who waits)
+  };
   struct Segment {
     uint64_t bytes = 0;
     UniqueFd fd;
@@ -414,6 +426,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
 
   isa::Status hello() {
     reader_ = std::thread([this] { read_loop(); });
+    writer_ = std::thread([this] { write_loop(); });
     PayloadWriter w;
     w.u32(isa::server::kProtocolVersion).u32(0);
     isa::Result<isa::server::Reply> r = call(MessageType::kHello, w.data());
@@ -450,12 +463,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
       id = next_id_++;
       pending_[id] = pending;
     }
-    isa::Status sent;
-    {
-      std::lock_guard lock(send_mu_);
-      sent = remote::send_message(socket_.get(), type, id, payload.data(), payload.size(), fd);
-    }
-    if (!sent) return lose(sent.error().reason);  // fails `pending` too
+    send(type, id, payload, fd);  // a failure to send fails `pending` (lose(), writer thread)
     std::unique_lock lock(calls_mu_);
     calls_cv_.wait(lock, [&] { return pending->done; });
     if (!pending->reply) return pending->reply.error();
@@ -469,13 +477,97 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
       std::lock_guard lock(calls_mu_);
       if (!lost_.empty()) return isa::reject(isa::ErrorCode::kDeviceLost, lost_);
     }
-    isa::Status sent;
-    {
-      std::lock_guard lock(send_mu_);
-      sent = remote::send_message(socket_.get(), type, 0, payload.data(), payload.size());
-    }
-    if (!sent) return lose(sent.error().reason);
+    send(type, 0, payload, -1);
     return {};
+  }
+
+  // Sends one message without ever blocking the caller. The reader thread sends too (the
+  // driver's interrupt handler posts register writes): had it blocked on a full socket while
+  // the server blocked sending to us, neither would ever read again. So a message goes straight
+  // onto the socket when it has room and nothing is queued before it; otherwise it (or its
+  // rest) is queued, in order, for the writer thread. A failure is the writer thread's to
+  // report (lose()), never the caller's: the caller may hold the driver's locks.
+  void send(MessageType type, uint64_t id, const std::vector<uint8_t>& payload, int fd) {
+    Outgoing out;
+    out.bytes.resize(isa::server::kHeaderBytes + payload.size());
+    isa::server::MessageHeader h;
+    h.type = type;
+    h.flags = fd >= 0 ? isa::server::kMessageCarriesFd : 0;
+    h.request_id = id;
+    h.payload_bytes = payload.size();
+    isa::server::encode_header(h, out.bytes.data());
+    if (!payload.empty()) {
+      std::memcpy(out.bytes.data() + isa::server::kHeaderBytes, payload.data(), payload.size());
+    }
+    out.fd = fd;
+    std::lock_guard lock(send_mu_);
+    if (outbox_.empty() && send_error_.empty()) {
+      const ssize_t n = send_some(out, MSG_DONTWAIT);
+      if (n == static_cast<ssize_t>(out.bytes.size())) return;
+      if (n > 0) {
+        out.bytes.erase(out.bytes.begin(), out.bytes.begin() + n);
+        out.fd = -1;  // it went with the first byte
+      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        send_error_ = std::string("the connection closed: ") + std::strerror(errno);
+      }
+    }
+    outbox_.push_back(std::move(out));
+    outbox_cv_.notify_one();
+  }
+
+  // One sendmsg() of what is left of `out` (its descriptor too, if not sent yet).
+  ssize_t send_some(const Outgoing& out, int flags) {
+    iovec iov{const_cast<uint8_t*>(out.bytes.data()), out.bytes.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    if (out.fd >= 0) {
+      std::memset(control, 0, sizeof control);
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &out.fd, sizeof(int));
+    }
+    ssize_t n;
+    do {
+      n = ::sendmsg(socket_.get(), &msg, flags | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    return n;
+  }
+
+  // Drains the outbox in order, waiting for room on the socket as long as it takes; the first
+  // message stays at the front while it is sent, so no sender can overtake it.
+  void write_loop() {
+    std::unique_lock lock(send_mu_);
+    for (;;) {
+      outbox_cv_.wait(lock, [&] { return stopping_ || !outbox_.empty() || !send_error_.empty(); });
+      if (!send_error_.empty()) {
+        const std::string why = send_error_;
+        outbox_.clear();
+        lock.unlock();
+        lose(why);
+        return;
+      }
+      if (outbox_.empty()) return;  // stopping
+      Outgoing& front = outbox_.front();
+      lock.unlock();
+      const ssize_t n = send_some(front, 0);  // blocking
+      lock.lock();
+      if (n < 0) {
+        send_error_ = std::string("the connection closed: ") + std::strerror(errno);
+        continue;
+      }
+      if (n == static_cast<ssize_t>(front.bytes.size())) {
+        outbox_.pop_front();
+      } else {
+        front.bytes.erase(front.bytes.begin(), front.bytes.begin() + n);
+        front.fd = -1;
+      }
+    }
   }
 
   // The device is gone: fail every call waiting and tell the driver once.
@@ -579,14 +671,21 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   uint64_t window_addr_ = 0;
   uint64_t window_bytes_ = 0;
 
-  std::mutex send_mu_;
+  std::mutex send_mu_;  // guards the outbox and the order of everything sent
+  std::condition_variable outbox_cv_;
+  std::deque<Outgoing> outbox_;
+  std::string send_error_;  // why sending failed, for the writer thread to report
+  bool stopping_ = false;
+  std::thread writer_;
   std::mutex calls_mu_;
   std::condition_variable calls_cv_;
   uint64_t next_id_ = 1;
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;
   std::string lost_;
 
-  std::mutex handler_mu_;
+  // Recursive: a loss found while the interrupt handler runs (on the reader thread, under this
+  // lock) reports itself on that same thread.
+  std::recursive_mutex handler_mu_;
   std::function<void(uint64_t)> interrupt_;
   std::function<void(const std::string&)> lost_handler_;
 

@@ -362,14 +362,7 @@ def _pytest(tests, env):
 SUITE = ["test_training.py", "test_models.py"]
 
 
-# Opt-in for now: about one run in three of these hangs until the server drops the client
-# ("the peer stopped reading its socket for 10000 ms"): the socket backend's reader thread
-# sends an interrupt acknowledgement while the server's writes to it are blocked, then
-# deadlocks on its own handler mutex in lose(). A backend bug outside the tensor layer;
-# MTIA_EMU_TEST_SERVED_SUITE=1 runs them.
-@pytest.mark.skipif(os.environ.get("MTIA_EMU_TEST_SERVED_SUITE") != "1",
-                    reason="served-device deadlock in the socket backend (see the comment); "
-                           "MTIA_EMU_TEST_SERVED_SUITE=1 runs it")
+# The suite's training and model tests on a served device, and on mtia:1 of two served devices.
 @pytest.mark.parametrize("env", [{"MTIA_EMU_DEVICES": "1"},
                                  {"MTIA_EMU_DEVICES": "2", "MTIA_EMU_TEST_DEVICE": "1"}],
                          ids=["served", "mtia1_of_two"])
