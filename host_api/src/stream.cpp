@@ -49,7 +49,7 @@ std::shared_ptr<EventState> Device::Impl::event_state(Event e) const {
 
 uint64_t Device::Impl::submit(const std::shared_ptr<StreamState>& s, const isa::Packet& packet,
                               std::function<void(const driver::Completion&)> extra) {
-  auto on_complete = [this, s, extra = std::move(extra)](const driver::Completion& c) {
+  auto on_complete = [s, extra = std::move(extra)](const driver::Completion& c) {
     if (!c.ok) s->note_failure(c.message);
     // The driver marks a seq done only after its callback ran; a thread that sees an event
     // done (set in that callback) must also see the stream done, so the stream's own mark
