@@ -490,12 +490,8 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   void send(MessageType type, uint64_t id, const std::vector<uint8_t>& payload, int fd) {
     Outgoing out;
     out.bytes.resize(isa::server::kHeaderBytes + payload.size());
-    isa::server::MessageHeader h;
-    h.type = type;
-    h.flags = fd >= 0 ? isa::server::kMessageCarriesFd : 0;
-    h.request_id = id;
-    h.payload_bytes = payload.size();
-    isa::server::encode_header(h, out.bytes.data());
+    isa::server::encode_header(remote::message_header(type, id, payload.size(), fd >= 0),
+                               out.bytes.data());
     if (!payload.empty()) {
       std::memcpy(out.bytes.data() + isa::server::kHeaderBytes, payload.data(), payload.size());
     }
@@ -517,26 +513,8 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
 
   // One sendmsg() of what is left of `out` (its descriptor too, if not sent yet).
   ssize_t send_some(const Outgoing& out, int flags) {
-    iovec iov{const_cast<uint8_t*>(out.bytes.data()), out.bytes.size()};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (out.fd >= 0) {
-      std::memset(control, 0, sizeof control);
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof control;
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &out.fd, sizeof(int));
-    }
-    ssize_t n;
-    do {
-      n = ::sendmsg(socket_.get(), &msg, flags | MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
-    return n;
+    const iovec iov{const_cast<uint8_t*>(out.bytes.data()), out.bytes.size()};
+    return remote::send_bytes(socket_.get(), &iov, 1, out.fd, flags);
   }
 
   // Drains the outbox in order, waiting for room on the socket as long as it takes; the first

@@ -30,15 +30,42 @@ void UniqueFd::reset(int fd) {
   fd_ = fd;
 }
 
+isa::server::MessageHeader message_header(isa::server::MessageType type, uint64_t request_id,
+                                          uint64_t payload_bytes, bool carries_fd) {
+  isa::server::MessageHeader h;
+  h.type = type;
+  h.flags = carries_fd ? kMessageCarriesFd : 0;
+  h.request_id = request_id;
+  h.payload_bytes = payload_bytes;
+  return h;
+}
+
+ssize_t send_bytes(int socket, const iovec* iov, int n_iov, int fd, int flags) {
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(iov);
+  msg.msg_iovlen = static_cast<size_t>(n_iov);
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (fd >= 0) {
+    std::memset(control, 0, sizeof control);
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  ssize_t n;
+  do {
+    n = ::sendmsg(socket, &msg, flags | MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
 isa::Status send_message(int socket, isa::server::MessageType type, uint64_t request_id,
                          const void* payload, uint64_t payload_bytes, int fd, int timeout_ms) {
   uint8_t header[kHeaderBytes];
-  isa::server::MessageHeader h;
-  h.type = type;
-  h.flags = fd >= 0 ? kMessageCarriesFd : 0;
-  h.request_id = request_id;
-  h.payload_bytes = payload_bytes;
-  isa::server::encode_header(h, header);
+  isa::server::encode_header(message_header(type, request_id, payload_bytes, fd >= 0), header);
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   const auto* body = static_cast<const uint8_t*>(payload);
@@ -55,27 +82,12 @@ isa::Status send_message(int socket, isa::server::MessageType type, uint64_t req
       iov[n_iov++] = {const_cast<uint8_t*>(body) + (sent - kHeaderBytes),
                       static_cast<size_t>(total - sent)};
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = n_iov;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (!fd_sent) {
-      std::memset(control, 0, sizeof control);
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof control;
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    }
-    const ssize_t n = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
+    const ssize_t n = send_bytes(socket, iov, n_iov, fd_sent ? -1 : fd, 0);
     if (n > 0) {
       sent += static_cast<uint64_t>(n);
       fd_sent = true;
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                             deadline - std::chrono::steady_clock::now())

@@ -3,6 +3,9 @@
 // server (server/) and the driver's socket backend (backends/socket/).
 #pragma once
 
+#include <sys/types.h>
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -45,6 +48,14 @@ struct Message {
   std::vector<uint8_t> payload;
   UniqueFd fd;  // the descriptor sent with it (header.flags has kMessageCarriesFd)
 };
+
+// The header of a message with `payload_bytes` of payload (and a descriptor if `carries_fd`).
+isa::server::MessageHeader message_header(isa::server::MessageType type, uint64_t request_id,
+                                          uint64_t payload_bytes, bool carries_fd);
+
+// One sendmsg() of `iov` (MSG_NOSIGNAL and `flags`, e.g. MSG_DONTWAIT), with `fd` attached to
+// its first byte when fd >= 0; retried on EINTR. The bytes sent, or -1 with errno set.
+ssize_t send_bytes(int socket, const iovec* iov, int n_iov, int fd, int flags);
 
 // Sends one whole message: header, payload and, if `fd` >= 0, that descriptor. Waits while the
 // socket's buffer is full, at most `timeout_ms` in all (a peer that stops reading is dead to
