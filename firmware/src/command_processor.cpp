@@ -368,6 +368,18 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
 
   const isa::Packet& packet = decoded.value();
   const isa::Opcode op = isa::opcode_of(packet);
+  if (const isa::PacketHeader h = std::visit([](const auto& p) { return p.header; }, packet);
+      h.flags & isa::kPacketFenceRelative) {
+    // Relative to what? Only an ExecBuffer packet gives a base.
+    queue.current = h;
+    queue.current_start_ps = platform_.now_ps();
+    queue.busy = true;
+    ++queue.head;
+    platform_.packet_dispatched(q, queue.current);
+    complete(q, isa::reject(ErrorCode::kReservedNotZero,
+                            "a fence-relative packet runs only inside a command buffer"));
+    return true;
+  }
   if (op == isa::Opcode::kDmaCopy || op == isa::Opcode::kFill) {
     bool engine_idle = false;
     for (bool busy : engine_busy_) engine_idle = engine_idle || !busy;
@@ -407,10 +419,29 @@ bool CommandProcessor::dispatch_from_buffer(uint32_t q) {
   }
   isa::Result<isa::Packet> decoded = isa::decode_packet(slot, sizeof(slot));
   if (!decoded.ok()) return fail(decoded.error());
-  const isa::Packet& packet = decoded.value();
+  isa::Packet& packet = decoded.value();
   const isa::Opcode op = isa::opcode_of(packet);
   if (op == isa::Opcode::kExecBuffer) {
     return fail(isa::reject(ErrorCode::kBadOpcode, "command buffers do not nest"));
+  }
+  // A graph's fence values: the buffer's base plus the packet's own (decode allows the flag on
+  // Signal and Wait packets only).
+  bool overflow = false;
+  std::visit(
+      [&](auto& p) {
+        using P = std::decay_t<decltype(p)>;
+        if constexpr (std::is_same_v<P, isa::SignalPacket> || std::is_same_v<P, isa::WaitPacket>) {
+          if (p.header.flags & isa::kPacketFenceRelative) {
+            overflow = __builtin_add_overflow(p.value, buffer.fence_base, &p.value);
+          }
+        }
+      },
+      packet);
+  if (overflow) {
+    return fail(isa::reject(ErrorCode::kExtentOverflow,
+                            "the fence-relative value plus the buffer's fence base overflows "
+                            "64 bits",
+                            buffer.fence_base));
   }
   // As from the ring: wait for a free DMA engine, or for the PE grid.
   if (op == isa::Opcode::kDmaCopy || op == isa::Opcode::kFill) {
@@ -489,7 +520,7 @@ void CommandProcessor::execute(uint32_t q, const isa::Packet& packet) {
             return;
           }
           // Its packets run from the next steps on; this packet completes after the last.
-          queue.buffer = Queue::Buffer{p.buffer_addr, p.packet_count, 0, 0};
+          queue.buffer = Queue::Buffer{p.buffer_addr, p.packet_count, 0, 0, p.fence_base};
           queue.busy = false;
         } else {
           static_assert(!sizeof(P), "every packet type must be handled");

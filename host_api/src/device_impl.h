@@ -119,6 +119,24 @@ struct Device::Impl {
   // If `s` is capturing, ends and discards the capture and throws kInvalidArgument saying that
   // `what` cannot be captured and why.
   void refuse_in_capture(StreamState& s, const std::string& what, const char* why);
+  // Ends a capture on all its streams and drops the graph; returns the argument blocks to give
+  // back (give_arg_block, without `mu`). Requires mu.
+  std::vector<uint64_t> discard_capture_locked(std::shared_ptr<GraphState> g);
+  // If `s` is capturing: records the event into its graph (a Signal on the graph's fence of
+  // the stream's branch) and returns true. Otherwise clears the event's captured record.
+  bool capture_record(StreamState& s, EventState& ev);
+  // A wait in a capture. If the event was recorded in a capture, `s` joins it (if it was not
+  // capturing) and the wait becomes the graph's; returns true. If `s` is capturing and the
+  // event was recorded outside, or in another capture, ends the capture and throws
+  // kInvalidArgument. False when no capture is involved.
+  bool capture_wait(const std::shared_ptr<StreamState>& s, EventState& ev);
+  // Throws kInvalidArgument naming `what` if the event's latest record was captured (it has
+  // not run and will only run at replay).
+  void refuse_captured_event(EventState& ev, const char* what);
+  // Writes `value` into each of a graph's fences from the repair queue (a replay failed), then
+  // decrements `pending`.
+  void repair_graph_fences(std::vector<FenceSlot> fences, uint64_t value,
+                           std::shared_ptr<std::atomic<int>> pending);
   // Notes the malloc() allocation holding `addr`, if any, as used by `g`. Requires mu.
   void note_use_locked(GraphState& g, uint64_t addr);
   void repair_fence(std::shared_ptr<EventState> ev, uint64_t value, std::string failure);
@@ -149,6 +167,10 @@ struct Device::Impl {
   uint32_t last_user_queue = 0;
 
   mutable std::mutex mu;
+  // Held while queuing a cross-queue wait (wait_event) or the parts of a graph's replay on
+  // several queues, so no wait lands between a replay's parts and closes a cycle (graph.cpp).
+  // Taken before no other lock.
+  std::mutex order_mu;
 
   std::map<uint32_t, std::shared_ptr<GraphState>> graphs;
   uint32_t next_graph_id = 1;

@@ -34,6 +34,11 @@ struct EventState {
   uint64_t done_value = 0;  // highest record value whose fence write has happened
   // done_value for waiters that poll without `mu` (the wait policy); stored under `mu`.
   std::atomic<uint64_t> done_published{0};
+  // The latest record was captured into graph `capture_graph` (0: it was not), as fence
+  // value `capture_value` of its branch `capture_branch` (graph.cpp). It runs only at replay.
+  uint32_t capture_graph = 0;
+  uint32_t capture_branch = 0;
+  uint64_t capture_value = 0;
   uint64_t time_ps = 0;  // simulated end time of the latest completed record
   bool failed = false;   // the latest completed record's stream faulted before it
   std::string failure;

@@ -79,7 +79,9 @@ void Device::wait_event(Stream stream, Device& event_device, Event event) {
   auto ev = other.event_state(event);
   call.set_detail(
       fmt::format("stream {} waits for event {} of device {}", s->id, ev->id, other.options.index));
-  d.refuse_in_capture(*s, "wait_event", "cross-stream waits are not captured yet");
+  d.refuse_in_capture(*s, "a wait for another device's event",
+                      "a graph's dependencies are on its own device");
+  other.refuse_captured_event(*ev, "wait_event");
   uint64_t target = 0;
   {
     std::lock_guard lock(ev->mu);

@@ -3,7 +3,8 @@
 // A stream is a hardware queue plus the seq of the last packet submitted for it. Events are
 // fences: record() queues a SignalPacket that writes the event's next value into its 8-byte
 // fence slot in device memory; wait_event() queues a WaitPacket (fence >= value) on the
-// waiting stream's queue, so the device, not a host thread, holds the dependency.
+// waiting stream's queue, so the device, not a host thread, holds the dependency. During a
+// graph capture, records and waits are the graph's instead (graph.cpp).
 #include <spdlog/fmt/fmt.h>
 
 #include <cstring>
@@ -204,7 +205,7 @@ void Device::wait_event(Stream stream, Event event) {
   auto s = d.stream_state(stream);
   auto ev = d.event_state(event);
   call.set_detail(fmt::format("stream {} waits for event {}", s->id, ev->id));
-  d.refuse_in_capture(*s, "wait_event", "cross-stream waits are not captured yet");
+  if (d.capture_wait(s, *ev)) return;  // a fork or a dependency inside a graph (graph.cpp)
   isa::WaitPacket w{};
   {
     std::lock_guard lock(ev->mu);
@@ -214,6 +215,8 @@ void Device::wait_event(Stream stream, Event event) {
     w.value = ev->value;
     w.condition = static_cast<uint8_t>(isa::WaitCondition::kGreaterEqual);
   }
+  // Not between the parts of a graph's replay (graph.cpp, replay).
+  std::lock_guard order(d.order_mu);
   d.submit(s, w);
 }
 
@@ -313,7 +316,7 @@ void Device::Impl::record(Event event, Stream stream) {
   auto s = stream_state(stream);
   auto ev = event_state(event);
   call.set_detail(fmt::format("event {} on stream {}", ev->id, s->id));
-  refuse_in_capture(*s, "record(event)", "event records are not captured yet");
+  if (capture_record(*s, *ev)) return;  // into the stream's graph (graph.cpp)
   std::unique_lock lock(ev->mu);
   // Fence values must only grow. A new record on another queue could overtake the pending
   // one and be overwritten by it, so wait for the pending one first (rare in practice).
@@ -362,6 +365,7 @@ bool Device::query(Event event) {
   ApiCall call(*d.trace, "query");
   auto ev = d.event_state(event);
   call.set_detail(fmt::format("event {}", ev->id));
+  d.refuse_captured_event(*ev, "query(event)");
   uint64_t time_ps = 0;
   {
     std::lock_guard lock(ev->mu);
@@ -377,6 +381,7 @@ void Device::synchronize(Event event) {
   ApiCall call(*d.trace, "synchronize");
   auto ev = d.event_state(event);
   if (call.active()) call.set_detail(fmt::format("event {}", ev->id));
+  d.refuse_captured_event(*ev, "synchronize(event)");
   std::unique_lock lock(ev->mu);
   if (ev->done_value < ev->value) {
     // Spin or yield first (the wait policy), then sleep until the record's completion.
@@ -404,6 +409,7 @@ int64_t Device::elapsed_ps(Event start, Event end) {
   Impl& d = *impl_;
   auto a = d.event_state(start);
   auto b = d.event_state(end);
+  for (const auto& ev : {a, b}) d.refuse_captured_event(*ev, "elapsed time");
   for (const auto& ev : {a, b}) {
     std::lock_guard lock(ev->mu);
     if (!ev->recorded) {

@@ -27,6 +27,7 @@ class StreamState {
   // The graph being captured from it, if any. Guarded by Device::Impl::mu, as the graph table
   // is (graph.cpp).
   std::shared_ptr<GraphState> capture;
+  uint32_t capture_branch = 0;  // its branch in that graph (0: it began the capture)
   // Latest of its packets whose completion has been handled here, set before the packet's own
   // callback runs: an event recorded on the stream is seen done only after the work before it.
   std::atomic<uint64_t> done_seq{0};

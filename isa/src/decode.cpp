@@ -98,7 +98,6 @@ Status check_destination_fits(const uint64_t* sizes, int ndims, uint64_t elem_si
 }
 
 Status check_header(const PacketHeader& h, Opcode expected) {
-  (void)expected;
   if (h.version != kPacketVersion) {
     return reject(ErrorCode::kBadVersion, "packet version " + std::to_string(h.version) +
                                               ", this firmware speaks version " +
@@ -109,6 +108,11 @@ Status check_header(const PacketHeader& h, Opcode expected) {
                   "unknown flag bits " + hex(h.flags & ~kPacketFlagsMask));
   }
   if (h.reserved != 0) return reject(ErrorCode::kReservedNotZero, "header reserved field not zero");
+  if ((h.flags & kPacketFenceRelative) != 0 && expected != Opcode::kSignal &&
+      expected != Opcode::kWait) {
+    return reject(ErrorCode::kReservedNotZero,
+                  "the fence-relative flag is only for signal and wait packets");
+  }
   return {};
 }
 

@@ -80,10 +80,13 @@ c10::DataPtr CachingAllocator::allocate(size_t bytes) {
   const uint32_t stream = current_stream(index_).id;
   const auto stack = gather_stack();
   using Action = TraceEntry::Action;
+  // A side stream that joined the capture (it waited for an event recorded in it) captures
+  // into the same graph, so it allocates from the graph's pool too, as CUDA's allocator does.
+  const bool stream_captures = dev.is_capturing(mtia::Stream{stream});
 
   std::unique_lock lock(mu_);
   // A capturing stream allocates from its graph's pool only.
-  const bool to_pool = capture_.has_value() && capture_->first == stream;
+  const bool to_pool = capture_.has_value() && (capture_->first == stream || stream_captures);
   const c10::MempoolId_t pool = to_pool ? capture_->second : c10::MempoolId_t{0, 0};
   // Best fit among this stream's cached blocks, if it wastes at most half of the block.
   auto& free_list = to_pool ? pools_[pool] : cache_[stream];

@@ -122,7 +122,14 @@ void capture_end(int64_t handle) {
     reset_locked(g);
     return;
   }
-  g.graph = guarded("ending an MTIA graph capture", [&] { return dev.end_capture(stream); });
+  try {
+    g.graph = guarded("ending an MTIA graph capture", [&] { return dev.end_capture(stream); });
+  } catch (...) {
+    // The capture is discarded (e.g. a side stream's unjoined work): so is the graph's hold on
+    // its pool. The error says why.
+    reset_locked(g);
+    throw;
+  }
   g.uses.clear();
   for (const mtia::DevicePtr p : dev.graph_allocations(*g.graph)) {
     g.uses.emplace_back(p.address(), g.allocator().block_use(p.address()));

@@ -145,6 +145,12 @@ PYBIND11_MODULE(_C, m) {
         guarded("writing the trace", [&] { dev().write_artifacts(dir); });
       },
       release());
+  m.def("_is_current_stream_capturing", [] {
+    // Not open yet: nothing can be capturing (and asking does not open the device).
+    if (!Runtime::is_initialized() || Runtime::is_shut_down()) return false;
+    return guarded("asking whether the current stream captures",
+                   [] { return dev().is_capturing(current_stream()); });
+  });
   m.def("_config_json", [] { return dev().config_json(); });
   m.def("_trace_level", [] { return std::string(mtia::trace_level_name(dev().trace_level())); });
   m.def("_set_trace_level", [](const std::string& level) {

@@ -281,6 +281,13 @@ def _install_record_memory_history() -> None:
     torch.mtia.record_memory_history = record_memory_history
 
 
+def is_current_stream_capturing() -> bool:
+    """True while the current stream of the current MTIA device is capturing a graph: it
+    began the capture, or it joined one by waiting for an event recorded in it (a side stream
+    forked off the capturing stream). As torch.cuda.is_current_stream_capturing."""
+    return _C._is_current_stream_capturing()
+
+
 def _register_distributed() -> None:
     import torch.distributed as dist
     if dist.is_available():  # PyTorch built with distributed support (the PyPI builds are)
@@ -300,6 +307,8 @@ def _register() -> None:
             count = 1
         torch.mtia.default_generators = tuple(_C._default_generator(i) for i in range(count))
     _install_record_memory_history()
+    if not hasattr(torch.mtia, "is_current_stream_capturing"):
+        torch.mtia.is_current_stream_capturing = is_current_stream_capturing
     for name in ("memory_reserved", "max_memory_reserved", "memory_summary"):
         for module in (torch.mtia, torch.mtia.memory):
             if not hasattr(module, name):

@@ -183,3 +183,80 @@ TEST_CASE("resetting a queue in the middle of a buffer drops the rest of it",
   CHECK(h.record(0, 0).seq == 2);
   CHECK(h.platform.read_u64(kFenceArea) == 0);
 }
+
+namespace {
+
+isa::SignalPacket relative_signal(uint64_t addr, uint64_t k) {
+  return signal(0, addr, k, isa::AddressSpace::kDevice, isa::kPacketFenceRelative);
+}
+
+isa::WaitPacket relative_wait(uint64_t addr, uint64_t k) {
+  isa::WaitPacket w = wait(0, addr, k);
+  w.header.flags = isa::kPacketFenceRelative;
+  return w;
+}
+
+isa::ExecBufferPacket exec_at(uint64_t seq, uint64_t addr, uint32_t count, uint64_t base) {
+  isa::ExecBufferPacket p = exec(seq, addr, count);
+  p.fence_base = base;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("fence-relative signals and waits in a buffer add the ExecBuffer packet's base",
+          "[firmware][exec][exec_buffer]") {
+  Harness h;
+  h.setup_queue(0, 16);
+  h.setup_queue(1, 16);
+  // Queue 1's buffer waits for queue 0's fence to reach base + 1, then signals base + 2 on its
+  // own; queue 0's buffer signals base + 1, then waits for base + 2: a fork and a join.
+  const uint64_t fence0 = kFenceArea, fence1 = kFenceArea + 8;
+  write_buffer(h, kBufferArea, {relative_signal(fence0, 1), relative_wait(fence1, 2)});
+  write_buffer(h, kBufferArea + 4 * isa::kPacketSlotBytes,
+               {relative_wait(fence0, 1), relative_signal(fence1, 2)});
+  for (uint64_t replay = 0; replay < 3; ++replay) {
+    const uint64_t base = 100 + 10 * replay;
+    h.submit(1, exec_at(replay + 1, kBufferArea + 4 * isa::kPacketSlotBytes, 2, base));
+    h.submit(0, exec_at(replay + 1, kBufferArea, 2, base));
+    h.run();
+    INFO("replay " << replay);
+    CHECK(h.platform.read_u64(fence0) == base + 1);
+    CHECK(h.platform.read_u64(fence1) == base + 2);
+    CHECK(h.qreg(0, reg::kQueueCompleted) == replay + 1);
+    CHECK(h.qreg(1, reg::kQueueCompleted) == replay + 1);
+    CHECK(h.record(0, replay).status == kOk);
+  }
+  // A base the wait's fence has not reached holds queue 1 until queue 0's buffer gets there.
+  h.submit(1, exec_at(9, kBufferArea + 4 * isa::kPacketSlotBytes, 2, 1000));
+  h.run();
+  CHECK(h.qreg(1, reg::kQueueCompleted) == 3);
+  h.submit(0, exec_at(9, kBufferArea, 2, 1000));
+  h.run();
+  CHECK(h.qreg(1, reg::kQueueCompleted) == 4);
+  CHECK(h.platform.read_u64(fence1) == 1002);
+}
+
+TEST_CASE("a fence-relative packet outside a buffer, or one that overflows, fails",
+          "[firmware][exec][exec_buffer]") {
+  Harness h;
+  h.set_reg(reg::queue_reg(0, reg::kQueueErrorRecord), kErrorRecord);
+  h.setup_queue(0);
+  SECTION("from the ring") {
+    h.submit(0, relative_signal(kFenceArea, 1));
+    h.run();
+    CHECK(h.record(0, 0).status == kError);
+    INFO(error_text(h));
+    CHECK(contains(error_text(h), "only inside a command buffer"));
+    CHECK(h.platform.read_u64(kFenceArea) == 0);
+  }
+  SECTION("past 64 bits") {
+    write_buffer(h, kBufferArea, {relative_signal(kFenceArea, 2)});
+    h.submit(0, exec_at(1, kBufferArea, 1, ~uint64_t{0}));
+    h.run();
+    CHECK(h.record(0, 0).error == static_cast<uint16_t>(isa::ErrorCode::kExtentOverflow));
+    INFO(error_text(h));
+    CHECK(contains(error_text(h), "overflows 64 bits"));
+    CHECK(h.platform.read_u64(kFenceArea) == 0);
+  }
+}

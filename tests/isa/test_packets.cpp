@@ -75,6 +75,7 @@ TEST_CASE("every packet kind survives encode and decode unchanged", "[isa]") {
   exec.header = header(Opcode::kExecBuffer);
   exec.buffer_addr = 0x4000;
   exec.packet_count = 3;
+  exec.fence_base = 0x123456789;
 
   for (const Packet& original : {Packet{nop}, Packet{transposed_copy()}, Packet{fill},
                                  Packet{signal}, Packet{wait}, Packet{launch}, Packet{exec}}) {
@@ -329,4 +330,24 @@ TEST_CASE("decoder checks exec buffer packets", "[isa]") {
   auto reserved2 = exec();
   reserved2.reserved[1] = 1;
   CHECK(rejection_of(reserved2) == ErrorCode::kReservedNotZero);
+}
+
+TEST_CASE("the fence-relative flag is for signal and wait packets only", "[isa]") {
+  SignalPacket signal{header(Opcode::kSignal), 0x80, 0, {}, 1};
+  signal.header.flags = kPacketFenceRelative | kPacketInterrupt;
+  CHECK(decode_ok(signal));
+  WaitPacket wait{header(Opcode::kWait), 0x80, 1, 0, {}};
+  wait.header.flags = kPacketFenceRelative;
+  CHECK(decode_ok(wait));
+  NopPacket nop{header(Opcode::kNop)};
+  nop.header.flags = kPacketFenceRelative;
+  CHECK(rejection_of(nop) == ErrorCode::kReservedNotZero);
+  ExecBufferPacket exec{};
+  exec.header = header(Opcode::kExecBuffer);
+  exec.header.flags = kPacketFenceRelative;
+  exec.buffer_addr = 0x4000;
+  exec.packet_count = 1;
+  CHECK(rejection_of(exec) == ErrorCode::kReservedNotZero);
+  nop.header.flags = 1u << 2;  // no such flag
+  CHECK(rejection_of(nop) == ErrorCode::kReservedNotZero);
 }

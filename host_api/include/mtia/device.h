@@ -224,20 +224,32 @@ class Device {
   // `stream` - device-to-device copy_async, fill_async, memset_async and launch - is recorded,
   // not run (a launch's arguments are fixed at capture). Anything that would make the host
   // wait for the stream or touch host memory - synchronize() or query() of the stream or the
-  // device, synchronous copies and fills, copies from or to host memory - and event records
-  // and waits on the stream (not captured yet) throw kInvalidArgument and end the capture,
-  // discarding it. begin_capture throws if the stream is already capturing.
+  // device, synchronous copies and fills, copies from or to host memory - throw
+  // kInvalidArgument and end the capture, discarding it. begin_capture throws if the stream is
+  // already capturing.
+  // Several streams (CUDA's rules): record() on a capturing stream is captured; a stream that
+  // waits for such an event joins the capture (fork) and its work is captured into the same
+  // graph; records and waits between the capture's streams become the graph's dependencies. A
+  // capturing stream's wait for an event recorded outside the capture, or in another capture,
+  // throws kInvalidArgument and ends its capture. query(), synchronize() and elapsed time of an
+  // event whose latest record was captured, and waits for it from outside the capture, throw
+  // kInvalidArgument (the record runs only at replay).
   void begin_capture(Stream stream);
-  // Ends the capture and returns its graph. Throws kInvalidArgument if the stream is not
-  // capturing (never started, or ended by an error).
+  // Ends the capture begun on `stream` and returns its graph. Throws kInvalidArgument if the
+  // stream is not capturing (never started, or ended by an error), if it joined a capture
+  // rather than began it (nothing ends), or if a stream that joined has work `stream` does not
+  // wait for ("unjoined work": the capture is discarded).
   Graph end_capture(Stream stream);
+  // True while `stream` captures: it began a capture or joined one.
   bool is_capturing(Stream stream) const;
   // Writes the graph's packets into a command buffer in device memory. Once per graph.
   void instantiate(Graph graph);
   // Queues the instantiated graph on `stream` as one packet (the firmware runs the command
-  // buffer: docs/architecture.md, EXEC_BUFFER); returns once queued. Throws kInvalidPointer,
-  // before queuing anything, if an allocation the graph uses was freed since the capture.
-  // A failure inside the graph is the stream's, reported like any device fault.
+  // buffer: docs/architecture.md, EXEC_BUFFER), or one packet per captured stream, each on its
+  // own hardware queue, ordered by the graph's fences; work queued on `stream` later waits for
+  // the whole graph. Replays of one graph run one after the other. Returns once queued. Throws
+  // kInvalidPointer, before queuing anything, if an allocation the graph uses was freed since the
+  // capture. A failure inside the graph is the stream's, reported like any device fault.
   void replay(Graph graph, Stream stream = {});
   // Waits for the graph's queued replays, then frees its command buffer and argument blocks.
   void destroy_graph(Graph graph);

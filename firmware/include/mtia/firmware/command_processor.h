@@ -86,8 +86,9 @@ class CommandProcessor {
     struct Buffer {
       uint64_t addr = 0;
       uint32_t count = 0;
-      uint32_t next = 0;   // packets dispatched so far
-      uint8_t opcode = 0;  // of the buffer packet running now
+      uint32_t next = 0;        // packets dispatched so far
+      uint8_t opcode = 0;       // of the buffer packet running now
+      uint64_t fence_base = 0;  // added to fence-relative Signal and Wait values
     };
     std::optional<Buffer> buffer;
   };

@@ -39,7 +39,11 @@ enum class Opcode : uint8_t {
 // Bits of PacketHeader::flags.
 enum PacketFlags : uint16_t {
   kPacketInterrupt = 1u << 0,  // raise the queue's interrupt when this packet completes
-  kPacketFlagsMask = kPacketInterrupt,
+  // On a Signal or Wait packet inside a command buffer only: its value is relative, the
+  // enclosing ExecBuffer packet's fence_base is added to it. A graph's fences thereby take new,
+  // growing values at each replay without rewriting the buffer (docs/architecture.md, Graphs).
+  kPacketFenceRelative = 1u << 1,
+  kPacketFlagsMask = kPacketInterrupt | kPacketFenceRelative,
 };
 
 enum class AddressSpace : uint8_t {
@@ -149,15 +153,17 @@ static_assert(sizeof(LaunchPacket) == 72);
 // writes one completion record, for this packet, after the last of them. A buffer packet that
 // fails ends the buffer and fails this packet with its error and arguments; the error record's
 // reason names its position in the buffer. Buffers do not nest. This is how a captured graph
-// replays with one submission.
+// replays with one submission. Buffer packets flagged kPacketFenceRelative (Signal and Wait)
+// have fence_base added to their value; the sum must not overflow 64 bits.
 struct ExecBufferPacket {
   PacketHeader header;
   uint64_t buffer_addr;   // device address, kPacketSlotBytes-aligned
   uint32_t packet_count;  // 1..kMaxExecBufferPackets
   uint32_t reserved0;
   uint64_t reserved[2];
+  uint64_t fence_base;  // added to the buffer's fence-relative values (0 if it has none)
 };
-static_assert(sizeof(ExecBufferPacket) == 48);
+static_assert(sizeof(ExecBufferPacket) == 56);
 
 inline constexpr uint32_t kMaxExecBufferPackets = 1u << 20;
 
