@@ -10,8 +10,13 @@
 // With --fills-only a step is `ops` 64-byte fills alone: the smallest DMA work, to see
 // whether the command processor's dispatch or the DMA engines set the pace.
 //
-// Usage: bench_graph [preset] [--ops N] [--steps N] [--fills-only]
-//        (default mtia-v2, 32 ops, 30 steps)
+// With --branches N (2 or more), the step is also captured a second way: its ops dealt in turn
+// to N streams forked from the capturing stream and joined back (event records and waits in
+// the capture), so a replay runs N branches on N hardware queues. That graph's replay is a
+// third row, against the one-stream graph's.
+//
+// Usage: bench_graph [preset] [--ops N] [--steps N] [--fills-only] [--branches N]
+//        (default mtia-v2, 32 ops, 30 steps, no branches)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -62,23 +67,26 @@ Figures measure(mtia::Device& dev, mtia::Stream s, int steps, const std::functio
 
 int main(int argc, char** argv) {
   std::string preset = "mtia-v2";
-  int ops = 32, steps = 30;
+  int ops = 32, steps = 30, branches = 0;
   bool launches = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if ((a == "--ops" || a == "--steps") && i + 1 < argc) {
+    if ((a == "--ops" || a == "--steps" || a == "--branches") && i + 1 < argc) {
       const int v = std::atoi(argv[++i]);
-      if (v < 1) {
-        std::fprintf(stderr, "%s must be at least 1\n", a.c_str());
+      const int least = a == "--branches" ? 2 : 1;
+      if (v < least) {
+        std::fprintf(stderr, "%s must be at least %d\n", a.c_str(), least);
         return 2;
       }
-      (a == "--ops" ? ops : steps) = v;
+      (a == "--ops" ? ops : a == "--steps" ? steps : branches) = v;
     } else if (a == "--fills-only") {
       launches = false;
     } else if (!a.empty() && a[0] != '-') {
       preset = a;
     } else {
-      std::fprintf(stderr, "usage: bench_graph [preset] [--ops N] [--steps N] [--fills-only]\n");
+      std::fprintf(stderr,
+                   "usage: bench_graph [preset] [--ops N] [--steps N] [--fills-only] "
+                   "[--branches N]\n");
       return 2;
     }
   }
@@ -100,25 +108,50 @@ int main(int argc, char** argv) {
       d[i] = dev.malloc(n * n * 4);
     }
     mtia::Stream s = dev.create_stream();
-    const auto step = [&] {
+    // Op i of the step on `on(i)`.
+    const auto ops_on = [&](const std::function<mtia::Stream(int)>& on) {
       for (int i = 0; i < ops; ++i) {
         if (!launches) {
-          dev.memset_async(d[i], 0x3f, 64, s);
+          dev.memset_async(d[i], 0x3f, 64, on(i));
           continue;
         }
         dev.launch(matmul, mtia::Grid{1, 1},
                    {c[i], a, b, mtia::Arg::dtype(kFp32), mtia::Arg::dtype(kFp32), n, n, n, n,
                     int64_t{1}, n, int64_t{1}, n, int64_t{1}},
-                   s);
-        dev.copy_async(d[i], c[i], n * n * 4, s);
+                   on(i));
+        dev.copy_async(d[i], c[i], n * n * 4, on(i));
       }
     };
+    const auto step = [&] { ops_on([&](int) { return s; }); };
     const Figures eager = measure(dev, s, steps, step);
     dev.begin_capture(s);
     step();
     const mtia::Graph g = dev.end_capture(s);
     dev.instantiate(g);
     const Figures replay = measure(dev, s, steps, [&] { dev.replay(g, s); });
+    Figures forked;
+    if (branches > 0) {
+      // Branch 0 is s itself; the others fork from it and join back.
+      std::vector<mtia::Stream> side(branches);
+      side[0] = s;
+      for (int i = 1; i < branches; ++i) side[i] = dev.create_stream();
+      const mtia::Event fork = dev.create_event();
+      std::vector<mtia::Event> joins(branches);
+      for (auto& e : joins) e = dev.create_event();
+      dev.begin_capture(s);
+      dev.record(fork, s);
+      for (int i = 1; i < branches; ++i) dev.wait_event(side[i], fork);
+      ops_on([&](int i) { return side[i % branches]; });
+      for (int i = 1; i < branches; ++i) {
+        dev.record(joins[i], side[i]);
+        dev.wait_event(s, joins[i]);
+      }
+      const mtia::Graph fg = dev.end_capture(s);
+      dev.instantiate(fg);
+      dev.memset(d[ops - 1], 0, n * n * 4);  // the result check below reads this run's output
+      forked = measure(dev, s, steps, [&] { dev.replay(fg, s); });
+      dev.destroy_graph(fg);
+    }
     // The replayed step computed what the eager one did.
     std::vector<float> out(launches ? n * n : 16);
     dev.copy(out.data(), d[ops - 1], out.size() * 4);
@@ -139,8 +172,16 @@ int main(int argc, char** argv) {
     std::printf("| step | host wall us | simulated us |\n|---|---:|---:|\n");
     std::printf("| eager | %.1f | %.2f |\n", eager.wall_us, eager.sim_us);
     std::printf("| graph replay | %.1f | %.2f |\n", replay.wall_us, replay.sim_us);
+    if (branches > 0) {
+      std::printf("| graph replay, %d streams | %.1f | %.2f |\n", branches, forked.wall_us,
+                  forked.sim_us);
+    }
     std::printf("| eager / replay | %.2f | %.2f |\n", eager.wall_us / replay.wall_us,
                 eager.sim_us / replay.sim_us);
+    if (branches > 0) {
+      std::printf("| replay 1 stream / %d streams | %.2f | %.2f |\n", branches,
+                  replay.wall_us / forked.wall_us, replay.sim_us / forked.sim_us);
+    }
     std::printf("result check (every output %s): %s\n",
                 launches ? "32 x 0.5 x 0.5 = 8" : "the fill pattern", right ? "ok" : "WRONG");
     return right ? 0 : 1;

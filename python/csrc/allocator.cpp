@@ -90,9 +90,27 @@ c10::DataPtr CachingAllocator::allocate(size_t bytes) {
   const c10::MempoolId_t pool = to_pool ? capture_->second : c10::MempoolId_t{0, 0};
   // Best fit among this stream's cached blocks, if it wastes at most half of the block.
   auto& free_list = to_pool ? pools_[pool] : cache_[stream];
-  if (auto it = free_list.lower_bound(size); it != free_list.end() && it->first <= 2 * size) {
+  auto it = free_list.lower_bound(size);
+  if (to_pool) {
+    // The streams of one capture run at once when it replays: a block that another of its
+    // streams freed may still be in use by that stream's branch, so it is not reused here
+    // (CUDA's allocator keeps pool blocks per stream too). Blocks of earlier captures are.
+    const auto in_this_capture = [&](uint32_t other) {
+      if (other == stream) return false;
+      try {
+        return dev.is_capturing(mtia::Stream{other});
+      } catch (const mtia::Error&) {
+        return false;  // a destroyed stream captures nothing
+      }
+    };
+    while (it != free_list.end() && it->first <= 2 * size && in_this_capture(it->second->stream)) {
+      ++it;
+    }
+  }
+  if (it != free_list.end() && it->first <= 2 * size) {
     Block* b = it->second;
     free_list.erase(it);
+    if (to_pool) b->stream = stream;  // the stream of its latest use, for the check above
     b->requested = bytes;
     b->state = BlockInfo::State::kAllocated;
     b->epoch += 1;
