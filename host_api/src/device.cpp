@@ -140,11 +140,24 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
 }
 
 Device::Impl::~Impl() {
-  // 1. Let all user work finish (faults nobody asked about are logged).
+  // 1. Let all user work finish (faults nobody asked about are logged), graph replays' parts
+  // on queues of their own included (graph.cpp), and drop captures still open (a capturing
+  // stream and its graph hold each other).
   std::vector<std::shared_ptr<StreamState>> all;
+  std::vector<std::pair<uint32_t, uint64_t>> graph_parts;
   {
     std::lock_guard lock(mu);
     for (auto& [id, s] : streams) all.push_back(s);
+    for (auto& [id, g] : graphs) {
+      for (const auto& part : g->replay_parts) graph_parts.push_back(part);
+      for (GraphBranch& b : g->branches) b.stream->capture.reset();
+    }
+  }
+  for (const auto& [queue, seq] : graph_parts) {
+    if (auto waited = dev->wait(queue, seq); !waited) {
+      log->error("closing the device: waiting for a graph's replay failed: {}",
+                 waited.error().reason);
+    }
   }
   for (auto& s : all) {
     try {
