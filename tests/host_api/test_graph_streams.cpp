@@ -147,6 +147,15 @@ TEST_CASE("a fork/join capture replays many times like the same calls run eagerl
     CHECK(download<float>(dev, m.out1, kN * kN) == input);
     CHECK(download<float>(dev, m.out2, kN * kN) == transposed(input));
   }
+  // Replays of one graph queued on two streams with nothing ordering them run one after the
+  // other (the second waits for the first's last fence value), so neither sees the other's
+  // fences half-way, and both finish.
+  const std::vector<float> last = random_floats(kN * kN, 999);
+  dev.copy(m.in, last.data(), kBytes);
+  for (int i = 0; i < 4; ++i) dev.replay(g, i % 2 ? other : st.s0);
+  dev.synchronize();
+  CHECK(download<float>(dev, m.out1, kN * kN) == last);
+  CHECK(download<float>(dev, m.out2, kN * kN) == transposed(last));
   dev.destroy_graph(g);
 }
 
@@ -391,6 +400,17 @@ TEST_CASE(
   // The two branches overlap: well under the serial time (which is the sum of the two
   // branches' times), though not quite half of it (the fences add a few packets).
   CHECK(forked_ps < serial_ps * 3 / 4);
+  // Two replays on two streams that nothing orders still run one after the other, as CUDA's
+  // launches of one graph do: together about twice one replay's time (run at once, the second
+  // one's origin branch would overlap the first one's).
+  const Stream s2 = dev.create_stream();
+  dev.record(start, s0);
+  dev.replay(forked, s0);
+  dev.replay(forked, s2);
+  dev.record(end, s2);
+  const int64_t both_ps = dev.elapsed_ps(start, end);
+  INFO("two replays on two streams " << both_ps << " ps");
+  CHECK(both_ps >= forked_ps * 19 / 10);
   CHECK(download<uint8_t>(dev, x, kFills * kFill) == std::vector<uint8_t>(kFills * kFill, 3));
   CHECK(download<uint8_t>(dev, y, kFills * kFill) == std::vector<uint8_t>(kFills * kFill, 4));
   dev.destroy_graph(serial);
