@@ -202,7 +202,26 @@ void CachingAllocator::free_block(Block* b) {
     stats_.allocation.decrease(1);
     record_locked(Action::kFreeRequested, b->address, b->size, b->stream, stack);
   }
-  // A block another stream used may only be reused once that stream is past the use.
+  // A block another stream used may only be reused once that stream is past the use. A stream
+  // that captures a graph cannot be waited for (that would end its capture), and its use runs
+  // only at replay: the block is freed when the capture ends instead, as CUDA's allocator does.
+  for (const auto& [device, s] : wait_for) {
+    bool captures = false;
+    try {
+      captures = device == index_ && Runtime::get().device(device).is_capturing(mtia::Stream{s});
+    } catch (const std::exception&) {
+      captures = false;  // a destroyed stream: nothing to wait for
+    }
+    if (captures) {
+      std::lock_guard lock(mu_);
+      if (shut_down_) {
+        delete b;
+        return;
+      }
+      deferred_frees_.emplace_back(b, stack);
+      return;
+    }
+  }
   for (const auto& [device, s] : wait_for) {
     try {
       Runtime::get().device(device).synchronize(mtia::Stream{s});
@@ -217,6 +236,12 @@ void CachingAllocator::free_block(Block* b) {
     delete b;
     return;
   }
+  finish_free_locked(b, stack);
+}
+
+void CachingAllocator::finish_free_locked(Block* b,
+                                          const std::shared_ptr<c10::GatheredContext>& stack) {
+  using Action = TraceEntry::Action;
   b->state = BlockInfo::State::kInactive;
   b->requested = 0;
   b->stack = nullptr;
@@ -326,6 +351,9 @@ void CachingAllocator::begin_pool_capture(uint32_t stream, c10::MempoolId_t pool
 void CachingAllocator::end_pool_capture() {
   std::lock_guard lock(mu_);
   capture_.reset();
+  // The frees that waited for a capturing stream (free_block).
+  for (auto& [b, stack] : deferred_frees_) finish_free_locked(b, stack);
+  deferred_frees_.clear();
 }
 
 void CachingAllocator::release_pool(c10::MempoolId_t pool) {

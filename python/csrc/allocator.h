@@ -191,6 +191,9 @@ class CachingAllocator {
     CachingAllocator* owner = nullptr;
   };
   void free_block(Block* block);
+  // The end of a free: the block becomes inactive and goes to its pool or its stream's cache.
+  // Caller holds mu_.
+  void finish_free_locked(Block* b, const std::shared_ptr<c10::GatheredContext>& stack);
   // Frees every cached block through the driver. Caller holds mu_.
   void release_cached_locked();
   // Gives a free block (cached, or of a graph pool) back to the driver and forgets it: the
@@ -211,6 +214,9 @@ class CachingAllocator {
   std::map<c10::MempoolId_t, std::multimap<uint64_t, Block*>> pools_;
   // The stream capturing into a pool, if any.
   std::optional<std::pair<uint32_t, c10::MempoolId_t>> capture_;
+  // Blocks freed during the capture while another stream of it had used them (record_stream):
+  // free once the capture ends (end_pool_capture), with the stack of their free.
+  std::vector<std::pair<Block*, std::shared_ptr<c10::GatheredContext>>> deferred_frees_;
   // Every block held from the driver, by address.
   std::map<uint64_t, Block*> blocks_;
   mutable AllocatorStats stats_;

@@ -126,3 +126,29 @@ def test_waiting_for_an_event_recorded_before_the_capture_is_refused():
             y = x * 2  # noqa: F841
             torch.mtia.current_stream().wait_event(before)
     assert torch.mtia.current_stream() == torch.mtia.default_stream()
+
+
+def test_a_tensor_the_side_stream_used_is_freed_when_the_capture_ends():
+    """record_stream() on a side stream of the capture: freeing the tensor cannot wait for that
+    stream (it is capturing), so its block is freed when the capture ends. Before, the wait
+    ended the capture."""
+    x = torch.randn(256, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    g = torch.mtia.MTIAGraph()
+    s = torch.mtia.Stream()
+    with torch.mtia.graph(g, stream=s):
+        cur = torch.mtia.current_stream()
+        t = x * 2  # on s
+        side = torch.mtia.Stream()
+        side.wait_stream(cur)
+        with torch.mtia.stream(side):
+            out = t + 1
+            t.record_stream(side)
+        del t  # its block waits for the capture's end, not for the side stream
+        assert torch.mtia.is_current_stream_capturing()
+        cur.wait_stream(side)
+    g.replay()
+    torch.testing.assert_close(out.cpu(), x.cpu() * 2 + 1)
+    x.copy_(torch.ones(256, device=DEVICE))
+    g.replay()
+    torch.testing.assert_close(out.cpu(), torch.full((256,), 3.0))
+    g.reset()
