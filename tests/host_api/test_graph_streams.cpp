@@ -267,6 +267,47 @@ TEST_CASE("a capture with a stream that did not join back fails at end_capture",
   dev.destroy_graph(g);
 }
 
+TEST_CASE("a capture with work on more streams than the device has queues fails clearly",
+          "[graphs][graph_streams]") {
+  Device dev = Device::open(test::functional_options());
+  // Every queue but the one that repairs fences can run a branch.
+  const uint32_t queues = dev.properties().hardware_queues - 1;
+  DevicePtr buf = dev.malloc(256 * (queues + 1));
+  const Stream origin = dev.create_stream();
+  const Event fork = dev.create_event();
+  std::vector<Stream> side;
+  std::vector<Event> joins;
+  const auto capture = [&](uint32_t streams) {
+    dev.begin_capture(origin);
+    dev.record(fork, origin);
+    dev.memset_async(buf, 1, 256, origin);
+    for (uint32_t i = 1; i < streams; ++i) {
+      if (side.size() < i) {
+        side.push_back(dev.create_stream());
+        joins.push_back(dev.create_event());
+      }
+      dev.wait_event(side[i - 1], fork);
+      dev.memset_async(buf + 256 * i, uint8_t(i + 1), 256, side[i - 1]);
+      dev.record(joins[i - 1], side[i - 1]);
+      dev.wait_event(origin, joins[i - 1]);
+    }
+    return dev.end_capture(origin);
+  };
+  const Graph fits = capture(queues);
+  dev.instantiate(fits);
+  dev.replay(fits, origin);
+  dev.synchronize(origin);
+  std::vector<uint8_t> want;
+  for (uint32_t i = 0; i < queues; ++i) want.insert(want.end(), 256, uint8_t(i + 1));
+  CHECK(download<uint8_t>(dev, buf, 256 * queues) == want);
+  dev.destroy_graph(fits);
+  expect_error(ErrorKind::kInvalidArgument,
+               "has work on " + std::to_string(queues + 1) + " streams, but the device has " +
+                   std::to_string(queues) + " hardware queues",
+               [&] { capture(queues + 1); });
+  CHECK_FALSE(dev.is_capturing(origin));
+}
+
 TEST_CASE("waits across a capture's boundary are refused, as CUDA refuses them",
           "[graphs][graph_streams]") {
   Device dev = Device::open(test::functional_options());
