@@ -419,3 +419,34 @@ def test_two_processes_share_one_server_each_in_its_own_context(tmp_path):
     finally:
         server.terminate()
         assert server.wait(timeout=60) == 0
+
+
+def test_a_process_that_uses_only_mtia_1_never_opens_device_0(tmp_path):
+    # Device 0's server does not exist: only a use of mtia:0 may notice.
+    binary = os.environ.get("MTIA_EMU_BIN") or os.path.join(HERE, "..", "..", "build", "tools",
+                                                             "mtia-emu")
+    sock = str(tmp_path / "device1.sock")
+    server = subprocess.Popen([binary, "serve", "--socket", sock, "--no-timing", "--trace", "off"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert "serving" in server.stdout.readline()
+        absent = str(tmp_path / "absent.sock")
+        r = run_child("""
+            import torch, torch_mtia_emu
+            assert torch.mtia.device_count() == 2
+            x = torch.arange(6, dtype=torch.float32, device="mtia:1") * 2
+            assert x.cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+            with torch.mtia.device(1):
+                assert torch.mtia.memory_stats()["dram"]["num_allocs"] > 0
+            try:
+                torch.zeros(1, device="mtia:0")
+                raise SystemExit("device 0 opened")
+            except RuntimeError as e:
+                assert "absent.sock" in str(e), str(e)
+            print("ok")
+        """, env={"MTIA_EMU_SERVER": absent + "," + sock, "MTIA_EMU_FALLBACK": "error"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.split() == ["ok"]
+    finally:
+        server.terminate()
+        assert server.wait(timeout=60) == 0
