@@ -450,3 +450,28 @@ def test_a_process_that_uses_only_mtia_1_never_opens_device_0(tmp_path):
     finally:
         server.terminate()
         assert server.wait(timeout=60) == 0
+
+
+def test_a_copy_between_devices_is_queued_and_stream_ordered_on_both():
+    # The copy returns once queued (as between CUDA devices). The source's block, freed and
+    # reused at once on its device, is overwritten only after the copy has read it, and work
+    # queued on the destination after the copy sees its data.
+    out = run_two("""
+        import torch
+        ref = torch.randn(257, 129)
+        for round in range(20):
+            x = ref.to("mtia:0") * 1.0       # a fresh block on mtia:0, written by a kernel
+            y = x.to("mtia:1")               # queued on both current streams
+            z = y * 2                        # queued after it on mtia:1
+            del x
+            w = torch.full((257, 129), -7.0, device="mtia:0")  # reuses x's block on mtia:0
+            torch.testing.assert_close(z.cpu(), ref * 2)
+            torch.testing.assert_close(y.cpu(), ref)
+            assert (w.cpu() == -7.0).all()
+        # Strided and transposed, both ways.
+        a = torch.randn(64, 48, device="mtia:1").t()
+        b = a.to("mtia:0")
+        torch.testing.assert_close(b.cpu(), a.cpu())
+        print("ok")
+    """)
+    assert out.split() == ["ok"]
