@@ -383,7 +383,7 @@ def link_timing():
     alpha_ps = round(config["link_latency_ns"]["value"] * 1000)
     mbps = round(config["link_bandwidth_GBps"]["value"] * 1000)
     n = WORLD
-    size = int(os.environ.get("LINK_BYTES", str(4 << 20)))
+    size = n * (2 << 20)  # 2 MiB chunks
     t = torch.full((size // 4,), float(RANK + 1), device=DEV)
     dist.all_reduce(t)  # warm-up: afterwards the ranks' clocks are in step
     torch.mtia.synchronize()
@@ -414,7 +414,7 @@ def link_timing():
     if len(launches) < n - 1:
         raise AssertionError(f"{len(launches)} reduction launches, expected at least {n - 1}")
     chunk = size // n
-    per_transfer = alpha_ps + math.ceil(chunk * 10**6 / mbps)
+    per_transfer = alpha_ps + math.ceil(chunk * 10**6 / mbps)  # alpha + (S/n)/beta
     for e in sends:
         got = round(e["dur"] * 1e6)
         if got != per_transfer or e["args"]["bytes"] != chunk or e["args"]["peer"] != (RANK + 1) % n:
