@@ -23,8 +23,8 @@ namespace {
 
 constexpr uint64_t kBus = test::HostBuffer::kBusBase;
 constexpr uint64_t kMiB = 1 << 20;
-constexpr uint64_t kSetup = 100'000;      // ps
-constexpr uint64_t kLatency = 2'000'000;  // ps
+constexpr uint64_t kSetup = 100'000;        // ps
+constexpr uint64_t kLatency = 2'000'000;    // ps
 constexpr uint64_t kBusyMiB = 104'857'600;  // 1048576e6 / 10000 ps, exact
 
 sim::ChipConfig link_config(uint32_t links = 2) {
