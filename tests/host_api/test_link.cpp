@@ -106,9 +106,12 @@ TEST_CASE("a link send and receive move the bytes in latency + bytes / bandwidth
   CHECK(send["args"]["peer"] == 1);
   CHECK(send["args"]["bytes"] == kMiB);
   CHECK(send["args"]["busy_ps"] == kBusyMiB);
-  // On the link: latency + bytes / bandwidth; the packet adds its DMA setup.
-  CHECK(ps(send["dur"]) == kLatency + kBusyMiB);
+  // On the link: bytes / bandwidth on its direction, arriving a latency later; the packet
+  // adds its DMA setup.
+  CHECK(ps(send["dur"]) == kBusyMiB);
   CHECK(ps(send["ts"]) == sent + kSetup);
+  CHECK(send["args"]["arrival_ps"] == sent + kSetup + kBusyMiB + kLatency);
+  CHECK(send["args"]["latency_ps"] == kLatency);
   CHECK(send["args"]["packet_start_ps"] == sent);
   CHECK(packet_ps(send) == kSetup + kBusyMiB + kLatency);
   // The receive's bytes crossed while the send ran (one transfer seen from both ends); they
@@ -116,7 +119,8 @@ TEST_CASE("a link send and receive move the bytes in latency + bytes / bandwidth
   CHECK(recv["name"] == "link receive");
   CHECK(recv["tid"] == 261);
   CHECK(ps(recv["ts"]) == sent + kSetup);
-  CHECK(ps(recv["dur"]) == kLatency + kBusyMiB);
+  CHECK(ps(recv["dur"]) == kBusyMiB);
+  CHECK(recv["args"]["arrival_ps"] == sent + kSetup + kBusyMiB + kLatency);
   CHECK(packet_ps(recv) == kSetup);
   dev.free(src);
   dev.free(dst);

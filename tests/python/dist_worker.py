@@ -416,7 +416,8 @@ def link_timing():
     chunk = size // n
     per_transfer = alpha_ps + math.ceil(chunk * 10**6 / mbps)  # alpha + (S/n)/beta
     for e in sends:
-        got = round(e["dur"] * 1e6)
+        # The slice is the link's busy time; the bytes have arrived a latency later.
+        got = e["args"]["arrival_ps"] - round(e["ts"] * 1e6)
         if got != per_transfer or e["args"]["bytes"] != chunk or e["args"]["peer"] != (RANK + 1) % n:
             raise AssertionError(f"link send {e['args']}: {got} ps, expected {per_transfer} ps "
                                  f"for {chunk} bytes to rank {(RANK + 1) % n}")

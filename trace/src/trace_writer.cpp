@@ -110,9 +110,9 @@ std::vector<Item> sorted_items(const Recording& rec, const PacketIndex& index) {
     const auto& d = rec.dmas[i];
     const DmaEvent& e = d.event;
     if (e.link) {
-      // On its link's track, when the bytes cross: latency + bytes / bandwidth.
-      items.push_back(
-          {e.link_start_ps, 4, d.ordinal, e.link_end_ps - e.link_start_ps, ItemType::kDma, i, 0});
+      // On its link direction's track while it occupies it (bytes / bandwidth); the latency
+      // follows, overlapping the next transfer's turn, so it is in the args.
+      items.push_back({e.link_start_ps, 4, d.ordinal, e.link_busy_ps, ItemType::kDma, i, 0});
       continue;
     }
     const uint64_t dur = e.end_ps >= e.start_ps ? e.end_ps - e.start_ps : 0;
@@ -399,16 +399,21 @@ class Writer {
     j_.end_object().end_object();
   }
 
-  // A link transfer on its link direction's track, spanning latency + bytes / bandwidth.
+  // A link transfer on its link direction's track, while its bytes occupy the direction
+  // (bytes / bandwidth); they have all arrived a latency later (arrival_ps).
   void link_transfer(const Recording::Dma& d, uint64_t dur) {
     const DmaEvent& e = d.event;
     const uint32_t track = kLinkTrack0 + 2 * e.link_index + (e.link_receive ? 1 : 0);
     slice(kDevicePid, track, "link", e.link_start_ps, dur);
     j_.field("name", e.link_receive ? "link receive" : "link send");
-    flow_if_linked(e.queue, e.seq);
+    // A receive's bytes may have started to cross before its packet was dispatched (they left
+    // the peer then): such a slice lies before the packet and joins no flow.
+    if (e.link_start_ps >= e.start_ps) flow_if_linked(e.queue, e.seq);
     j_.key("args").begin_object().field("bytes", e.bytes).field("link", e.link_index);
     j_.field("peer", e.peer).field("direction", e.link_receive ? "receive" : "send");
-    j_.field("busy_ps", e.link_busy_ps).field("dma_engine", d.engine);
+    j_.field("busy_ps", e.link_busy_ps).field("arrival_ps", e.link_end_ps);
+    j_.field("latency_ps", e.link_end_ps - e.link_start_ps - e.link_busy_ps);
+    j_.field("dma_engine", d.engine);
     j_.field("packet_start_ps", e.start_ps).field("packet_end_ps", e.end_ps);
     j_.field("error", error_label(e.error));
     if (e.queue != kNoQueue) j_.field("queue", e.queue).field("seq", e.seq);
