@@ -26,6 +26,7 @@ void add_serve_command(CLI::App& app) {
     std::optional<bool> lazy_loads;
     uint64_t trace_max_events = 0;
     std::string wait;
+    uint32_t clients = 1;
   };
   auto flags = std::make_shared<Flags>();
   cmd->add_option("--socket", flags->socket, "listen on this socket path");
@@ -33,6 +34,10 @@ void add_serve_command(CLI::App& app) {
                   "serve the connected socket inherited as this descriptor, and exit when its "
                   "client has gone (how a program starts a server of its own)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--clients", flags->clients,
+                  "serve this many clients at once, each in a context of its own with an equal "
+                  "share of the hardware queues and DRAM (default 1)")
+      ->check(CLI::Range(1u, 16u));
   flags->device.add_to(*cmd);
   cmd->add_option("--trace-max-events", flags->trace_max_events,
                   "trace events kept at most (default $MTIA_EMU_TRACE_MAX_EVENTS, else 1,000,000)");
@@ -58,6 +63,7 @@ void add_serve_command(CLI::App& app) {
     so.socket_path = flags->socket;
     so.client_fd = flags->fd;
     so.exit_with_client = flags->fd >= 0;
+    so.clients = flags->clients;
     so.device.preset = o.preset;
     so.device.overrides = o.overrides;
     so.device.timing = o.timing;
@@ -88,7 +94,8 @@ void add_serve_command(CLI::App& app) {
     isa::Result<std::unique_ptr<server::DeviceServer>> made = server::DeviceServer::create(so);
     if (!made) throw cannot_serve(made.error());
     if (!flags->socket.empty()) {
-      std::printf("mtia-emu: serving %s on %s\n", o.preset.c_str(), flags->socket.c_str());
+      std::printf("mtia-emu: serving %s on %s to %u client%s at once\n", o.preset.c_str(),
+                  flags->socket.c_str(), flags->clients, flags->clients == 1 ? "" : "s");
       std::fflush(stdout);
     }
     isa::Status ran = made.value()->run(/*handle_signals=*/true);

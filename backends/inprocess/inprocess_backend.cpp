@@ -15,6 +15,7 @@
 #include <shared_mutex>
 
 #include "mtia/driver/backend.h"
+#include "mtia/isa/access_scope.h"
 #include "mtia/log/logger.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/device.h"
@@ -35,11 +36,12 @@ std::shared_ptr<spdlog::logger> logger() {
   return log;
 }
 
-// Host memory the device may reach: the ranges registered with map_host. The bus address of a
-// range is its host pointer value, so translation is a range lookup.
+// Host memory the device may reach: the ranges registered with map_host, each in a context
+// (0 unless a device server mapped it for a client). The bus address of a range is its host
+// pointer value, so translation is a range lookup.
 class RegisteredHostMemory final : public sim::HostMemory {
  public:
-  isa::Result<uint64_t> map(void* ptr, uint64_t bytes) {
+  isa::Result<uint64_t> map(void* ptr, uint64_t bytes, uint32_t context) {
     const auto start = reinterpret_cast<uint64_t>(ptr);
     if (ptr == nullptr) return bad_argument("map_host: the host pointer is null");
     if (bytes == 0) {
@@ -59,13 +61,15 @@ class RegisteredHostMemory final : public sim::HostMemory {
           start, bytes, s, n));
     };
     if (next != ranges_.end() && next->first < start + bytes) {
-      return overlap(next->first, next->second);
+      return overlap(next->first, next->second.bytes);
     }
     if (next != ranges_.begin()) {
       auto prev = std::prev(next);
-      if (prev->first + prev->second > start) return overlap(prev->first, prev->second);
+      if (prev->first + prev->second.bytes > start) {
+        return overlap(prev->first, prev->second.bytes);
+      }
     }
-    ranges_.emplace(start, bytes);
+    ranges_.emplace(start, Range{bytes, context});
     return start;
   }
 
@@ -82,18 +86,28 @@ class RegisteredHostMemory final : public sim::HostMemory {
   }
 
   uint8_t* translate(uint64_t bus_addr, uint64_t bytes) override {
+    return translate_in(0, bus_addr, bytes);
+  }
+
+  uint8_t* translate_in(uint32_t context, uint64_t bus_addr, uint64_t bytes) override {
     std::shared_lock lock(mu_);
     auto next = ranges_.upper_bound(bus_addr);
     if (next == ranges_.begin()) return nullptr;
-    const auto& [start, len] = *std::prev(next);
+    const auto& [start, range] = *std::prev(next);
     const uint64_t offset = bus_addr - start;  // bus_addr >= start here
-    if (offset >= len || bytes > len - offset) return nullptr;
+    if (offset >= range.bytes || bytes > range.bytes - offset) return nullptr;
+    const isa::AccessScope scope{context, 0, 0};
+    if (!scope.reaches_host(range.context)) return nullptr;
     return reinterpret_cast<uint8_t*>(bus_addr);
   }
 
  private:
+  struct Range {
+    uint64_t bytes = 0;
+    uint32_t context = 0;
+  };
   std::shared_mutex mu_;
-  std::map<uint64_t, uint64_t> ranges_;  // bus address -> bytes
+  std::map<uint64_t, Range> ranges_;  // bus address -> range
 };
 
 isa::Result<sim::ChipConfig> make_config(const driver::BackendOptions& options) {
@@ -162,6 +176,12 @@ class InProcessBackend final : public driver::Backend, private driver::TraceChan
     return SharedWindow{w.fd, w.device_addr, w.bytes};
   }
 
+  isa::Result<SharedWindow> split_window(uint64_t device_addr, uint64_t bytes) override {
+    MTIA_ASSIGN_OR_RETURN(const sim::Device::MemoryWindow w,
+                          device_->split_dram_window(device_addr, bytes));
+    return SharedWindow{w.fd, w.device_addr, w.bytes};
+  }
+
   // The device shares this process's memory: any host memory maps, this included.
   isa::Result<void*> alloc_host(uint64_t bytes) override {
     if (bytes == 0) return bad_argument("alloc_host: cannot allocate 0 bytes of host memory");
@@ -193,7 +213,10 @@ class InProcessBackend final : public driver::Backend, private driver::TraceChan
   }
 
   isa::Result<uint64_t> map_host(void* ptr, uint64_t bytes) override {
-    return host_memory_.map(ptr, bytes);
+    return host_memory_.map(ptr, bytes, 0);
+  }
+  isa::Result<uint64_t> map_host_in_context(uint32_t context, void* ptr, uint64_t bytes) override {
+    return host_memory_.map(ptr, bytes, context);
   }
   isa::Status unmap_host(uint64_t bus_addr) override { return host_memory_.unmap(bus_addr); }
 

@@ -1,10 +1,12 @@
 // The driver's side of the queue protocol (isa/packets.h, isa/registers.h).
 //
-// Device memory layout the driver sets up at open():
-//   [kDramBase, + nq * kRingSlots * kPacketSlotBytes)      packet rings, one per queue
+// Device memory layout the driver sets up at open(), inside the DRAM window the device gives it
+// (registers kDramWindowBase and kDramWindowBytes: all of DRAM, or a client's share):
+//   [window base, + nq * kRingSlots * kPacketSlotBytes)    packet rings, one per queue
 //   [..., + nq * kRingSlots * kCompletionRecordBytes)      completion rings, one per queue
 //   [..., + nq * kErrorRecordBytes)                         error records, one per queue
-//   rounded up to 1 MiB: the end of the driver's region; the Allocator owns the rest of DRAM.
+//   rounded up to 1 MiB: the end of the driver's region; the Allocator owns the rest of the
+//   window.
 //
 // Threads: host threads submit and wait; completions arrive on the backend's thread through
 // the interrupt handler. Each queue has one mutex guarding its ring indices and bookkeeping.
@@ -148,7 +150,7 @@ class DeviceImpl final : public Device {
     }
     logger()->debug("opened {} (generation {}): {} queues, {} GiB DRAM, driver region {} MiB",
                     info_.preset_name, info_.generation, info_.num_queues, info_.dram_bytes >> 30,
-                    reserved_end_ >> 20);
+                    (reserved_end_ - info_.dram_base) >> 20);
     return {};
   }
 
@@ -308,7 +310,16 @@ class DeviceImpl final : public Device {
           fmt::format("the device reports {} queues; expected 1..{}", nq, isa::kMaxQueues));
     }
     info_.num_queues = static_cast<uint32_t>(nq);
-    MTIA_ASSIGN_OR_RETURN(info_.dram_bytes, read_reg(isa::reg::kDramBytes));
+    MTIA_ASSIGN_OR_RETURN(info_.dram_base, read_reg(isa::reg::kDramWindowBase));
+    MTIA_ASSIGN_OR_RETURN(info_.dram_bytes, read_reg(isa::reg::kDramWindowBytes));
+    MTIA_ASSIGN_OR_RETURN(const uint64_t chip_dram, read_reg(isa::reg::kDramBytes));
+    if (info_.dram_base < isa::kDramBase || info_.dram_bytes == 0 ||
+        info_.dram_base - isa::kDramBase > chip_dram ||
+        info_.dram_bytes > chip_dram - (info_.dram_base - isa::kDramBase)) {
+      return unavailable(fmt::format(
+          "the device's DRAM window [0x{:x}, +{} bytes) does not lie inside its {} bytes of DRAM",
+          info_.dram_base, info_.dram_bytes, chip_dram));
+    }
     MTIA_ASSIGN_OR_RETURN(info_.sram_bytes, read_reg(isa::reg::kSramBytes));
     MTIA_ASSIGN_OR_RETURN(info_.local_store_bytes, read_reg(isa::reg::kLocalStoreBytes));
     MTIA_ASSIGN_OR_RETURN(const uint64_t grid, read_reg(isa::reg::kPeGrid));
@@ -331,26 +342,26 @@ class DeviceImpl final : public Device {
     const uint64_t rings = nq * kRingSlots * isa::kPacketSlotBytes;
     const uint64_t records = nq * kRingSlots * isa::kCompletionRecordBytes;
     const uint64_t error_records = nq * isa::kErrorRecordBytes;
-    reserved_end_ = align_up(isa::kDramBase + rings + records + error_records, kDriverRegionAlign);
-    if (reserved_end_ - isa::kDramBase >= info_.dram_bytes) {
+    const uint64_t base = info_.dram_base;
+    reserved_end_ = align_up(base + rings + records + error_records, kDriverRegionAlign);
+    if (reserved_end_ - base >= info_.dram_bytes) {
       return unavailable(fmt::format(
-          "the device has {} bytes of DRAM, too little for the driver's {} queue rings ({} "
+          "the device gives this driver {} bytes of DRAM, too little for its {} queue rings ({} "
           "bytes)",
-          info_.dram_bytes, nq, reserved_end_ - isa::kDramBase));
+          info_.dram_bytes, nq, reserved_end_ - base));
     }
     MTIA_ASSIGN_OR_RETURN(
-        allocator_,
-        Allocator::create(reserved_end_, info_.dram_bytes - (reserved_end_ - isa::kDramBase),
-                          kHeapAlignment));
+        allocator_, Allocator::create(reserved_end_, info_.dram_bytes - (reserved_end_ - base),
+                                      kHeapAlignment));
     all_queues_mask_ = nq == 64 ? ~0ull : (1ull << nq) - 1;
 
     const std::vector<uint8_t> zeros(kRingSlots * isa::kCompletionRecordBytes, 0);
     for (uint32_t i = 0; i < nq; ++i) {
       auto q = std::make_unique<Queue>();
       q->id = i;
-      q->ring_addr = isa::kDramBase + i * kRingSlots * isa::kPacketSlotBytes;
-      q->completion_addr = isa::kDramBase + rings + i * kRingSlots * isa::kCompletionRecordBytes;
-      q->error_record_addr = isa::kDramBase + rings + records + i * isa::kErrorRecordBytes;
+      q->ring_addr = base + i * kRingSlots * isa::kPacketSlotBytes;
+      q->completion_addr = base + rings + i * kRingSlots * isa::kCompletionRecordBytes;
+      q->error_record_addr = base + rings + records + i * isa::kErrorRecordBytes;
       static_assert(isa::kCompletionRecordBytes % isa::kErrorRecordAlign == 0 &&
                     isa::kErrorRecordBytes % isa::kErrorRecordAlign == 0);
       // Stale records from an earlier user of the device must never match a new seq.

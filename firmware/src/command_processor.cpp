@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "mtia/isa/address_map.h"
 #include "mtia/isa/error_record.h"
 
 namespace mtia::firmware {
@@ -47,6 +48,11 @@ Failure bad_register(uint64_t offset, const char* what) {
 // Device memory has holes (e.g. between PE local-store windows): the whole range must be backed.
 bool range_backed(const Platform& platform, uint64_t addr, uint64_t bytes) {
   return platform.device_range_valid(addr, bytes);
+}
+
+// A device address outside the queue's window: to the queue it is not device memory at all.
+Failure outside_window(uint64_t addr, uint64_t bytes) {
+  return isa::reject(ErrorCode::kDeviceAddressFault, {}, addr, bytes);
 }
 
 }  // namespace
@@ -90,6 +96,10 @@ isa::Result<uint64_t> CommandProcessor::read_register(uint64_t offset) const {
       return config_.local_store_bytes;
     case reg::kPeGrid:
       return uint64_t{config_.pe_rows} << 8 | config_.pe_cols;
+    case reg::kDramWindowBase:
+      return isa::kDramBase;  // the driver of this device owns all of its DRAM
+    case reg::kDramWindowBytes:
+      return config_.dram_bytes;
     case reg::kClockHz:
       return config_.clock_hz;
     case reg::kNumDmaEngines:
@@ -138,6 +148,12 @@ isa::Result<uint64_t> CommandProcessor::read_register(uint64_t offset) const {
           return queue.completed;
         case reg::kQueueErrorRecord:
           return queue.error_record;
+        case reg::kQueueContext:
+          return uint64_t{queue.scope.context};
+        case reg::kQueueWindowBase:
+          return queue.scope.window_base;
+        case reg::kQueueWindowBytes:
+          return queue.scope.window_bytes;
         default:
           break;
       }
@@ -180,15 +196,25 @@ isa::Result<bool> CommandProcessor::write_queue_register(uint32_t q, uint64_t fi
     case reg::kQueueBase:
     case reg::kQueueSize:
     case reg::kQueueCompletion:
-    case reg::kQueueErrorRecord: {
+    case reg::kQueueErrorRecord:
+    case reg::kQueueContext:
+    case reg::kQueueWindowBase:
+    case reg::kQueueWindowBytes: {
       if (queue.state != QueueState::kDisabled) {
         return isa::reject(
             ErrorCode::kBadQueueConfig,
-            fmt::format("queue {}: base, size, completion and error record can only be written "
-                        "while the queue is disabled (BAR0 offset 0x{:04x}); reset the queue "
-                        "first",
+            fmt::format("queue {}: base, size, completion, error record, context and window can "
+                        "only be written while the queue is disabled (BAR0 offset 0x{:04x}); "
+                        "reset the queue first",
                         q, offset));
       }
+      if (field == reg::kQueueContext && value > UINT32_MAX) {
+        return isa::reject(ErrorCode::kBadQueueConfig,
+                           fmt::format("queue {}: context {} is not a 32-bit number", q, value));
+      }
+      if (field == reg::kQueueContext) queue.scope.context = static_cast<uint32_t>(value);
+      if (field == reg::kQueueWindowBase) queue.scope.window_base = value;
+      if (field == reg::kQueueWindowBytes) queue.scope.window_bytes = value;
       // Checked as a whole on kQueueEnable: they are written one at a time.
       if (field == reg::kQueueBase) queue.base = value;
       if (field == reg::kQueueSize) queue.size = value;
@@ -274,6 +300,16 @@ std::string CommandProcessor::queue_config_problem(const Queue& queue) const {
   if (!range_backed(platform_, queue.completion, completion_bytes)) {
     return fmt::format("completion ring [0x{:x}, 0x{:x}) is not inside device memory",
                        queue.completion, queue.completion + completion_bytes);
+  }
+  const isa::AccessScope& scope = queue.scope;
+  if (scope.restricted() && scope.window_base > UINT64_MAX - scope.window_bytes) {
+    return "its window extends past the end of the address space";
+  }
+  if (!scope.covers(queue.base, ring_bytes) || !scope.covers(queue.completion, completion_bytes) ||
+      (queue.error_record != 0 && !scope.covers(queue.error_record, isa::kErrorRecordBytes))) {
+    return fmt::format(
+        "its rings and error record must lie inside its window [0x{:x}, 0x{:x}) of device memory",
+        scope.window_base, scope.window_base + scope.window_bytes);
   }
   // Completion records would overwrite packets not yet fetched.
   if (queue.base < queue.completion + completion_bytes &&
@@ -459,6 +495,7 @@ void CommandProcessor::execute(uint32_t q, const isa::Packet& packet) {
             job.kind = DmaJob::Kind::kLink;
             job.link = p;
           }
+          job.scope = queue.scope;
           unsigned engine = 0;
           while (engine_busy_[engine]) ++engine;  // try_dispatch checked one is idle
           assert(engine < engine_busy_.size());
@@ -468,14 +505,22 @@ void CommandProcessor::execute(uint32_t q, const isa::Packet& packet) {
           platform_.dma_start(engine, job);
         } else if constexpr (std::is_same_v<P, isa::SignalPacket>) {
           const bool host = p.space == static_cast<uint8_t>(isa::AddressSpace::kHost);
+          if (!host && !queue.scope.covers(p.addr, sizeof(p.value))) {
+            complete(q, outside_window(p.addr, sizeof(p.value)));
+            return;
+          }
           const isa::Status written =
-              host ? platform_.write_host(p.addr, &p.value, sizeof(p.value))
+              host ? platform_.write_host(p.addr, &p.value, sizeof(p.value), queue.scope.context)
                    : platform_.write_device(p.addr, &p.value, sizeof(p.value));
           // The driver words an address fault from its numbers: the record carries no text.
           complete(q, written ? written
                               : isa::reject(written.error().code, {}, written.error().arg0,
                                             written.error().arg1));
         } else if constexpr (std::is_same_v<P, isa::WaitPacket>) {
+          if (!queue.scope.covers(p.addr, sizeof(uint64_t))) {
+            complete(q, outside_window(p.addr, sizeof(uint64_t)));
+            return;
+          }
           queue.waiting = p;
           poll_wait(q);  // an already-satisfied wait completes at once
         } else if constexpr (std::is_same_v<P, isa::LaunchPacket>) {
@@ -491,9 +536,13 @@ void CommandProcessor::execute(uint32_t q, const isa::Packet& packet) {
           launch_busy_ = true;
           launch_owner_ = q;
           ++stats_.launches_started;
-          platform_.launch_start(p);
+          platform_.launch_start(p, queue.scope);
         } else if constexpr (std::is_same_v<P, isa::ExecBufferPacket>) {
           const uint64_t bytes = uint64_t{p.packet_count} * isa::kPacketSlotBytes;
+          if (!queue.scope.covers(p.buffer_addr, bytes)) {
+            complete(q, outside_window(p.buffer_addr, bytes));
+            return;
+          }
           if (!range_backed(platform_, p.buffer_addr, bytes)) {
             complete(
                 q, isa::reject(ErrorCode::kDeviceAddressFault,

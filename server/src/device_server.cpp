@@ -1,5 +1,6 @@
 #include "mtia/server/device_server.h"
 
+#include <fcntl.h>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
@@ -7,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
@@ -20,6 +22,8 @@
 #include <vector>
 
 #include "mtia/driver/trace_channel.h"
+#include "mtia/isa/access_scope.h"
+#include "mtia/isa/address_map.h"
 #include "mtia/isa/registers.h"
 #include "mtia/isa/server_protocol.h"
 #include "mtia/log/logger.h"
@@ -47,8 +51,37 @@ isa::Failure bad_request(std::string why) {
 
 // How long a dropped client's queued work may run before its memory is released anyway.
 constexpr auto kQuiesceLimit = std::chrono::seconds(30);
+// Client windows start and end on this boundary (a huge page), and are at least the minimum.
+constexpr uint64_t kWindowAlign = 2ull << 20;
+constexpr uint64_t kMinWindowBytes = 64ull << 20;
+
+bool is_privileged_queue_field(uint64_t field) {
+  return field == isa::reg::kQueueContext || field == isa::reg::kQueueWindowBase ||
+         field == isa::reg::kQueueWindowBytes;
+}
+
+uint64_t low_bits(uint32_t n) {
+  return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+}
 
 }  // namespace
+
+struct Session;
+
+// One client's share of the device, as a PCIe virtual function is: a run of hardware queues, a
+// context for its host memory and a DRAM window with a memory file of its own. The queues'
+// access scope is programmed once, at start; the client cannot change it (its writes to those
+// registers are dropped), so its packets and kernels reach only its window and its mappings.
+struct Slot {
+  uint32_t index = 0;
+  uint32_t first_queue = 0;  // hardware queues [first_queue, first_queue + queues)
+  uint32_t queues = 0;
+  isa::AccessScope scope;                // context index + 1, and the window
+  driver::Backend::SharedWindow window;  // the window's memory file (the device's)
+  Session* holder = nullptr;
+  uint64_t int_enable = 0;  // the client's kIntEnable, in its own queue numbers
+  uint64_t mask() const { return low_bits(queues); }
+};
 
 // One client's connection.
 struct Session {
@@ -56,14 +89,17 @@ struct Session {
   local::socket socket;
   remote::MessageReader reader;
   uint64_t id = 0;
-  bool has_device = false;  // said hello and holds the device
-  bool first = false;       // the client_fd client (exit_with_client)
+  bool first = false;  // the client_fd client (exit_with_client)
   bool closed = false;
+  Slot* slot = nullptr;  // its share of the device, from the hello on
   struct Mapping {
     void* ptr = nullptr;
     uint64_t bytes = 0;
   };
   std::map<uint64_t, Mapping> mappings;  // bus address -> this process's mapping
+  // Memory statistics of the client, logged when it leaves.
+  uint64_t mapped_bytes = 0;       // host memory mapped for its DMA now, bytes
+  uint64_t peak_mapped_bytes = 0;  // the most it had mapped at once, bytes
 };
 
 struct DeviceServer::Impl {
@@ -71,10 +107,9 @@ struct DeviceServer::Impl {
   asio::io_context io;
   std::unique_ptr<local::acceptor> acceptor;
   std::unique_ptr<driver::Backend> device;
-  driver::Backend::SharedWindow window;
+  std::vector<Slot> slots;  // one per client the server serves at once
   std::list<std::shared_ptr<Session>> sessions;
   std::vector<Session::Mapping> retired;  // address ranges freed once the device is gone
-  Session* holder = nullptr;              // the session that holds the device
   uint64_t next_session = 1;
   std::string lost;  // why the device was lost ("" while it works)
   // Why the device could not be opened, for a server started for one client: its hello is
@@ -150,9 +185,17 @@ struct DeviceServer::Impl {
     s.socket.shutdown(local::socket::shutdown_both, ignored);
     s.socket.close(ignored);
     const bool exiting = s.first && options.exit_with_client;
-    if (holder == &s) {
-      if (!exiting) reset_queues();  // else the device goes with the server
-      holder = nullptr;
+    if (s.slot != nullptr) {
+      Slot& slot = *s.slot;
+      log_memory(s);
+      if (!exiting) {  // else the device goes with the server
+        reset_queues(slot);
+        slot.int_enable = 0;
+        write_int_enable();
+        clear_window(slot);
+      }
+      slot.holder = nullptr;
+      s.slot = nullptr;
     }
     release_mappings(s);
     sessions.remove_if([&](const std::shared_ptr<Session>& p) { return p.get() == &s; });
@@ -185,15 +228,167 @@ struct DeviceServer::Impl {
     retired.push_back(m);
   }
 
-  // Stops every queue at once: queued and waiting packets are dropped. (Work already running on
-  // a DMA engine or the PE grid finishes on its own; retire() keeps it harmless.)
-  void reset_queues() {
+  // Stops a client's queues at once: queued and waiting packets are dropped. (Work already
+  // running on a DMA engine or the PE grid finishes on its own; retire() keeps it harmless.)
+  void reset_queues(const Slot& slot) {
     if (!lost.empty()) return;
-    isa::Result<uint64_t> nq = device->read_register(isa::reg::kNumQueues);
-    if (!nq) return;
-    for (uint32_t q = 0; q < nq.value() && q < isa::kMaxQueues; ++q) {
-      device->write_register(isa::reg::queue_reg(q, isa::reg::kQueueControl), isa::kQueueReset);
+    for (uint32_t i = 0; i < slot.queues; ++i) {
+      device->write_register(isa::reg::queue_reg(slot.first_queue + i, isa::reg::kQueueControl),
+                             isa::kQueueReset);
     }
+  }
+
+  // The next client of a window finds it zeroed, and the memory goes back to the host.
+  void clear_window(const Slot& slot) {
+    if (fallocate(slot.window.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                  static_cast<off_t>(slot.window.bytes)) != 0) {
+      logger()->warn("cannot clear the DRAM window of client slot {}: {}", slot.index,
+                     std::strerror(errno));
+    }
+  }
+
+  // Device memory a client's window holds now: the pages of its memory file, bytes.
+  static uint64_t window_resident_bytes(const Slot& slot) {
+    struct stat st {};
+    if (fstat(slot.window.fd, &st) != 0) return 0;
+    return static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+
+  void log_memory(const Session& s) {
+    const Slot& slot = *s.slot;
+    logger()->info(
+        "client {} (context {}) memory: device {:.1f} MiB in use of its {:.0f} MiB window at "
+        "0x{:x}; host {:.1f} MiB mapped for DMA (peak {:.1f} MiB)",
+        s.id, slot.scope.context, window_resident_bytes(slot) / 1048576.0,
+        slot.window.bytes / 1048576.0, slot.window.device_addr, s.mapped_bytes / 1048576.0,
+        s.peak_mapped_bytes / 1048576.0);
+  }
+
+  // The device's interrupt enables: each client's, at its queues' bits.
+  void write_int_enable() {
+    if (!lost.empty()) return;
+    uint64_t all = 0;
+    for (const Slot& slot : slots) all |= (slot.int_enable & slot.mask()) << slot.first_queue;
+    device->write_register(isa::reg::kIntEnable, all);
+  }
+
+  // Gives each client slot its queues, context and window (ServerOptions::clients).
+  isa::Status partition() {
+    MTIA_ASSIGN_OR_RETURN(const uint64_t nq, device->read_register(isa::reg::kNumQueues));
+    MTIA_ASSIGN_OR_RETURN(const uint64_t dram, device->read_register(isa::reg::kDramBytes));
+    const uint32_t n = options.clients;
+    if (n == 0 || n > nq) {
+      return bad_request(fmt::format(
+          "--clients {}: the device has {} hardware queues, so it serves 1 to {} clients at once",
+          n, nq, nq));
+    }
+    const uint64_t window = dram / n / kWindowAlign * kWindowAlign;
+    if (window < kMinWindowBytes) {
+      return bad_request(fmt::format(
+          "--clients {}: the device's {} MiB of DRAM leave each client {} MiB, under the {} MiB "
+          "a client needs; serve fewer clients or give the device more DRAM",
+          n, dram >> 20, window >> 20, kMinWindowBytes >> 20));
+    }
+    slots.resize(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      Slot& slot = slots[i];
+      slot.index = i;
+      slot.queues = static_cast<uint32_t>(nq / n);
+      slot.first_queue = i * slot.queues;
+      slot.scope = {i + 1, isa::kDramBase + i * window, window};
+      MTIA_ASSIGN_OR_RETURN(slot.window, device->split_window(slot.scope.window_base, window));
+      for (uint32_t k = 0; k < slot.queues; ++k) {
+        auto reg = [&](uint64_t field) { return isa::reg::queue_reg(slot.first_queue + k, field); };
+        device->write_register(reg(isa::reg::kQueueControl), isa::kQueueReset);
+        device->write_register(reg(isa::reg::kQueueContext), slot.scope.context);
+        device->write_register(reg(isa::reg::kQueueWindowBase), slot.scope.window_base);
+        device->write_register(reg(isa::reg::kQueueWindowBytes), slot.scope.window_bytes);
+      }
+    }
+    // Posted writes are answered in order: this read sees them, and checks they took.
+    MTIA_ASSIGN_OR_RETURN(
+        const uint64_t last,
+        device->read_register(isa::reg::queue_reg(
+            slots.back().first_queue + slots.back().queues - 1, isa::reg::kQueueWindowBytes)));
+    if (last != window) {
+      return isa::reject(isa::ErrorCode::kDeviceUnavailable,
+                         "the device did not take its queues' windows");
+    }
+    logger()->info("serving up to {} client{} at once: {} queues and {} MiB of DRAM each", n,
+                   n == 1 ? "" : "s", nq / n, window >> 20);
+    return {};
+  }
+
+  // --- a client's view of the registers (its queues numbered from 0) ----------------------
+  isa::Result<uint64_t> read_register(const Slot& slot, uint64_t offset) {
+    namespace reg = isa::reg;
+    switch (offset) {
+      case reg::kNumQueues:
+        return uint64_t{slot.queues};
+      case reg::kDramWindowBase:
+        return slot.window.device_addr;
+      case reg::kDramWindowBytes:
+        return slot.window.bytes;
+      case reg::kIntEnable:
+        return slot.int_enable;
+      case reg::kIntStatus: {
+        MTIA_ASSIGN_OR_RETURN(const uint64_t all, device->read_register(offset));
+        return (all >> slot.first_queue) & slot.mask();
+      }
+      default:
+        break;
+    }
+    if (offset >= reg::kQueueBlock && offset < isa::kBar0Bytes) {
+      const uint64_t q = (offset - reg::kQueueBlock) / reg::kQueueStride;
+      const uint64_t field = (offset - reg::kQueueBlock) % reg::kQueueStride;
+      if (q >= slot.queues) {
+        return isa::reject(isa::ErrorCode::kBadRegister,
+                           fmt::format("BAR0 offset 0x{:04x}: no register at this offset (this "
+                                       "client has {} queues)",
+                                       offset, slot.queues));
+      }
+      return device->read_register(reg::queue_reg(slot.first_queue + q, field));
+    }
+    return device->read_register(offset);
+  }
+
+  void write_register(Session& s, uint64_t offset, uint64_t value) {
+    namespace reg = isa::reg;
+    Slot& slot = *s.slot;
+    if (offset == reg::kIntEnable) {
+      slot.int_enable = value & slot.mask();
+      return write_int_enable();
+    }
+    if (offset == reg::kIntStatus) {
+      return device->write_register(offset, (value & slot.mask()) << slot.first_queue);
+    }
+    if (offset >= reg::kQueueBlock && offset < isa::kBar0Bytes) {
+      const uint64_t q = (offset - reg::kQueueBlock) / reg::kQueueStride;
+      const uint64_t field = (offset - reg::kQueueBlock) % reg::kQueueStride;
+      if (q >= slot.queues || is_privileged_queue_field(field)) {
+        // A posted write has no answer: dropped and logged, as the device does with a bad one.
+        logger()->warn("client {}: register write at BAR0 offset 0x{:04x} dropped: {}", s.id,
+                       offset,
+                       q >= slot.queues ? fmt::format("it has {} queues", slot.queues)
+                                        : std::string("a queue's context and window are the "
+                                                      "server's to set"));
+        return;
+      }
+      return device->write_register(reg::queue_reg(slot.first_queue + q, field), value);
+    }
+    device->write_register(offset, value);
+  }
+
+  // Whether a client's memory-window access stays in its window.
+  static isa::Status check_window(const Slot& slot, const char* what, uint64_t addr,
+                                  uint64_t bytes) {
+    if (slot.scope.covers(addr, bytes)) return {};
+    return isa::reject(isa::ErrorCode::kDeviceAddressFault,
+                       fmt::format("{} 0x{:x} + {} bytes: outside this client's device memory "
+                                   "[0x{:x}, 0x{:x})",
+                                   what, addr, bytes, slot.scope.window_base,
+                                   slot.scope.window_base + slot.scope.window_bytes),
+                       addr, bytes);
   }
 
   // Waits until every queue has finished the packets it was given (or halted on an error), at
@@ -270,7 +465,7 @@ struct DeviceServer::Impl {
       return bad_request("a client sent a server's message (" +
                          isa::server::message_type_name(static_cast<uint16_t>(type)) + ")");
     }
-    if (!s.has_device) return bad_request("a request came before the hello");
+    if (s.slot == nullptr) return bad_request("a request came before the hello");
     if (!lost.empty()) {
       if (isa::server::is_posted(type)) return {};
       return reply_status(s, id, isa::reject(isa::ErrorCode::kDeviceLost, lost));
@@ -279,13 +474,13 @@ struct DeviceServer::Impl {
       case MessageType::kReadRegister: {
         MTIA_ASSIGN_OR_RETURN(const uint64_t offset, in.u64());
         MTIA_RETURN_IF_ERROR(in.finish());
-        return reply_value(s, id, device->read_register(offset));
+        return reply_value(s, id, read_register(*s.slot, offset));
       }
       case MessageType::kWriteRegister: {
         MTIA_ASSIGN_OR_RETURN(const uint64_t offset, in.u64());
         MTIA_ASSIGN_OR_RETURN(const uint64_t value, in.u64());
         MTIA_RETURN_IF_ERROR(in.finish());
-        device->write_register(offset, value);
+        write_register(s, offset, value);
         return {};
       }
       case MessageType::kReadMemory: {
@@ -296,6 +491,9 @@ struct DeviceServer::Impl {
           return bad_request(fmt::format("read memory of {} bytes is over the limit of {}", bytes,
                                          isa::server::kMaxMemoryChunk));
         }
+        if (isa::Status ok = check_window(*s.slot, "read_memory", addr, bytes); !ok) {
+          return reply_status(s, id, ok);
+        }
         Reply r;
         r.data.resize(bytes);
         if (isa::Status read = device->read_memory(addr, r.data.data(), bytes); !read) {
@@ -305,6 +503,9 @@ struct DeviceServer::Impl {
       }
       case MessageType::kWriteMemory: {
         MTIA_ASSIGN_OR_RETURN(const uint64_t addr, in.u64());
+        if (isa::Status ok = check_window(*s.slot, "write_memory", addr, in.remaining()); !ok) {
+          return reply_status(s, id, ok);
+        }
         return reply_status(s, id, device->write_memory(addr, in.rest(), in.remaining()));
       }
       case MessageType::kMapHost:
@@ -323,6 +524,7 @@ struct DeviceServer::Impl {
         }
         isa::Status un = device->unmap_host(bus);
         retire(it->second);
+        s.mapped_bytes -= it->second.bytes;
         s.mappings.erase(it);
         return reply_status(s, id, un);
       }
@@ -370,7 +572,7 @@ struct DeviceServer::Impl {
       return bad_request(fmt::format("hello with protocol version {}, this server speaks {}",
                                      version, isa::server::kProtocolVersion));
     }
-    if (s.has_device) return bad_request("a second hello on one connection");
+    if (s.slot != nullptr) return bad_request("a second hello on one connection");
     if (open_failure) {
       MTIA_RETURN_IF_ERROR(reply_status(s, id, *open_failure));
       return *open_failure;
@@ -378,23 +580,38 @@ struct DeviceServer::Impl {
     if (!lost.empty()) {
       return reply_status(s, id, isa::reject(isa::ErrorCode::kDeviceLost, lost));
     }
-    if (holder != nullptr) {
+    Slot* free = nullptr;
+    std::string holders;
+    for (Slot& slot : slots) {
+      if (slot.holder == nullptr) {
+        free = &slot;
+        break;
+      }
+      holders += (holders.empty() ? "" : ", ") + std::to_string(slot.holder->id);
+    }
+    if (free == nullptr) {
       MTIA_RETURN_IF_ERROR(reply_status(
           s, id,
           isa::reject(isa::ErrorCode::kDeviceUnavailable,
-                      fmt::format("the device is in use by another client (client {}); a "
-                                  "server serves one client at a time: start another server "
-                                  "(mtia-emu serve) or try again when it has finished",
-                                  holder->id))));
+                      fmt::format("the device is in use by another client (client{} {}); this "
+                                  "server serves {} client{} at once: start it with more "
+                                  "--clients, start another server (mtia-emu serve), or try "
+                                  "again when one has finished",
+                                  slots.size() == 1 ? "" : "s", holders, slots.size(),
+                                  slots.size() == 1 ? "" : "s"))));
       return {};
     }
-    holder = &s;
-    s.has_device = true;
-    logger()->info("client {} holds the device", s.id);
+    Slot& slot = *free;
+    clear_window(slot);  // anything a late write of the last client's work left there
+    slot.holder = &s;
+    s.slot = &slot;
+    logger()->info("client {} holds context {}: queues {}..{}, DRAM [0x{:x}, 0x{:x})", s.id,
+                   slot.scope.context, slot.first_queue, slot.first_queue + slot.queues - 1,
+                   slot.window.device_addr, slot.window.device_addr + slot.window.bytes);
     Reply r;
-    r.value = window.bytes;
-    r.value2 = window.device_addr;
-    return reply(s, id, r, window.fd);
+    r.value = slot.window.bytes;
+    r.value2 = slot.window.device_addr;
+    return reply(s, id, r, slot.window.fd);
   }
 
   isa::Status map_host(Session& s, uint64_t id, PayloadReader& in, remote::UniqueFd fd) {
@@ -423,12 +640,14 @@ struct DeviceServer::Impl {
                           isa::reject(isa::ErrorCode::kOutOfMemory,
                                       std::string("map_host: mmap failed: ") + strerror(errno)));
     }
-    isa::Result<uint64_t> bus = device->map_host(p, bytes);
+    isa::Result<uint64_t> bus = device->map_host_in_context(s.slot->scope.context, p, bytes);
     if (!bus) {
       munmap(p, bytes);
       return reply_status(s, id, bus.error());
     }
     s.mappings[bus.value()] = {p, bytes};
+    s.mapped_bytes += bytes;
+    s.peak_mapped_bytes = std::max(s.peak_mapped_bytes, s.mapped_bytes);
     Reply r;
     r.value = bus.value();
     return reply(s, id, r);
@@ -437,11 +656,14 @@ struct DeviceServer::Impl {
   // --- device events (from the simulator thread) -------------------------------------------
   void on_interrupt(uint64_t mask) {
     asio::post(io, [this, mask] {
-      if (holder == nullptr || holder->closed) return;
-      isa::server::PayloadWriter w;
-      w.u64(mask);
-      if (isa::Status sent = send(*holder, MessageType::kInterrupt, 0, w.data()); !sent) {
-        drop(*holder, sent.error().reason);
+      for (Slot& slot : slots) {
+        const uint64_t mine = (mask >> slot.first_queue) & slot.mask();
+        if (mine == 0 || slot.holder == nullptr || slot.holder->closed) continue;
+        isa::server::PayloadWriter w;
+        w.u64(mine);
+        if (isa::Status sent = send(*slot.holder, MessageType::kInterrupt, 0, w.data()); !sent) {
+          drop(*slot.holder, sent.error().reason);
+        }
       }
     });
   }
@@ -498,7 +720,10 @@ isa::Result<std::unique_ptr<DeviceServer>> DeviceServer::create(ServerOptions op
       driver::create_backend("inprocess", options.device);
   if (device) {
     impl->device = std::move(device).value();
-    MTIA_ASSIGN_OR_RETURN(impl->window, impl->device->shared_window());
+    if (isa::Status shared = impl->partition(); !shared) {
+      if (!first) return shared.error();
+      impl->open_failure = shared.error();
+    }
     Impl* self = impl.get();
     impl->device->set_interrupt_handler([self](uint64_t mask) { self->on_interrupt(mask); });
     impl->device->set_lost_handler([self](const std::string& why) { self->on_lost(why); });

@@ -289,6 +289,12 @@ Device::MemoryWindow Device::dram_window() const {
   return {mem.dram_fd(), isa::kDramBase, mem.dram_bytes()};
 }
 
+isa::Result<Device::MemoryWindow> Device::split_dram_window(uint64_t device_addr, uint64_t bytes) {
+  MTIA_ASSIGN_OR_RETURN(const int fd,
+                        impl_->shared.memory->device().split_dram(device_addr, bytes));
+  return MemoryWindow{fd, device_addr, bytes};
+}
+
 isa::Status Device::write_memory(uint64_t addr, const void* src, uint64_t bytes) {
   uint8_t* p = impl_->shared.memory->device().translate(addr, bytes);
   if (p == nullptr) return outside_device_memory("write", addr, bytes);

@@ -1,8 +1,10 @@
 #include "mtia/sim/device_memory.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -76,7 +78,58 @@ DeviceMemory::DeviceMemory(const ChipConfig& config)
   }
 }
 
+isa::Result<int> DeviceMemory::split_dram(uint64_t addr, uint64_t bytes) {
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (bytes == 0 || !contains(isa::kDramBase, dram_.bytes, addr, bytes) || addr % page != 0 ||
+      bytes % page != 0) {
+    return isa::reject(isa::ErrorCode::kInvalidArgument,
+                       "split_dram: " + std::to_string(bytes) + " bytes at device address " +
+                           std::to_string(addr) + " are not a page-aligned range of DRAM");
+  }
+  const uint64_t offset = addr - isa::kDramBase;
+  for (const Split& s : splits_) {
+    if (offset < s.offset + s.bytes && s.offset < offset + bytes) {
+      return isa::reject(isa::ErrorCode::kInvalidArgument,
+                         "split_dram: the range overlaps one already split off");
+    }
+  }
+  const int fd = memfd_create("mtia-DRAM-window", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) close(fd);
+    return isa::reject(isa::ErrorCode::kOutOfMemory, "split_dram: no memory file: " + why);
+  }
+  // Keep what the range holds: copy its written parts (the file is sparse; reading its holes
+  // would allocate them), then release them from the whole-DRAM file.
+  uint8_t* at = dram_.base + offset;
+  for (uint64_t pos = offset; pos < offset + bytes;) {
+    const off_t data = lseek(dram_.fd, static_cast<off_t>(pos), SEEK_DATA);
+    if (data < 0 || static_cast<uint64_t>(data) >= offset + bytes) break;
+    const off_t hole = lseek(dram_.fd, data, SEEK_HOLE);
+    const uint64_t stop = std::min<uint64_t>(static_cast<uint64_t>(hole), offset + bytes);
+    const uint64_t n = stop - static_cast<uint64_t>(data);
+    if (pwrite(fd, dram_.base + data, n, static_cast<off_t>(data - static_cast<off_t>(offset))) !=
+        static_cast<ssize_t>(n)) {
+      const std::string why = std::strerror(errno);
+      close(fd);
+      return isa::reject(isa::ErrorCode::kOutOfMemory, "split_dram: copying the range: " + why);
+    }
+    pos = stop;
+  }
+  void* p = mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd, 0);
+  if (p == MAP_FAILED) {
+    const std::string why = std::strerror(errno);
+    close(fd);
+    return isa::reject(isa::ErrorCode::kOutOfMemory, "split_dram: mapping the range: " + why);
+  }
+  fallocate(dram_.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+            static_cast<off_t>(bytes));  // best effort: only frees memory
+  splits_.push_back({offset, bytes, fd});
+  return fd;
+}
+
 DeviceMemory::~DeviceMemory() {
+  for (Split& s : splits_) close(s.fd);  // their pages go with dram_'s address range
   unmap(dram_);
   unmap(sram_);
   unmap(local_stores_);

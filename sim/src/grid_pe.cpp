@@ -148,7 +148,7 @@ UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   const Touched touched{dma_side(d.src_space, d.src, d.src_strides, d),
                         dma_side(d.dst_space, d.dst, d.dst_strides, d), Extent{}, Extent{}};
   const uint64_t now = t0_ps_ + grid_.cycles_to_ps(r.cycle);
-  auto job = dma_.cost(d, now);
+  auto job = dma_.cost(d, now, grid_.scope_);
   if (!job.ok()) return UnitResponse::fault(job.error().reason);
   const DmaPlan& plan = job.value().plan;
   if (d.dst_space != MTIA_PE_SPACE_LOCAL) grid_.before_device_access(plan.dst.span, true);

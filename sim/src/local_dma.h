@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "deferred_work.h"
+#include "mtia/isa/access_scope.h"
 #include "mtia/isa/pe/pe_ops.h"
 #include "mtia/isa/result.h"
 #include "mtia/sim/memory_system.h"
@@ -31,8 +32,9 @@ class LocalDma {
   // ("dma.start rejected: ...").
   isa::Result<mtia_pe_dma_desc> validate(const sim::pe::RiscvCore& core, uint64_t addr) const;
   // Plans a valid `d` issued at simulated time `now_ps` (reserving its bandwidth) and binds
-  // its copy, or says why its device ranges are not memory.
-  isa::Result<Job> cost(const mtia_pe_dma_desc& d, uint64_t now_ps);
+  // its copy, or says why its device ranges are not memory the launch may reach (`scope`: its
+  // queue's window, and the launch scratch: local stores and SRAM).
+  isa::Result<Job> cost(const mtia_pe_dma_desc& d, uint64_t now_ps, const isa::AccessScope& scope);
   // Copies `job`, whose local-store bytes are `touched` (source, destination): left in device
   // memory when it is a load, else now or on a helper thread, in order with `work`.
   void execute(const mtia_pe_dma_desc& d, const Job& job, const sim::pe::Touched& touched,

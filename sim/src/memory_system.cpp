@@ -394,7 +394,8 @@ MemorySystem::MemorySystem(const ChipConfig& config, HostMemory& host)
 }
 
 bool MemorySystem::check_side(const uint64_t* sizes, int ndims, uint32_t elem,
-                              const isa::NdRegion& region, SideInfo& side, DmaPlan& plan) {
+                              const isa::NdRegion& region, const DmaReach& reach, SideInfo& side,
+                              DmaPlan& plan) {
   auto span = isa::region_span(sizes, ndims, elem, region);
   if (!span) {
     plan.status = isa::reject(span.error().code, {}, region.addr, 0);
@@ -408,14 +409,18 @@ bool MemorySystem::check_side(const uint64_t* sizes, int ndims, uint32_t elem,
     case isa::AddressSpace::kDevice:
       side.host = false;
       side.memory = device_.kind_of(lo, bytes);
-      if (side.memory == MemoryKind::kNone) {
+      // Outside the job's window is, to the job, not device memory at all.
+      if (side.memory == MemoryKind::kNone ||
+          (!reach.scope.covers(lo, bytes) &&
+           !(reach.launch_scratch &&
+             (side.memory == MemoryKind::kLocalStore || side.memory == MemoryKind::kSram)))) {
         plan.status = isa::reject(isa::ErrorCode::kDeviceAddressFault, {}, lo, bytes);
         return false;
       }
       return true;
     case isa::AddressSpace::kHost:
       side.host = true;
-      if (host_.translate(lo, bytes) == nullptr) {
+      if (host_.translate_in(reach.scope.context, lo, bytes) == nullptr) {
         plan.status = isa::reject(isa::ErrorCode::kHostAddressFault, {}, lo, bytes);
         return false;
       }
@@ -473,13 +478,15 @@ void MemorySystem::schedule(DmaPlan& plan, uint64_t now_ps) {
   plan.end_ps = end + latency;
 }
 
-DmaPlan MemorySystem::plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps) {
+DmaPlan MemorySystem::plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps,
+                                const DmaReach& reach) {
   DmaPlan plan;
   plan.copy = packet;
+  plan.context = reach.scope.context;
   plan.ready_ps = plan.start_ps = plan.end_ps = now_ps + setup_ps_;
   const int nd = packet.ndims;
-  if (!check_side(packet.sizes, nd, packet.elem_size, packet.src, plan.src, plan) ||
-      !check_side(packet.sizes, nd, packet.elem_size, packet.dst, plan.dst, plan)) {
+  if (!check_side(packet.sizes, nd, packet.elem_size, packet.src, reach, plan.src, plan) ||
+      !check_side(packet.sizes, nd, packet.elem_size, packet.dst, reach, plan.dst, plan)) {
     return plan;
   }
   plan.payload_bytes = plan.src.runs.run_bytes * plan.src.runs.runs;
@@ -489,12 +496,15 @@ DmaPlan MemorySystem::plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_p
   return plan;
 }
 
-DmaPlan MemorySystem::plan_fill(const isa::FillPacket& packet, uint64_t now_ps) {
+DmaPlan MemorySystem::plan_fill(const isa::FillPacket& packet, uint64_t now_ps,
+                                const DmaReach& reach) {
   DmaPlan plan;
   plan.is_fill = true;
+  plan.context = reach.scope.context;
   plan.fill = packet;
   plan.ready_ps = plan.start_ps = plan.end_ps = now_ps + setup_ps_;
-  if (!check_side(packet.sizes, packet.ndims, packet.pattern_size, packet.dst, plan.dst, plan)) {
+  if (!check_side(packet.sizes, packet.ndims, packet.pattern_size, packet.dst, reach, plan.dst,
+                  plan)) {
     return plan;
   }
   plan.payload_bytes = plan.dst.runs.run_bytes * plan.dst.runs.runs;
@@ -503,9 +513,11 @@ DmaPlan MemorySystem::plan_fill(const isa::FillPacket& packet, uint64_t now_ps) 
   return plan;
 }
 
-DmaPlan MemorySystem::plan_link(const isa::LinkTransferPacket& packet, uint64_t now_ps) {
+DmaPlan MemorySystem::plan_link(const isa::LinkTransferPacket& packet, uint64_t now_ps,
+                                const DmaReach& reach) {
   DmaPlan plan;
   plan.is_link = true;
+  plan.context = reach.scope.context;
   plan.link = packet;
   plan.ready_ps = plan.start_ps = plan.end_ps = now_ps + setup_ps_;
   const bool send = packet.direction == static_cast<uint8_t>(isa::LinkDirection::kSend);
@@ -528,8 +540,8 @@ DmaPlan MemorySystem::plan_link(const isa::LinkTransferPacket& packet, uint64_t 
     plan.status = isa::reject(isa::ErrorCode::kBadLink, {}, packet.link, link_free_at_.size());
     return plan;
   }
-  if (!check_side(c.sizes, 1, 1, c.src, plan.src, plan) ||
-      !check_side(c.sizes, 1, 1, c.dst, plan.dst, plan)) {
+  if (!check_side(c.sizes, 1, 1, c.src, reach, plan.src, plan) ||
+      !check_side(c.sizes, 1, 1, c.dst, reach, plan.dst, plan)) {
     return plan;
   }
   plan.payload_bytes = packet.bytes;
@@ -552,8 +564,8 @@ DmaPlan MemorySystem::plan_link(const isa::LinkTransferPacket& packet, uint64_t 
   return plan;
 }
 
-uint8_t* MemorySystem::translate(const SideInfo& side) const {
-  if (side.host) return host_.translate(side.span.lo, side.span.size());
+uint8_t* MemorySystem::translate(const SideInfo& side, uint32_t context) const {
+  if (side.host) return host_.translate_in(context, side.span.lo, side.span.size());
   return device_.translate(side.span.lo, side.span.size());
 }
 
@@ -565,13 +577,13 @@ isa::Status MemorySystem::bind(const DmaPlan& plan, BoundDma& out) const {
         side.span.lo, side.span.size());
   };
   out.is_fill = plan.is_fill;
-  out.dst = translate(plan.dst);
+  out.dst = translate(plan.dst, plan.context);
   if (out.dst == nullptr) return fault(plan.dst);
   if (plan.is_fill) {
     out.fill = plan.fill;
     return isa::Status{};
   }
-  out.src = translate(plan.src);
+  out.src = translate(plan.src, plan.context);
   if (out.src == nullptr) return fault(plan.src);
   out.copy = plan.copy;
   return isa::Status{};

@@ -224,8 +224,9 @@ isa::Status CommandProcessorModule::write_device(uint64_t addr, const void* src,
   return {};
 }
 
-isa::Status CommandProcessorModule::write_host(uint64_t addr, const void* src, size_t bytes) {
-  uint8_t* p = shared_.memory->host().translate(addr, bytes);
+isa::Status CommandProcessorModule::write_host(uint64_t addr, const void* src, size_t bytes,
+                                               uint32_t context) {
+  uint8_t* p = shared_.memory->host().translate_in(context, addr, bytes);
   if (p == nullptr) {
     return isa::reject(isa::ErrorCode::kHostAddressFault,
                        fmt::format("0x{:x} + {} bytes is not registered host memory", addr, bytes),
@@ -244,7 +245,8 @@ void CommandProcessorModule::dma_start(unsigned engine, const firmware::DmaJob& 
   engines_[engine]->submit(job, shared_.tracer->on() ? dispatch_queue_ : Tracer::kNoQueue);
 }
 
-void CommandProcessorModule::launch_start(const isa::LaunchPacket& launch) {
+void CommandProcessorModule::launch_start(const isa::LaunchPacket& launch,
+                                          const isa::AccessScope& scope) {
   assert(!grid_.busy());
   if (shared_.tracer->on()) {
     Tracer::LaunchInfo info;
@@ -257,7 +259,7 @@ void CommandProcessorModule::launch_start(const isa::LaunchPacket& launch) {
     info.start_ps = sc_core::sc_time_stamp().value();
     shared_.tracer->launch_begin(info);
   }
-  grid_.submit(launch);
+  grid_.submit(launch, scope);
 }
 
 void CommandProcessorModule::launch_done(const isa::Status& outcome) {
@@ -377,9 +379,10 @@ void DmaEngine::run() {
     const uint64_t begin = sc_core::sc_time_stamp().value();
     const bool fill = job_->kind == firmware::DmaJob::Kind::kFill;
     const bool link = job_->kind == firmware::DmaJob::Kind::kLink;
-    const DmaPlan plan = fill   ? memory.plan_fill(job_->fill, begin)
-                         : link ? memory.plan_link(job_->link, begin)
-                                : memory.plan_copy(job_->copy, begin);
+    const DmaReach reach{job_->scope, /*launch_scratch=*/false};
+    const DmaPlan plan = fill   ? memory.plan_fill(job_->fill, begin, reach)
+                         : link ? memory.plan_link(job_->link, begin, reach)
+                                : memory.plan_copy(job_->copy, begin, reach);
     // One wait per job: the data moves at the end, when the transfer is complete.
     wait(ps(plan.end_ps - begin));
     shared_.sync_time();

@@ -165,10 +165,10 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   isa::Status read_device(uint64_t addr, void* dst, size_t bytes) override;
   isa::Status write_device(uint64_t addr, const void* src, size_t bytes) override;
   bool device_range_valid(uint64_t addr, uint64_t bytes) const override;
-  isa::Status write_host(uint64_t addr, const void* src, size_t bytes) override;
+  isa::Status write_host(uint64_t addr, const void* src, size_t bytes, uint32_t context) override;
   unsigned dma_engine_count() const override;
   void dma_start(unsigned engine, const firmware::DmaJob& job) override;
-  void launch_start(const isa::LaunchPacket& launch) override;
+  void launch_start(const isa::LaunchPacket& launch, const isa::AccessScope& scope) override;
   uint64_t now_ps() const override;
   void raise_interrupt(uint64_t queue_mask) override;
   // For the trace: nothing happens here while it is off.

@@ -124,9 +124,10 @@ void PeGrid::trace_dma(uint32_t pe, const DmaPlan& plan, uint64_t issue_ps) {
   shared_.tracer->reservations(plan, /*pe_dma=*/true);
 }
 
-void PeGrid::submit(const isa::LaunchPacket& launch) {
+void PeGrid::submit(const isa::LaunchPacket& launch, const isa::AccessScope& scope) {
   assert(!job_);
   job_ = launch;
+  scope_ = scope;
   start_.notify(sc_core::SC_ZERO_TIME);
 }
 
@@ -181,6 +182,14 @@ isa::Status PeGrid::load_program(const isa::LaunchPacket& launch,
   // The file's extent, from its headers: the program header table and every segment's bytes
   // (sections are not needed to run it).
   constexpr uint64_t kEhdr = 64, kPhdr = 56;
+  const auto outside_window = [&](uint64_t at, uint64_t bytes) {
+    return isa::reject(isa::ErrorCode::kDeviceAddressFault,
+                       fmt::format("kernel image 0x{:x} + {} bytes is outside the device memory "
+                                   "of the launching queue's context",
+                                   at, bytes),
+                       at, bytes);
+  };
+  if (!scope_.covers(addr, kEhdr)) return outside_window(addr, kEhdr);
   const uint8_t* ehdr = mem.translate(addr, kEhdr);
   if (ehdr == nullptr) {
     return isa::reject(isa::ErrorCode::kDeviceAddressFault,
@@ -205,6 +214,9 @@ isa::Status PeGrid::load_program(const isa::LaunchPacket& launch,
                     phoff, phnum, phentsize, params_.max_image_bytes));
   }
   uint64_t size = std::max(kEhdr, phoff + uint64_t{phnum} * kPhdr);
+  if (!scope_.covers(addr + phoff, uint64_t{phnum} * kPhdr)) {
+    return outside_window(addr + phoff, uint64_t{phnum} * kPhdr);
+  }
   const uint8_t* phdrs = mem.translate(addr + phoff, uint64_t{phnum} * kPhdr);
   if (phdrs == nullptr) return bad("program header table lies outside device memory");
   for (uint16_t i = 0; i < phnum; ++i) {
@@ -219,6 +231,7 @@ isa::Status PeGrid::load_program(const isa::LaunchPacket& launch,
     }
     size = std::max(size, off + filesz);
   }
+  if (!scope_.covers(addr, size)) return outside_window(addr, size);
   const uint8_t* bytes = mem.translate(addr, size);
   if (bytes == nullptr) {
     return isa::reject(
@@ -268,7 +281,9 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
   }
   std::vector<uint8_t> args(launch.args_bytes);
   if (!args.empty()) {
-    const uint8_t* p = shared_.memory->device().translate(launch.args_addr, args.size());
+    const uint8_t* p = scope_.covers(launch.args_addr, args.size())
+                           ? shared_.memory->device().translate(launch.args_addr, args.size())
+                           : nullptr;
     if (p == nullptr) {
       return isa::reject(isa::ErrorCode::kDeviceAddressFault,
                          fmt::format("argument block 0x{:x} + {} bytes is not in device memory",

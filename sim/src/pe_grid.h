@@ -32,6 +32,7 @@
 
 #include "deferred_work.h"
 #include "mtia/firmware/platform.h"
+#include "mtia/isa/access_scope.h"
 #include "mtia/isa/packets.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/grid_options.h"
@@ -80,7 +81,8 @@ class PeGrid : public sc_core::sc_module {
 
   // From the firmware's launch_start: the launch starts in a later delta cycle, so its
   // completion never re-enters the firmware from inside launch_start.
-  void submit(const isa::LaunchPacket& launch);
+  // Its image, arguments and PE DMA reach only `scope` (and the local stores).
+  void submit(const isa::LaunchPacket& launch, const isa::AccessScope& scope);
   bool busy() const { return job_.has_value(); }
 
   struct Stats {
@@ -141,6 +143,7 @@ class PeGrid : public sc_core::sc_module {
   bool timing_;
   CommandProcessorModule* cp_ = nullptr;
   std::optional<isa::LaunchPacket> job_;
+  isa::AccessScope scope_;  // of the launch in job_
   sc_core::sc_event start_;
   std::vector<std::unique_ptr<Pe>> pes_;  // one per chip PE, created on first use
   std::unique_ptr<sim::pe::UnitWorkers> workers_;

@@ -34,10 +34,12 @@ class FakePlatform : public Platform {
   // Device ranges [lo, hi) that are not backed, to model holes in the address map.
   std::vector<std::pair<uint64_t, uint64_t>> holes;
   uint64_t time_ps = 0;
-  std::vector<StartedJob> started;          // every dma_start, in order
-  std::vector<uint64_t> interrupts;         // every raise_interrupt mask, in order
-  std::vector<isa::LaunchPacket> launches;  // every launch_start, in order
-  std::vector<uint64_t> device_writes;      // the address of every write_device, in order
+  std::vector<StartedJob> started;              // every dma_start, in order
+  std::vector<uint64_t> interrupts;             // every raise_interrupt mask, in order
+  std::vector<isa::LaunchPacket> launches;      // every launch_start, in order
+  std::vector<isa::AccessScope> launch_scopes;  // the scope of each launch_start
+  std::vector<uint32_t> host_write_contexts;    // the context of every write_host, in order
+  std::vector<uint64_t> device_writes;          // the address of every write_device, in order
   // Log messages at or above log_level, in order; nothing is logged when log_level is nullopt.
   std::optional<LogLevel> log_level = LogLevel::kDebug;
   std::vector<std::pair<LogLevel, std::string>> logs;
@@ -81,7 +83,8 @@ class FakePlatform : public Platform {
     std::memcpy(device.data() + addr, src, bytes);
     return {};
   }
-  isa::Status write_host(uint64_t addr, const void* src, size_t bytes) override {
+  isa::Status write_host(uint64_t addr, const void* src, size_t bytes, uint32_t context) override {
+    host_write_contexts.push_back(context);
     if (!host_backed(addr, bytes)) {
       return isa::reject(isa::ErrorCode::kHostAddressFault, "not host memory", addr, bytes);
     }
@@ -97,7 +100,10 @@ class FakePlatform : public Platform {
     dispatched_before_start.push_back(dispatched.size());
   }
   // Like DMA jobs, launches wait for the test to report them done (on_launch_done).
-  void launch_start(const isa::LaunchPacket& launch) override { launches.push_back(launch); }
+  void launch_start(const isa::LaunchPacket& launch, const isa::AccessScope& scope) override {
+    launches.push_back(launch);
+    launch_scopes.push_back(scope);
+  }
   uint64_t now_ps() const override { return time_ps; }
   void raise_interrupt(uint64_t queue_mask) override { interrupts.push_back(queue_mask); }
   bool log_enabled(LogLevel level) const override {

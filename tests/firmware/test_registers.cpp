@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "harness.h"
+#include "mtia/isa/address_map.h"
 
 using namespace mtia;
 using namespace mtia::firmware;
@@ -35,7 +36,10 @@ TEST_CASE("identity registers report the configuration", "[firmware][registers]"
 
   CHECK(h.reg(reg::kDeviceId) == 0x4D54'4941'0000'0001ull);
   CHECK(h.reg(reg::kIsaVersion) == 1);
-  CHECK(h.reg(reg::kFirmwareVer) == 0x0001'0001);  // 1.1: the queue error record
+  CHECK(h.reg(reg::kFirmwareVer) == 0x0001'0002);  // 1.2: DRAM window, queue contexts
+  // The driver of a device it owns gets all of DRAM.
+  CHECK(h.reg(reg::kDramWindowBase) == isa::kDramBase);
+  CHECK(h.reg(reg::kDramWindowBytes) == 64ull << 30);
   CHECK(h.reg(reg::kNumQueues) == 12);
   CHECK(h.reg(reg::kDramBytes) == 0x10'0000'0000ull);
   CHECK(h.reg(reg::kSramBytes) == 0x800'0000ull);
@@ -61,7 +65,7 @@ TEST_CASE("read-only registers reject writes and keep their value", "[firmware][
   for (uint64_t offset :
        {reg::kDeviceId, reg::kIsaVersion, reg::kFirmwareVer, reg::kNumQueues, reg::kDramBytes,
         reg::kSramBytes, reg::kLocalStoreBytes, reg::kPeGrid, reg::kClockHz, reg::kNumDmaEngines,
-        reg::kPresetName0, reg::kPresetName1}) {
+        reg::kPresetName0, reg::kPresetName1, reg::kDramWindowBase, reg::kDramWindowBytes}) {
     const uint64_t before = h.reg(offset);
     char hex[16];
     std::snprintf(hex, sizeof hex, "0x%04llx", static_cast<unsigned long long>(offset));
@@ -78,11 +82,11 @@ TEST_CASE("read-only registers reject writes and keep their value", "[firmware][
 TEST_CASE("unmapped and misaligned offsets are rejected", "[firmware][registers]") {
   Harness h(2, test_config(4));
   const uint64_t bad[] = {
-      0x0004,                   // misaligned
-      reg::kPresetName1 + 8,    // past the identity block
-      0x0110,                   // past the interrupt registers
-      0x0800,                   // between blocks
-      reg::queue_reg(0, 0x48),  // past a queue block's registers
+      0x0004,                     // misaligned
+      reg::kDramWindowBytes + 8,  // past the identity block
+      0x0110,                     // past the interrupt registers
+      0x0800,                     // between blocks
+      reg::queue_reg(0, 0x60),    // past a queue block's registers
       reg::queue_reg(0, reg::kQueueTail) + 4,
       reg::queue_reg(4, reg::kQueueBase),  // queue 4 of 4 does not exist
       reg::queue_reg(15, reg::kQueueBase),

@@ -19,6 +19,7 @@
 
 #include "device_helpers.h"
 #include "mtia/isa/server_protocol.h"
+#include "mtia/raw_packet.h"
 
 extern char** environ;
 
@@ -69,11 +70,12 @@ struct Server {
   std::string path;
   pid_t pid = -1;
 
-  Server() {
+  explicit Server(int clients = 1) {
     path = (std::filesystem::temp_directory_path() /
             ("mtia_server_test_" + std::to_string(getpid()) + "_" + std::to_string(counter()++)))
                .string();
-    pid = start({MTIA_EMU_PROGRAM, "serve", "--socket", path, "--no-timing", "--trace", "off"});
+    pid = start({MTIA_EMU_PROGRAM, "serve", "--socket", path, "--no-timing", "--trace", "off",
+                 "--clients", std::to_string(clients)});
     for (int i = 0; i < 1000; ++i) {  // until it accepts
       const int fd = connect_to(path);
       if (fd >= 0) {
@@ -313,4 +315,170 @@ TEST_CASE("bad server options say what is wrong", "[server]") {
   setenv("MTIA_EMU_DEVICES", "zero", 1);
   expect_error(ErrorKind::kInvalidArgument, "MTIA_EMU_DEVICES='zero'", [&] { device_count(); });
   unsetenv("MTIA_EMU_DEVICES");
+}
+
+// --- several clients at once ------------------------------------------------------------------
+
+namespace {
+
+constexpr uint8_t kFp32 = 1;  // MTIA_PE_DT_FP32 (isa/pe/pe_ops.h)
+
+// A DMA copy of `bytes` bytes between two device addresses.
+isa::DmaCopyPacket raw_copy(uint64_t dst, uint64_t src, uint64_t bytes) {
+  isa::DmaCopyPacket p{};
+  p.ndims = 1;
+  p.elem_size = 1;
+  p.sizes[0] = bytes;
+  p.src.addr = src;
+  p.src.strides[0] = 1;
+  p.src.space = static_cast<uint8_t>(isa::AddressSpace::kDevice);
+  p.dst = p.src;
+  p.dst.addr = dst;
+  return p;
+}
+
+std::vector<uint8_t> read_back(Device& dev, DevicePtr p, size_t n) {
+  std::vector<uint8_t> out(n);
+  dev.copy(out.data(), p, n);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a server with --clients serves several clients at once, each with its own share",
+          "[server][contexts]") {
+  Server server(2);
+  Device a = Device::open(server.options());
+  Device b = Device::open(server.options());
+  // Each client sees its share: half of the 8 queues and of the 128 GiB of DRAM.
+  CHECK(a.properties().hardware_queues == 4);
+  CHECK(b.properties().hardware_queues == 4);
+  CHECK(a.properties().dram_bytes == 64ull << 30);
+  CHECK(b.properties().dram_bytes == 64ull << 30);
+  expect_error(ErrorKind::kDeviceUnavailable, "serves 2 clients at once",
+               [&] { Device::open(server.options()); });
+  // Both work at once, from their own threads, on their own streams.
+  auto work = [](Device& dev, int seed) {
+    Stream s = dev.create_stream();
+    for (int round = 0; round < 20; ++round) {
+      std::vector<int32_t> in(4096), out(4096);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(i * seed + round);
+      DevicePtr d = dev.malloc(in.size() * 4);
+      dev.copy(d, in.data(), in.size() * 4, s);
+      dev.copy(out.data(), d, out.size() * 4, s);
+      dev.free(d);
+      if (out != in) return false;
+      test::check_device_works(dev, s);
+    }
+    return true;
+  };
+  auto on_a = std::async(std::launch::async, [&] { return work(a, 3); });
+  auto on_b = std::async(std::launch::async, [&] { return work(b, 5); });
+  CHECK(on_a.get());
+  CHECK(on_b.get());
+}
+
+TEST_CASE("a client's DMA and kernels reach only its own memory, and the fault is its alone",
+          "[server][contexts]") {
+  Server server(2);
+  Device a = Device::open(server.options());
+  Device b = Device::open(server.options());
+  constexpr size_t n = 4096;
+  std::vector<uint8_t> secret(n);
+  for (size_t i = 0; i < n; ++i) secret[i] = static_cast<uint8_t>(i * 31 + 7);
+  DevicePtr theirs = a.malloc(n);
+  a.copy(theirs, secret.data(), n);
+  DevicePtr mine = b.malloc(n);
+  b.memset(mine, 0x5A, n);
+  const std::vector<uint8_t> mine_before = read_back(b, mine, n);
+
+  SECTION("a DMA that reads another client's memory") {
+    submit_raw_packet(b, Stream{}, raw_copy(mine.address(), theirs.address(), n));
+    expect_error(ErrorKind::kDeviceFault, "outside device memory", [&] { b.synchronize(); });
+    CHECK(read_back(b, mine, n) == mine_before);  // nothing of A's arrived
+  }
+  SECTION("a DMA that writes another client's memory") {
+    submit_raw_packet(b, Stream{}, raw_copy(theirs.address(), mine.address(), n));
+    expect_error(ErrorKind::kDeviceFault, "outside device memory", [&] { b.synchronize(); });
+  }
+  SECTION("a fence signal into another client's memory") {
+    isa::SignalPacket p{};
+    p.addr = theirs.address();
+    p.space = static_cast<uint8_t>(isa::AddressSpace::kDevice);
+    p.value = ~uint64_t{0};
+    submit_raw_packet(b, Stream{}, p);
+    expect_error(ErrorKind::kDeviceFault, "outside device memory", [&] { b.synchronize(); });
+  }
+#ifdef MTIA_KERNEL_LIBRARY_ELF
+  SECTION("a kernel that reads or writes another client's memory") {
+    const KernelModule lib = b.load_module(MTIA_KERNEL_LIBRARY_ELF);
+    constexpr int64_t k = 16;  // 16 x 16 fp32 products: 1 KiB operands
+    auto matmul = [&](DevicePtr out, DevicePtr in) {
+      b.launch(lib.kernel("matmul"), Grid{1, 1},
+               {out, in, in, Arg::dtype(kFp32), Arg::dtype(kFp32), k, k, k, k, int64_t{1}, k,
+                int64_t{1}, k, int64_t{1}});
+    };
+    matmul(mine, theirs);  // reads A's bytes
+    expect_error(ErrorKind::kDeviceFault, "may reach", [&] { b.synchronize(); });
+    matmul(theirs, mine);  // writes A's bytes
+    expect_error(ErrorKind::kDeviceFault, "may reach", [&] { b.synchronize(); });
+    // The launch's own image and arguments must be the client's too.
+    isa::LaunchPacket l{};
+    l.image_addr = theirs.address();
+    l.grid_rows = l.grid_cols = 1;
+    submit_raw_packet(b, Stream{}, l);
+    expect_error(ErrorKind::kDeviceFault, "outside", [&] { b.synchronize(); });
+    matmul(mine, mine);  // and its own memory it still reaches
+    b.synchronize();
+  }
+#endif
+  // A never noticed: its data is intact and its device works.
+  CHECK(read_back(a, theirs, n) == secret);
+  test::check_device_works(a);
+  test::check_device_works(b);  // B's fault was reported and is over
+  a.free(theirs);
+  b.free(mine);
+}
+
+TEST_CASE("a client killed in mid-work releases its share and the other client goes on",
+          "[server][contexts]") {
+  Server server(2);
+  Device stays = Device::open(server.options());
+  setenv("MTIA_EMU_SERVER", server.path.c_str(), 1);
+  const std::string out = server.path + ".demo";
+  const pid_t client = start({MTIA_EMU_PROGRAM, "demo", "--trace", "off", "--batch", "512",
+                              "--hidden", "1024", "--out", out});
+  unsetenv("MTIA_EMU_SERVER");
+  // Wait until it holds the second share (a third client is refused while it does).
+  bool held = false;
+  for (int i = 0; i < 400 && !held; ++i) {
+    try {
+      Device probe = Device::open(server.options());
+    } catch (const Error& e) {
+      held = std::string(e.what()).find("in use") != std::string::npos;
+    }
+    if (!held) std::this_thread::sleep_for(5ms);
+  }
+  test::check_device_works(stays);
+  kill(client, SIGKILL);
+  waitpid(client, nullptr, 0);
+  if (!held) WARN("the demo finished before it could be killed mid-work");
+  std::filesystem::remove_all(out);
+  test::check_device_works(stays);
+  // Its share is free again, and a new client finds its window zeroed.
+  Device next = Device::open(server.options());
+  DevicePtr p = next.malloc(1 << 20);
+  std::vector<uint8_t> got(1 << 20, 0xFF);
+  next.copy(got.data(), p, got.size());
+  CHECK(std::all_of(got.begin(), got.end(), [](uint8_t v) { return v == 0; }));
+  test::check_device_works(next);
+}
+
+TEST_CASE("bad --clients values say what is wrong", "[server][contexts]") {
+  const pid_t too_many = start({MTIA_EMU_PROGRAM, "serve", "--socket", "/tmp/mtia-unused",
+                                "--clients", "9", "--trace", "off"});
+  CHECK(wait_exit(too_many, 30s) != 0);  // 8 queues serve at most 8 clients
+  const pid_t tiny = start({MTIA_EMU_PROGRAM, "serve", "--socket", "/tmp/mtia-unused", "--clients",
+                            "4", "--set", "dram_bytes=134217728", "--trace", "off"});
+  CHECK(wait_exit(tiny, 30s) != 0);  // 32 MiB each is too little
 }

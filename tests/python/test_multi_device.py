@@ -370,3 +370,52 @@ def test_training_and_model_tests_pass_on_served_devices(env):
     r = _pytest(SUITE, env)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert " passed" in r.stdout and "failed" not in r.stdout, r.stdout[-2000:]
+
+
+# Two processes on one device server, each in a context of its own (`serve --clients 2`).
+SHARED_CLIENT = """
+import torch, torch_mtia_emu
+props = torch.mtia.get_device_properties(0)
+assert props["total_memory"] == 64 << 30, props  # half of mtia-v2's 128 GiB
+def run(device, seed):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(64, 16, generator=g), torch.randint(0, 4, (64,), generator=g)
+    x, y = x.to(device), y.to(device)
+    for _ in range(20):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return [p.detach().cpu() for p in model.parameters()]
+import sys
+seed = int(sys.argv[1])
+for c, d in zip(run("cpu", seed), run("mtia", seed)):
+    torch.testing.assert_close(d, c, rtol=1e-3, atol=1e-4)
+assert torch.mtia.memory_stats()["dram"]["num_allocs"] > 0
+print("ok")
+"""
+
+
+def test_two_processes_share_one_server_each_in_its_own_context(tmp_path):
+    binary = os.environ.get("MTIA_EMU_BIN") or os.path.join(HERE, "..", "..", "build", "tools",
+                                                             "mtia-emu")
+    assert os.access(binary, os.X_OK), f"no mtia-emu at {binary}: build the project first"
+    sock = str(tmp_path / "device.sock")
+    server = subprocess.Popen([binary, "serve", "--socket", sock, "--clients", "2", "--no-timing",
+                               "--trace", "off"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert "2 clients at once" in server.stdout.readline()
+        env = dict(os.environ, MTIA_EMU_SERVER=sock, MTIA_EMU_FALLBACK="error")
+        clients = [subprocess.Popen([sys.executable, "-c", SHARED_CLIENT, str(seed)], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for seed in (1, 2)]
+        for c in clients:
+            out, err = c.communicate(timeout=240)
+            assert c.returncode == 0, out + err
+            assert out.split() == ["ok"]
+    finally:
+        server.terminate()
+        assert server.wait(timeout=60) == 0

@@ -166,3 +166,17 @@ TEST_CASE("with timing off a link transfer takes no time", "[link][timing]") {
   CHECK(p.end_ps == 1234);
   REQUIRE(ms.perform(p).ok());
 }
+
+TEST_CASE("a link transfer reaches only its queue's device window", "[link][timing]") {
+  test::HostBuffer host(kMiB);
+  sim::MemorySystem ms(link_config(1), host);
+  sim::DmaReach reach;  // a client of a shared device: its share of device memory
+  reach.scope.window_base = kMiB;
+  reach.scope.window_bytes = kMiB;
+  const auto inside = ms.plan_link(transfer(Dir::kSend, kMiB + 64, kBus, 64), 0, reach);
+  CHECK(inside.status.ok());
+  const auto outside = ms.plan_link(transfer(Dir::kSend, 64, kBus, 64), 0, reach);
+  REQUIRE_FALSE(outside.status.ok());
+  CHECK(outside.status.error().code == isa::ErrorCode::kDeviceAddressFault);
+  CHECK(ms.link_stats(0, Dir::kSend).transfers == 1);
+}

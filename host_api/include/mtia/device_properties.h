@@ -54,11 +54,12 @@ struct DeviceOptions {
 };
 
 struct DeviceProperties {
-  std::string backend;             // backend the device was opened through
-  std::string name;                // preset name reported by the device, e.g. "mtia-v2"
-  uint32_t generation = 0;         // 1 or 2
-  uint64_t firmware_version = 0;   // major << 16 | minor
-  uint64_t dram_bytes = 0;         // LPDDR capacity, bytes
+  std::string backend;            // backend the device was opened through
+  std::string name;               // preset name reported by the device, e.g. "mtia-v2"
+  uint32_t generation = 0;        // 1 or 2
+  uint64_t firmware_version = 0;  // major << 16 | minor
+  uint64_t dram_bytes =
+      0;  // DRAM this handle may use: the LPDDR, or a client's share of a served one
   uint64_t sram_bytes = 0;         // on-chip SRAM, bytes
   uint64_t local_store_bytes = 0;  // per-PE local store, bytes
   uint32_t pe_rows = 0;            // PE grid

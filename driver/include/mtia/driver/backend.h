@@ -65,6 +65,13 @@ class Backend {
   virtual isa::Result<SharedWindow> shared_window() {
     return isa::reject(isa::ErrorCode::kUnsupported, "this backend shares no memory window");
   }
+  // A window of its own onto DRAM range [device_addr, + bytes), page aligned: a file that shows
+  // that range and nothing else (a device server gives each client its share this way, as a
+  // PCIe virtual function's BAR shows only its part). Split windows before the device uses
+  // their memory. kUnsupported for a backend that has no such windows.
+  virtual isa::Result<SharedWindow> split_window(uint64_t /*device_addr*/, uint64_t /*bytes*/) {
+    return isa::reject(isa::ErrorCode::kUnsupported, "this backend shares no memory window");
+  }
 
   // Host memory that device DMA can reach once mapped: memory the backend shares with its
   // device (a device in another process reaches only memory shared with it). Page-aligned, at
@@ -79,6 +86,13 @@ class Backend {
   // not from alloc_host on a backend that cannot reach arbitrary host memory (memory from
   // alloc_host always maps); the caller then copies through alloc_host memory instead.
   virtual isa::Result<uint64_t> map_host(void* ptr, uint64_t bytes) = 0;
+  // map_host for the queues of one context (isa/access_scope.h): only they (and context 0, the
+  // whole device) reach the range. A device server maps each client's memory in that client's
+  // context. kUnsupported for context > 0 on a backend that keeps no contexts.
+  virtual isa::Result<uint64_t> map_host_in_context(uint32_t context, void* ptr, uint64_t bytes) {
+    if (context == 0) return map_host(ptr, bytes);
+    return isa::reject(isa::ErrorCode::kUnsupported, "this backend keeps no host contexts");
+  }
   // kInvalidPointer when `bus_addr` is not the start of a mapped range.
   virtual isa::Status unmap_host(uint64_t bus_addr) = 0;
 

@@ -23,7 +23,10 @@ struct DeviceInfo {
   std::string preset_name;
   uint32_t generation = 0;
   uint64_t firmware_version = 0;
-  uint32_t num_queues = 0;
+  uint32_t num_queues = 0;  // the queues this driver may use (a client's share on a served device)
+  // The DRAM this driver may use, [dram_base, dram_base + dram_bytes): all of the chip's, or a
+  // client's window on a shared device.
+  uint64_t dram_base = 0;
   uint64_t dram_bytes = 0;
   uint64_t sram_bytes = 0;
   uint64_t local_store_bytes = 0;

@@ -72,6 +72,7 @@ class CommandProcessor {
     uint64_t size = 0;          // slots
     uint64_t completion = 0;    // completion ring device address
     uint64_t error_record = 0;  // device address of the error record, 0 = none
+    isa::AccessScope scope{};   // what the queue's packets may reach (kQueueContext, ...)
     uint64_t head = 0;          // packets fetched
     uint64_t tail = 0;          // packets the driver has written
     uint64_t completed = 0;     // packets completed

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "mtia/isa/access_scope.h"
 #include "mtia/isa/packets.h"
 #include "mtia/isa/result.h"
 
@@ -22,6 +23,9 @@ struct DmaJob {
   isa::DmaCopyPacket copy{};
   isa::FillPacket fill{};
   isa::LinkTransferPacket link{};
+  // What the job may reach: its queue's scope. Device ranges outside the window fail with
+  // kDeviceAddressFault, host ranges of another context with kHostAddressFault.
+  isa::AccessScope scope{};
 };
 
 // How much a firmware log message matters (Platform::log).
@@ -39,9 +43,10 @@ class Platform {
   // True when all of [addr, addr + bytes) is device memory. Checks the range without reading
   // it, so validating a ring never races with the driver filling it.
   virtual bool device_range_valid(uint64_t addr, uint64_t bytes) const = 0;
-  // Registered host memory (signals to host fences). A range that is not registered fails
-  // with kHostAddressFault.
-  virtual isa::Status write_host(uint64_t addr, const void* src, size_t bytes) = 0;
+  // Registered host memory (signals to host fences). A range that is not registered, or not
+  // reachable from `context` (isa::AccessScope::reaches_host), fails with kHostAddressFault.
+  virtual isa::Status write_host(uint64_t addr, const void* src, size_t bytes,
+                                 uint32_t context) = 0;
 
   // DMA engines: the firmware starts a job on an idle engine and is told when it finishes
   // through CommandProcessor::on_dma_done(engine, outcome), never from inside dma_start. A
@@ -56,8 +61,10 @@ class Platform {
   // (kBadKernelImage, kKernelFault, kWatchdog...), details (arg0: the faulting pc or the image
   // address; arg1: the faulting PE index, row * grid_cols + col), its reason for people
   // (naming the PE, the pc and the fault; it goes to the queue's error record) and, for a
-  // kernel that exited non-zero, its exit status.
-  virtual void launch_start(const isa::LaunchPacket& launch) = 0;
+  // kernel that exited non-zero, its exit status. The launch's image, arguments and its PEs'
+  // DMA reach only `scope`'s window (and the launch's scratch: the PE local stores and SRAM);
+  // anything else fails the launch with kDeviceAddressFault or kKernelFault.
+  virtual void launch_start(const isa::LaunchPacket& launch, const isa::AccessScope& scope) = 0;
 
   // Current simulated time in picoseconds.
   virtual uint64_t now_ps() const = 0;

@@ -13,8 +13,9 @@ inline constexpr uint64_t kBar0Bytes = 0x10000;
 
 // 'MTIA' in the upper half, generation (1 or 2) in the lower half.
 inline constexpr uint64_t kDeviceIdMagic = 0x4D544941ull << 32;
-// major.minor as 16.16; 1.1 added the per-queue error record (kQueueErrorRecord).
-inline constexpr uint64_t kFirmwareVersion = 0x0001'0001;
+// major.minor as 16.16; 1.1 added the per-queue error record (kQueueErrorRecord); 1.2 the DRAM
+// window registers and each queue's context and window (several clients, access_scope.h).
+inline constexpr uint64_t kFirmwareVersion = 0x0001'0002;
 inline constexpr uint32_t kMaxQueues = 16;
 
 namespace reg {
@@ -31,6 +32,11 @@ inline constexpr uint64_t kClockHz = 0x0040;          // PE clock
 inline constexpr uint64_t kNumDmaEngines = 0x0048;
 inline constexpr uint64_t kPresetName0 = 0x0050;  // preset name, 16 ASCII bytes, NUL padded
 inline constexpr uint64_t kPresetName1 = 0x0058;
+// The part of DRAM this function may use: [base, base + bytes). The whole of DRAM on a device
+// the driver owns; a client's window on a shared device (a device server answers these for
+// its clients, as a PCIe virtual function's registers would).
+inline constexpr uint64_t kDramWindowBase = 0x0060;
+inline constexpr uint64_t kDramWindowBytes = 0x0068;
 
 // --- interrupts ------------------------------------------------------------------------------
 inline constexpr uint64_t kIntStatus = 0x0100;  // bit q: queue q has new completion records; W1C
@@ -52,6 +58,13 @@ inline constexpr uint64_t kQueueCompleted = 0x38;   // RO packets completed (fre
 // kErrorRecordAlign), or 0 for none. Like base, size and completion: written while disabled,
 // checked on enable, kept across resets.
 inline constexpr uint64_t kQueueErrorRecord = 0x40;
+// The queue's access scope (access_scope.h), RW while disabled and kept across resets, like
+// base and size. Privileged: whoever shares the device programs them (a device server for its
+// clients' queues, and it never lets a client's access through); 0, 0, 0 (the default) lets the
+// queue reach all of device memory and every mapped host range.
+inline constexpr uint64_t kQueueContext = 0x48;      // host memory: only this context's mappings
+inline constexpr uint64_t kQueueWindowBase = 0x50;   // device memory: only this window
+inline constexpr uint64_t kQueueWindowBytes = 0x58;  // 0: all of device memory
 
 constexpr uint64_t queue_reg(uint32_t queue, uint64_t offset) {
   return kQueueBlock + queue * kQueueStride + offset;

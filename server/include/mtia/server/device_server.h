@@ -7,11 +7,14 @@
 // writes, the device-memory window (DRAM shared as a memfd), host memory for DMA (the client's
 // memfds, mapped here), interrupts, and the trace channel.
 //
-// Clients take the device one at a time: while one holds it, another's hello is refused with
-// kDeviceUnavailable. A client that disconnects, is killed or sends a malformed message is
-// dropped at once: its queues are reset (queued and waiting work is dropped), its host memory
-// is released (work already running cannot reach it any more), and the next client gets the
-// device as a fresh one.
+// Up to ServerOptions::clients clients use the device at once, each in a context of its own (a
+// share of the hardware queues, a DRAM window with its own memory file, its host memory), as
+// PCIe virtual functions share a card: a client's DMA and kernels reach nothing of another's;
+// anything else faults, for that client alone. While every share is taken, another client's
+// hello is refused with kDeviceUnavailable. A client that disconnects, is killed or sends a
+// malformed message is dropped at once: its queues are reset (queued and waiting work is
+// dropped), its host memory is released (work already running cannot reach it any more), its
+// window is cleared, and the next client gets the share as a fresh device.
 #pragma once
 
 #include <memory>
@@ -32,6 +35,9 @@ struct ServerOptions {
   // Stop once `client_fd`'s client has gone (a server started for one client process never
   // outlives it, even if that process is killed).
   bool exit_with_client = false;
+  // How many clients the device serves at once, 1..its hardware queues. Each gets an equal
+  // share of the queues and of DRAM (rounded down to 2 MiB, at least 64 MiB).
+  uint32_t clients = 1;
   // The device to run (preset, overrides, timing, trace, wait policy, PE-grid host options).
   driver::BackendOptions device;
 };

@@ -69,6 +69,11 @@ class Device {
     uint64_t bytes = 0;
   };
   MemoryWindow dram_window() const;
+  // DRAM range [device_addr, + bytes) as a memory file of its own (DeviceMemory::split_dram):
+  // one client's window on a shared device, which shows it nothing else. Call before the device
+  // uses the range. kInvalidArgument for a range that is not page-aligned DRAM or overlaps an
+  // earlier one.
+  isa::Result<MemoryWindow> split_dram_window(uint64_t device_addr, uint64_t bytes);
 
   // Sets (or, with an empty function, clears) the handler told when the device is lost.
   void set_lost_handler(LostHandler handler);

@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "mtia/isa/result.h"
 #include "mtia/sim/chip_config.h"
 
 namespace mtia::sim {
@@ -37,6 +39,13 @@ class DeviceMemory {
   // A memfd holding DRAM (byte 0 is device address isa::kDramBase), which another process may
   // map MAP_SHARED to see and write DRAM in place. Owned by this object.
   int dram_fd() const { return dram_.fd; }
+  // Gives DRAM range [addr, addr + bytes) a memfd of its own (returned, owned by this object),
+  // so that a process handed it sees that range and nothing else: a device server's client
+  // gets its window this way. The range's bytes are kept. Both ends must be page aligned, the
+  // range inside DRAM and not yet split off. Call it before the simulator touches the range:
+  // its pages are replaced under the same host addresses. Fails with kInvalidArgument, or
+  // kOutOfMemory when the host refuses the memory file.
+  isa::Result<int> split_dram(uint64_t addr, uint64_t bytes);
   uint64_t sram_bytes() const { return sram_.bytes; }
   uint64_t local_store_bytes() const { return local_store_bytes_; }
   uint32_t num_pes() const { return num_pes_; }
@@ -55,6 +64,12 @@ class DeviceMemory {
   Mapping dram_;
   Mapping sram_;
   Mapping local_stores_;  // num_pes_ stores of local_store_bytes_, back to back
+  struct Split {
+    uint64_t offset = 0;  // into DRAM
+    uint64_t bytes = 0;
+    int fd = -1;
+  };
+  std::vector<Split> splits_;  // split_dram's ranges
   uint64_t local_store_bytes_ = 0;
   uint32_t num_pes_ = 0;
 };

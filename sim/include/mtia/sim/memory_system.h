@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "mtia/isa/access_scope.h"
 #include "mtia/isa/decode.h"
 #include "mtia/isa/packets.h"
 #include "mtia/sim/chip_config.h"
@@ -110,6 +111,14 @@ struct SideInfo {
   Runs runs;
 };
 
+// What a DMA job may reach: its queue's scope (isa/access_scope.h). A PE's own DMA also
+// reaches the launch's scratch memories, the PE local stores and the on-chip SRAM: the grid
+// runs one launch at a time, and they belong to it while it runs.
+struct DmaReach {
+  isa::AccessScope scope{};
+  bool launch_scratch = false;
+};
+
 // A job after validation and scheduling.
 struct DmaPlan {
   bool is_fill = false;
@@ -128,6 +137,7 @@ struct DmaPlan {
   std::array<uint64_t, kNumResources> busy_ps{};
   std::array<uint64_t, kNumResources> resource_start_ps{};  // start_r: its turn on each resource
   uint64_t local_store_bytes = 0;  // bytes through PE local-store ports (private, not shared)
+  uint32_t context = 0;            // the host context its host side is translated in
   // A link transfer (plan_link): `copy` is its 1-D copy, `link` the packet; its timeline span.
   bool is_link = false;
   isa::LinkTransferPacket link{};
@@ -163,13 +173,16 @@ class MemorySystem {
   const DeviceMemory& device() const { return device_; }
   HostMemory& host() { return host_; }
 
-  // Validates both regions against the memory map (kDeviceAddressFault / kHostAddressFault
-  // with arg0 = span start, arg1 = span bytes) and reserves bandwidth for the job at now_ps.
-  DmaPlan plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps);
-  DmaPlan plan_fill(const isa::FillPacket& packet, uint64_t now_ps);
-  // Validates a link transfer (the link exists, the device side is device memory, the host
-  // side registered host memory) and reserves its link direction at now_ps (formulas above).
-  DmaPlan plan_link(const isa::LinkTransferPacket& packet, uint64_t now_ps);
+  // Validates both regions against the memory map and what `reach` allows (kDeviceAddressFault
+  // / kHostAddressFault with arg0 = span start, arg1 = span bytes) and reserves bandwidth for
+  // the job at now_ps.
+  DmaPlan plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps, const DmaReach& reach = {});
+  DmaPlan plan_fill(const isa::FillPacket& packet, uint64_t now_ps, const DmaReach& reach = {});
+  // Validates a link transfer (the link exists; the device side is device memory and the host
+  // side registered host memory, both within `reach`) and reserves its link direction at
+  // now_ps (formulas above).
+  DmaPlan plan_link(const isa::LinkTransferPacket& packet, uint64_t now_ps,
+                    const DmaReach& reach = {});
   // Moves the data of a plan without error. The regions are translated again, so host memory
   // unregistered since planning ends in kHostAddressFault instead of a stray write.
   isa::Status perform(const DmaPlan& plan);
@@ -204,10 +217,10 @@ class MemorySystem {
   DeviceAccessObserver observer_;
   // Checks a region; fills `side` or returns the fault in `plan`.
   bool check_side(const uint64_t* sizes, int ndims, uint32_t elem, const isa::NdRegion& region,
-                  SideInfo& side, DmaPlan& plan);
+                  const DmaReach& reach, SideInfo& side, DmaPlan& plan);
   void charge(DmaPlan& plan, const SideInfo& side, bool is_source);
   void schedule(DmaPlan& plan, uint64_t now_ps);
-  uint8_t* translate(const SideInfo& side) const;
+  uint8_t* translate(const SideInfo& side, uint32_t context) const;
 
   DeviceMemory device_;
   HostMemory& host_;
