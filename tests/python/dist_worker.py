@@ -435,6 +435,20 @@ def link_timing():
     print(f"rank {RANK}: link timing follows the alpha-beta model")
 
 
+def no_link():
+    """A chip without links (MTIA_EMU_SET=link_count=0): a collective on device tensors fails
+    with an error naming the missing link, on every rank, instead of moving data another way."""
+    t = torch.ones(1024, device=DEV)
+    try:
+        dist.all_reduce(t)
+    except Exception as e:  # the device refused the link transfer
+        if "link 0 does not exist" not in str(e):
+            raise AssertionError(f"unexpected error: {e}")
+        print(f"rank {RANK}: all_reduce refused: {str(e).splitlines()[0]}")
+        return
+    raise AssertionError("all_reduce ran on a chip without links")
+
+
 def main():
     scenario = sys.argv[1]
     timeout = timedelta(seconds=float(os.environ.get("DIST_TIMEOUT_S", "60")))

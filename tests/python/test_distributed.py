@@ -94,6 +94,13 @@ def test_ring_all_reduce_follows_the_alpha_beta_model(world):
         assert "link timing follows the alpha-beta model" in out
 
 
+def test_chip_without_links_refuses_collectives():
+    results = launch("no_link", 2, env={"MTIA_EMU_SET": "link_count=0"})
+    assert_all_ok(results)
+    for _, out in results:
+        assert "all_reduce refused" in out and "link 0 does not exist" in out
+
+
 def test_plain_init_process_group_picks_mtia_emu_for_mtia():
     assert_all_ok(launch("default_backend", 2))
 
