@@ -186,6 +186,10 @@ TEST_CASE("link transfers refuse bad arguments with clear errors", "[link][host_
   std::vector<uint8_t> pageable(4096);
   expect_error(ErrorKind::kInvalidArgument, "is not pinned host memory",
                [&] { dev.link_send(pageable.data(), buf, 64, 0, 1); });
+  DevicePtr big = dev.malloc(8192);
+  expect_error(ErrorKind::kInvalidPointer, "staging",  // runs past the pinned buffer's end
+               [&] { dev.link_send(staging.bytes() + 4096, big, 8192, 0, 1); });
+  dev.free(big);
   expect_error(ErrorKind::kInvalidPointer, "past the end of its allocation",
                [&] { dev.link_send(staging.p, buf, 8192, 0, 1); });
   expect_error(ErrorKind::kInvalidPointer, "",
