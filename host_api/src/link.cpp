@@ -39,6 +39,12 @@ static uint64_t queue_link_transfer(Device::Impl& d, isa::LinkDirection dir, Dev
                     "links the chip has)",
                     what, link, isa::kMaxLinks - 1));
   }
+  if (sent_ps > isa::kMaxLinkSentPs) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: sent_ps {} is past the latest simulated time the device takes, "
+                            "{} ps; pass the peer's link_send result",
+                            what, sent_ps, isa::kMaxLinkSentPs));
+  }
   if (staging == nullptr) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("{}: the staging buffer is null; pass pinned host memory", what));

@@ -235,6 +235,11 @@ Status check_body(const LinkTransferPacket& p) {
   if (p.direction == static_cast<uint8_t>(LinkDirection::kSend) && p.sent_ps != 0) {
     return reject(ErrorCode::kReservedNotZero, "a link send's sent_ps must be zero");
   }
+  if (p.sent_ps > kMaxLinkSentPs) {
+    return reject(ErrorCode::kBadDims, "link receive sent_ps " + std::to_string(p.sent_ps) +
+                                           " is past the latest simulated time, " +
+                                           std::to_string(kMaxLinkSentPs) + " ps");
+  }
   return {};
 }
 

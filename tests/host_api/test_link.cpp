@@ -179,6 +179,8 @@ TEST_CASE("link transfers refuse bad arguments with clear errors", "[link][host_
   expect_error(ErrorKind::kInvalidArgument, "is not within 1..", [&] {
     dev.link_receive_async(buf, staging.p, isa::kMaxLinkTransferBytes + 1, 0, 1, 0);
   });
+  expect_error(ErrorKind::kInvalidArgument, "is past the latest simulated time",
+               [&] { dev.link_receive_async(buf, staging.p, 64, 0, 1, isa::kMaxLinkSentPs + 1); });
   expect_error(ErrorKind::kInvalidArgument, "link 16 is not within 0..15",
                [&] { dev.link_send(staging.p, buf, 64, 16, 1); });
   expect_error(ErrorKind::kInvalidArgument, "staging buffer is null",

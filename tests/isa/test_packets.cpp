@@ -370,6 +370,11 @@ TEST_CASE("decoder checks link transfer packets", "[isa][link]") {
   auto wraps = link();
   wraps.device_addr = ~uint64_t{0} - 100;
   CHECK(rejection_of(encode(wraps)) == ErrorCode::kExtentOverflow);
+  auto late = link();
+  late.sent_ps = kMaxLinkSentPs + 1;
+  CHECK(rejection_of(encode(late)) == ErrorCode::kBadDims);
+  late.sent_ps = kMaxLinkSentPs;
+  CHECK(decode_ok(late));
   auto reserved = link();
   reserved.reserved0 = 1;
   CHECK(rejection_of(encode(reserved)) == ErrorCode::kReservedNotZero);

@@ -221,7 +221,8 @@ class Device {
   // Receives: `staging` (the bytes the peer sent, as its staging buffer held them) -> device
   // memory at `dst`, queued on `stream`; returns once queued. The bytes cross the link from
   // `sent_ps` (the peer's link_send result; both chips' clocks are taken as one) or when the
-  // receive direction is free, and the transfer completes no earlier than they have arrived.
+  // receive direction is free, and the transfer completes no earlier than they have arrived
+  // (sent_ps at most isa::kMaxLinkSentPs).
   // `staging` must stay unchanged until the stream has passed the transfer.
   void link_receive_async(DevicePtr dst, const void* staging, uint64_t bytes, uint32_t link,
                           uint32_t peer, uint64_t sent_ps, Stream stream = {});

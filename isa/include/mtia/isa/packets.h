@@ -171,6 +171,9 @@ enum class LinkDirection : uint8_t {
 
 inline constexpr uint64_t kMaxLinkTransferBytes = uint64_t{1} << 40;  // 1 TiB: above any memory
 inline constexpr uint32_t kMaxLinks = 16;
+// Latest sent_ps a receive may give (2^62 ps, 53 days): with at most kMaxLinkTransferBytes at
+// the slowest bandwidth a preset allows, the arrival time still fits in 63 bits.
+inline constexpr uint64_t kMaxLinkSentPs = uint64_t{1} << 62;
 
 // A transfer over one of the chip's inter-chip links (docs/architecture.md, "Inter-chip
 // links"). The emulator carries a link's bytes between processes through host memory: a send
