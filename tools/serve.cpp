@@ -47,7 +47,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "spin", "yield", "block"}));
   cmd->add_option("--unit-threads", flags->unit_threads,
                   "host threads for PE unit work beside the simulator thread, 0..256 (default "
-                  "$MTIA_EMU_UNIT_THREADS, else host cores - 1)");
+                  "$MTIA_EMU_UNIT_THREADS, else host cores - 1, at most 6)");
   cmd->add_option("--inline-work-ns", flags->inline_work_ns,
                   "unit work estimated below this many ns runs on the simulator thread (default "
                   "$MTIA_EMU_INLINE_WORK_NS, else 5000)");

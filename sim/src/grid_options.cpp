@@ -2,6 +2,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
@@ -29,7 +30,7 @@ uint64_t env_number(const char* name, uint64_t max, uint64_t fallback) {
 // One host core stays with the simulator thread.
 uint32_t default_unit_threads() {
   const unsigned cores = std::thread::hardware_concurrency();
-  return cores > 1 ? cores - 1 : 0;
+  return cores > 1 ? std::min(cores - 1, kDefaultMaxUnitThreads) : 0;
 }
 
 }  // namespace

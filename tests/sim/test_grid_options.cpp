@@ -75,10 +75,10 @@ TEST_CASE("grid host options: an option, else the environment, else the default"
   ScopedEnv inline_ns("MTIA_EMU_INLINE_WORK_NS", nullptr);
   ScopedEnv lazy("MTIA_EMU_LAZY_LOADS", nullptr);
 
-  // Defaults: host cores - 1 helpers, 5 us, lazy loads on.
+  // Defaults: host cores - 1 helpers (at most 6), 5 us, lazy loads on.
   const auto d = must(resolve({}));
   const unsigned cores = std::thread::hardware_concurrency();
-  CHECK(d.unit_threads == (cores > 1 ? cores - 1 : 0));
+  CHECK(d.unit_threads == (cores > 1 ? std::min(cores - 1, 6u) : 0));
   CHECK(d.inline_work_ns == 5'000);
   CHECK(d.lazy_loads);
 
@@ -117,7 +117,7 @@ TEST_CASE("grid host options: bad values", "[config][grid]") {
   ScopedEnv lazy("MTIA_EMU_LAZY_LOADS", "2");
   const auto r = must(resolve({}));
   const unsigned cores = std::thread::hardware_concurrency();
-  CHECK(r.unit_threads == (cores > 1 ? cores - 1 : 0));
+  CHECK(r.unit_threads == (cores > 1 ? std::min(cores - 1, 6u) : 0));
   CHECK(r.inline_work_ns == 5'000);
   CHECK(r.lazy_loads);
 

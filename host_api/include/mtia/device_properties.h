@@ -42,7 +42,7 @@ struct DeviceOptions {
   // How the emulator's PE grid uses the host machine; results and simulated times never depend
   // on these, only wall time does.
   // Host threads running unit math and PE DMA copies beside the simulator thread, 0..256.
-  // Unset: $MTIA_EMU_UNIT_THREADS, else host cores - 1.
+  // Unset: $MTIA_EMU_UNIT_THREADS, else host cores - 1, at most 6.
   std::optional<uint32_t> unit_threads;
   // Operations estimated below this many ns of host work run on the simulator thread when their
   // PE has nothing queued, 0..10^9 (0: all to the helpers). Unset: $MTIA_EMU_INLINE_WORK_NS,

@@ -4,7 +4,7 @@
 //
 // Each field left unset comes from its environment variable, a documented override for
 // programs that do not set options (tests, benchmarks, the tensor layer), else its default:
-//   unit_threads    $MTIA_EMU_UNIT_THREADS    host cores - 1 (at least 0)
+//   unit_threads    $MTIA_EMU_UNIT_THREADS    host cores - 1, at most kDefaultMaxUnitThreads
 //   inline_work_ns  $MTIA_EMU_INLINE_WORK_NS  5,000 ns
 //   lazy_loads      $MTIA_EMU_LAZY_LOADS      1 (on)
 #pragma once
@@ -15,6 +15,13 @@
 #include "mtia/isa/result.h"
 
 namespace mtia::sim {
+
+// The default helper count stops here however many cores the host has. Every unit operation is
+// issued from the one simulator thread, so more helpers mostly wait for it, and their
+// hand-overs cost more than they save on small tiles. Measured on 16 cores (bench_gemm,
+// docs/performance.md, 2026-11-27): 6 helpers against 15, v2 2048^3 47 against 54 ms and v1
+// 2048^3 149 against 300 ms, with half the CPU time.
+inline constexpr uint32_t kDefaultMaxUnitThreads = 6;
 
 struct PeGridHostOptions {
   // Host threads that run the units' math and the PEs' DMA copies beside the simulator
