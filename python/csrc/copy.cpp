@@ -88,11 +88,13 @@ at::Tensor expand_to(const at::Tensor& src, const at::Tensor& dst) {
   return src.sizes() == dst.sizes() ? src : src.expand(dst.sizes());
 }
 
-// src on one device -> dst on another, any strides: a peer copy (the host API's copy_peer: the
-// source device DMAs into a host buffer both reach, the destination DMAs it in, no host
-// staging here), after the work queued on both devices' current streams. It returns once the
-// data has landed: the source's block may be reused by its stream's next allocation at once.
-// A dtype conversion happens on the destination, after the copy.
+// src on one device -> dst on another, any strides: a peer copy (the host API's
+// copy_peer_async: the source device DMAs into a host buffer both reach, the destination DMAs it
+// in, no host staging here), after the work queued on both devices' current streams. As between
+// CUDA devices, it returns once queued, whatever non_blocking says: later work on either
+// current stream runs after its half of the copy, so the source's block, freed and reused by
+// its stream, is overwritten only after it has been read. A dtype conversion happens on the
+// destination, after the copy.
 void device_to_device_across(const at::Tensor& dst, const at::Tensor& src) {
   if (src.scalar_type() != dst.scalar_type()) {
     const DeviceScope on(dst.device().index());
@@ -112,8 +114,8 @@ void device_to_device_across(const at::Tensor& dst, const at::Tensor& src) {
   const mtia::Layout dl = layout_of(dst, dst.sizes(), dst.strides());
   const mtia::Layout sl = layout_of(src, dst.sizes(), src.strides());
   guarded(c10::str("copying from mtia:", int(from), " to mtia:", int(to)), [&] {
-    dst_dev.copy_peer(tensor_address(dst), dl, src_dev, tensor_address(src), sl,
-                      current_stream(to), current_stream(from));
+    dst_dev.copy_peer_async(tensor_address(dst), dl, src_dev, tensor_address(src), sl,
+                            current_stream(to), current_stream(from));
   });
 }
 

@@ -207,7 +207,14 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
   explicit MTIAHooks(at::MTIAHooksArgs = {}) {}
 
   // --- devices -------------------------------------------------------------------------------
-  void init() const override { Runtime::get().context(current_device()); }
+  // PyTorch's lazy initialisation, before the first use of any mtia device. It reads the
+  // configuration and the device count (raising on a malformed one) but opens no device:
+  // each opens on its own first use, so a process that uses only mtia:1 never takes a share
+  // of device 0's server.
+  void init() const override {
+    Runtime::get();
+    (void)device_count();
+  }
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
   bool hasMTIA() const override { return true; }

@@ -419,3 +419,59 @@ def test_two_processes_share_one_server_each_in_its_own_context(tmp_path):
     finally:
         server.terminate()
         assert server.wait(timeout=60) == 0
+
+
+def test_a_process_that_uses_only_mtia_1_never_opens_device_0(tmp_path):
+    # Device 0's server does not exist: only a use of mtia:0 may notice.
+    binary = os.environ.get("MTIA_EMU_BIN") or os.path.join(HERE, "..", "..", "build", "tools",
+                                                             "mtia-emu")
+    sock = str(tmp_path / "device1.sock")
+    server = subprocess.Popen([binary, "serve", "--socket", sock, "--no-timing", "--trace", "off"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert "serving" in server.stdout.readline()
+        absent = str(tmp_path / "absent.sock")
+        r = run_child("""
+            import torch, torch_mtia_emu
+            assert torch.mtia.device_count() == 2
+            x = torch.arange(6, dtype=torch.float32, device="mtia:1") * 2
+            assert x.cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+            with torch.mtia.device(1):
+                assert torch.mtia.memory_stats()["dram"]["num_allocs"] > 0
+            try:
+                torch.zeros(1, device="mtia:0")
+                raise SystemExit("device 0 opened")
+            except RuntimeError as e:
+                assert "absent.sock" in str(e), str(e)
+            print("ok")
+        """, env={"MTIA_EMU_SERVER": absent + "," + sock, "MTIA_EMU_FALLBACK": "error"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.split() == ["ok"]
+    finally:
+        server.terminate()
+        assert server.wait(timeout=60) == 0
+
+
+def test_a_copy_between_devices_is_queued_and_stream_ordered_on_both():
+    # The copy returns once queued (as between CUDA devices). The source's block, freed and
+    # reused at once on its device, is overwritten only after the copy has read it, and work
+    # queued on the destination after the copy sees its data.
+    out = run_two("""
+        import torch
+        ref = torch.randn(257, 129)
+        for round in range(20):
+            x = ref.to("mtia:0") * 1.0       # a fresh block on mtia:0, written by a kernel
+            y = x.to("mtia:1")               # queued on both current streams
+            z = y * 2                        # queued after it on mtia:1
+            del x
+            w = torch.full((257, 129), -7.0, device="mtia:0")  # reuses x's block on mtia:0
+            torch.testing.assert_close(z.cpu(), ref * 2)
+            torch.testing.assert_close(y.cpu(), ref)
+            assert (w.cpu() == -7.0).all()
+        # Strided and transposed, both ways.
+        a = torch.randn(64, 48, device="mtia:1").t()
+        b = a.to("mtia:0")
+        torch.testing.assert_close(b.cpu(), a.cpu())
+        print("ok")
+    """)
+    assert out.split() == ["ok"]
