@@ -7,9 +7,12 @@ same all-reduce of CPU tensors with gloo, in the same run.
 Starts `--world` processes (one emulated device each) that rendezvous like torchrun. For each
 size, a float32 tensor of that many MiB is all-reduced (sum) on the devices and, beside it, a
 CPU tensor of the same size with a gloo group over the same ranks. Reported per size (rank
-0's medians after a warm-up): host wall time of each and their ratio, and the simulated
-device time of the device all-reduce (the device's clock across it: the DMA copies to and from
-pinned host memory and the reductions' kernel launches).
+0's medians after a warm-up): host wall time of each and their ratio, the simulated device
+time of the device all-reduce (the device's clock across it: the link transfers of each ring
+step and the reductions' kernel launches), and beside it the alpha-beta model of a ring
+all-reduce, 2(n-1)(alpha + (S/n)/beta) with alpha and beta the preset's link latency and
+bandwidth, plus its n-1 reductions (one device add of S/n bytes, timed alone on the device, n-1
+times), and the simulated time over that sum.
 """
 import argparse
 import json
@@ -30,6 +33,9 @@ def worker(cfg):
     dist.init_process_group("mtia_emu")
     gloo = dist.new_group(backend="gloo")
     rank = dist.get_rank()
+    config = json.loads(torch_mtia_emu.config_json())
+    alpha_ns = config["link_latency_ns"]["value"]
+    beta_bytes_per_ns = config["link_bandwidth_GBps"]["value"]
     rows = []
     for mib in cfg["sizes_mib"]:
         n = mib * (1 << 20) // 4
@@ -61,9 +67,21 @@ def worker(cfg):
         if abs(got - want) > 1e-3 * abs(want) or abs(cpu[-1].item() - want) > 1e-3 * abs(want):
             raise SystemExit(f"{mib} MiB: wrong result {got} (gloo {cpu[-1].item()}), "
                              f"expected {want}")
+        world = cfg["world"]
+        model_ns = 2 * (world - 1) * (alpha_ns + mib * (1 << 20) / world / beta_bytes_per_ns)
+        # One ring step's reduction alone: a device add of a chunk into another.
+        a = torch.ones(n // world, device="mtia")
+        b = torch.ones(n // world, device="mtia")
+        torch.mtia.synchronize()
+        red0 = torch_mtia_emu.simulated_time_ns()
+        a.add_(b)
+        torch.mtia.synchronize()
+        reductions_ns = (torch_mtia_emu.simulated_time_ns() - red0) * (world - 1)
+        del a, b
         rows.append(dict(mib=mib, wall_dev_s=statistics.median(walls_dev),
                          wall_gloo_s=statistics.median(walls_cpu),
-                         sim_ns=statistics.median(sims)))
+                         sim_ns=statistics.median(sims), model_ns=model_ns,
+                         reductions_ns=reductions_ns))
     if rank == 0:
         print("RESULT " + json.dumps(rows))
     dist.destroy_process_group()
@@ -104,10 +122,13 @@ def main():
     print(f"all_reduce(sum) of float32, {args.world} ranks, preset {args.preset}, timing "
           f"{timing}, median of {args.iters}")
     print(f"{'size':>8} {'mtia_emu wall':>14} {'gloo cpu wall':>14} {'ratio':>7} "
-          f"{'simulated':>12}")
+          f"{'simulated':>12} {'alpha-beta':>12} {'reductions':>12} {'sim/(a-b+red)':>14}")
     for r in rows:
+        model, red = r["model_ns"], r["reductions_ns"]
+        ratio = r["sim_ns"] / (model + red) if model + red else 0.0
         print(f"{r['mib']:>5} MiB {r['wall_dev_s'] * 1e3:>11.1f} ms {r['wall_gloo_s'] * 1e3:>11.1f} ms "
-              f"{r['wall_dev_s'] / r['wall_gloo_s']:>6.1f}x {r['sim_ns'] / 1e3:>9.1f} us")
+              f"{r['wall_dev_s'] / r['wall_gloo_s']:>6.1f}x {r['sim_ns'] / 1e3:>9.1f} us "
+              f"{model / 1e3:>9.1f} us {red / 1e3:>9.1f} us {ratio:>13.3f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(world=args.world, preset=args.preset, timing=timing, rows=rows), f,

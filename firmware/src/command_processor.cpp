@@ -416,7 +416,7 @@ bool CommandProcessor::try_dispatch(uint32_t q) {
                             "a fence-relative packet runs only inside a command buffer"));
     return true;
   }
-  if (op == isa::Opcode::kDmaCopy || op == isa::Opcode::kFill) {
+  if (op == isa::Opcode::kDmaCopy || op == isa::Opcode::kFill || op == isa::Opcode::kLinkTransfer) {
     bool engine_idle = false;
     for (bool busy : engine_busy_) engine_idle = engine_idle || !busy;
     // Leave the packet in the ring; it is fetched again once an engine frees up.
@@ -480,7 +480,7 @@ bool CommandProcessor::dispatch_from_buffer(uint32_t q) {
                             buffer.fence_base));
   }
   // As from the ring: wait for a free DMA engine, or for the PE grid.
-  if (op == isa::Opcode::kDmaCopy || op == isa::Opcode::kFill) {
+  if (op == isa::Opcode::kDmaCopy || op == isa::Opcode::kFill || op == isa::Opcode::kLinkTransfer) {
     bool engine_idle = false;
     for (bool busy : engine_busy_) engine_idle = engine_idle || !busy;
     if (!engine_idle) return false;
@@ -505,14 +505,26 @@ void CommandProcessor::execute(uint32_t q, const isa::Packet& packet) {
         if constexpr (std::is_same_v<P, isa::NopPacket>) {
           complete(q, isa::Status{});
         } else if constexpr (std::is_same_v<P, isa::DmaCopyPacket> ||
-                             std::is_same_v<P, isa::FillPacket>) {
+                             std::is_same_v<P, isa::FillPacket> ||
+                             std::is_same_v<P, isa::LinkTransferPacket>) {
           DmaJob job;
           if constexpr (std::is_same_v<P, isa::DmaCopyPacket>) {
             job.kind = DmaJob::Kind::kCopy;
             job.copy = p;
-          } else {
+          } else if constexpr (std::is_same_v<P, isa::FillPacket>) {
             job.kind = DmaJob::Kind::kFill;
             job.fill = p;
+          } else {
+            if (p.link >= config_.link_count) {
+              complete(q, isa::reject(ErrorCode::kBadLink,
+                                      fmt::format("link {} does not exist: this chip has {} "
+                                                  "link(s) (preset link_count)",
+                                                  p.link, config_.link_count),
+                                      p.link, config_.link_count));
+              return;
+            }
+            job.kind = DmaJob::Kind::kLink;
+            job.link = p;
           }
           job.scope = queue.scope;
           unsigned engine = 0;

@@ -212,6 +212,41 @@ Status check_body(const ExecBufferPacket& p) {
   return {};
 }
 
+Status check_body(const LinkTransferPacket& p) {
+  if (p.reserved0 != 0 || !all_zero(p.reserved, sizeof p.reserved)) {
+    return reject(ErrorCode::kReservedNotZero, "link transfer reserved fields must be zero");
+  }
+  if (p.direction >= static_cast<uint8_t>(LinkDirection::kCount)) {
+    return reject(ErrorCode::kBadLink, "link transfer direction " + std::to_string(p.direction) +
+                                           " is not send (0) or receive (1)");
+  }
+  if (p.link >= kMaxLinks) {
+    return reject(
+        ErrorCode::kBadLink,
+        "link " + std::to_string(p.link) + " is not within 0.." + std::to_string(kMaxLinks - 1),
+        p.link, kMaxLinks);
+  }
+  if (p.bytes < 1 || p.bytes > kMaxLinkTransferBytes) {
+    return reject(ErrorCode::kBadDims, "link transfer of " + std::to_string(p.bytes) +
+                                           " bytes is not within 1.." +
+                                           std::to_string(kMaxLinkTransferBytes));
+  }
+  uint64_t end = 0;
+  if (__builtin_add_overflow(p.device_addr, p.bytes, &end) ||
+      __builtin_add_overflow(p.host_addr, p.bytes, &end)) {
+    return reject(ErrorCode::kExtentOverflow, "link transfer runs past the 64-bit address space");
+  }
+  if (p.direction == static_cast<uint8_t>(LinkDirection::kSend) && p.sent_ps != 0) {
+    return reject(ErrorCode::kReservedNotZero, "a link send's sent_ps must be zero");
+  }
+  if (p.sent_ps > kMaxLinkSentPs) {
+    return reject(ErrorCode::kBadDims, "link receive sent_ps " + std::to_string(p.sent_ps) +
+                                           " is past the latest simulated time, " +
+                                           std::to_string(kMaxLinkSentPs) + " ps");
+  }
+  return {};
+}
+
 template <typename P>
 Result<Packet> decode_as(const uint8_t* slot) {
   P p;
@@ -295,6 +330,8 @@ Result<Packet> decode_packet(const void* data, size_t bytes) {
       return decode_as<LaunchPacket>(slot);
     case Opcode::kExecBuffer:
       return decode_as<ExecBufferPacket>(slot);
+    case Opcode::kLinkTransfer:
+      return decode_as<LinkTransferPacket>(slot);
     case Opcode::kIllegal:
       return reject(ErrorCode::kBadOpcode, "opcode 0 (illegal): the slot was never written");
     case Opcode::kCount:
@@ -362,6 +399,8 @@ const char* opcode_name(Opcode op) {
       return "launch";
     case Opcode::kExecBuffer:
       return "exec buffer";
+    case Opcode::kLinkTransfer:
+      return "link transfer";
     case Opcode::kCount:
       break;
   }

@@ -38,6 +38,8 @@ const char* error_code_name(ErrorCode code) {
       return "kernel fault";
     case ErrorCode::kWatchdog:
       return "kernel watchdog";
+    case ErrorCode::kBadLink:
+      return "bad link";
     case ErrorCode::kInvalidArgument:
       return "invalid argument";
     case ErrorCode::kInvalidPointer:

@@ -151,6 +151,28 @@ PYBIND11_MODULE(_C, m) {
     return guarded("asking whether the current stream captures",
                    [] { return dev().is_capturing(current_stream()); });
   });
+  // Link transfers on the current stream (mtia::Device::link_send / link_receive_async): the
+  // c10d backend's data path between ranks. Pointers: the device tensor's data_ptr and the
+  // pinned host tensor's.
+  m.def(
+      "_link_send",
+      [](uint64_t staging, uint64_t src, uint64_t bytes, uint32_t link, uint32_t peer) {
+        return guarded("link send", [&] {
+          return dev().link_send(reinterpret_cast<void*>(staging), mtia::DevicePtr(src), bytes,
+                                 link, peer, current_stream());
+        });
+      },
+      release());
+  m.def(
+      "_link_receive",
+      [](uint64_t dst, uint64_t staging, uint64_t bytes, uint32_t link, uint32_t peer,
+         uint64_t sent_ps) {
+        guarded("link receive", [&] {
+          dev().link_receive_async(mtia::DevicePtr(dst), reinterpret_cast<const void*>(staging),
+                                   bytes, link, peer, sent_ps, current_stream());
+        });
+      },
+      release());
   m.def("_config_json", [] { return dev().config_json(); });
   m.def("_trace_level", [] { return std::string(mtia::trace_level_name(dev().trace_level())); });
   m.def("_set_trace_level", [](const std::string& level) {

@@ -1,11 +1,18 @@
 """The c10d backend "mtia_emu": torch.distributed collectives on emulated MTIA devices.
 
 Each process drives its own emulated device. Between processes the data travels on gloo's TCP
-transport (a gloo process group over the same store), so ranks may be on different hosts:
-a device tensor leaves the device by a copy into pinned host memory (the device's DMA),
-crosses as a CPU tensor, and comes back by a copy to the device. Reductions run on the device,
-on its kernels, where the data lives: a ring all-reduce reduces each received chunk with a
-device add/mul/minimum/maximum/bitwise op.
+transport (a gloo process group over the same store), so ranks may be on different hosts.
+On the devices it travels over the chips' modelled inter-chip link (docs/architecture.md,
+"Inter-chip links"): a device tensor leaves by a link send (the device's DMA into a pinned host
+staging buffer, timed on the link's transmit side, not on PCIe), crosses as a CPU tensor with
+the simulated time the send started in front of it, and arrives by a link receive on the peer
+(timed on its link's receive side, complete no earlier than the bytes have arrived). So a ring
+all-reduce of n ranks on S bytes takes, in simulated time, about 2(n-1)(latency +
+(S/n)/bandwidth) plus its reductions, and the device trace shows each step's link transfers
+beside the reduction's launch. Every rank uses its chip's link 0: it sends on its transmit
+side and receives on its receive side. Reductions run on the device, on its kernels, where the
+data lives: a ring all-reduce reduces each received chunk with a device
+add/mul/minimum/maximum/bitwise op.
 
 The backend is a Python ProcessGroup (PyTorch calls its methods through the ProcessGroup
 trampoline, also from C++: DDP's Reducer and _broadcast_coalesced). Every collective runs when
@@ -23,6 +30,8 @@ import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 from torch._C._distributed_c10d import ProcessGroupGloo
+
+from . import _C
 
 #: The name init_process_group takes.
 BACKEND_NAME = "mtia_emu"
@@ -100,18 +109,50 @@ def _synchronize() -> None:
     torch.mtia.current_stream().synchronize()
 
 
-def _to_host(t: torch.Tensor) -> torch.Tensor:
-    """A contiguous pinned host copy of device tensor `t` (any strides: the DMA gathers
-    them), complete on return."""
-    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-    host.copy_(t)
-    _synchronize()
-    return host
+# The link every rank sends and receives on (preset link_count >= 1).
+_LINK = 0
+# A staged message: the simulated time (ps, int64) the link send started, then the bytes.
+_HEADER = 8
 
 
-def _host_like(t: torch.Tensor) -> torch.Tensor:
-    """A pinned host buffer with `t`'s shape and dtype, to receive into."""
-    return torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _link_out(t: torch.Tensor, peer: int) -> torch.Tensor:
+    """Sends device tensor `t` (any strides) over the link towards rank `peer`: returns the
+    pinned uint8 message the transport carries (header, then t's bytes), complete on return."""
+    src = t.contiguous()
+    nbytes = _nbytes(src)
+    staged = torch.empty(_HEADER + nbytes, dtype=torch.uint8, pin_memory=True)
+    sent_ps = 0
+    if nbytes:
+        sent_ps = _C._link_send(staged.data_ptr() + _HEADER, src.data_ptr(), nbytes, _LINK, peer)
+    staged[:_HEADER].view(torch.int64)[0] = sent_ps
+    return staged
+
+
+def _staging_for(t: torch.Tensor) -> torch.Tensor:
+    """A pinned message buffer for `t`'s bytes, to receive a _link_out message into."""
+    return torch.empty(_HEADER + _nbytes(t), dtype=torch.uint8, pin_memory=True)
+
+
+def _link_in(t: torch.Tensor, staged: torch.Tensor, peer: int, keep: list) -> None:
+    """Receives the message `staged` (from rank `peer`'s _link_out) into device tensor `t` by a
+    link receive queued on the current stream. What the device still reads is appended to
+    `keep`, which the caller holds until it has synchronised."""
+    nbytes = _nbytes(t)
+    if nbytes == 0:
+        return
+    if staged.numel() != _HEADER + nbytes:
+        raise RuntimeError(f"mtia_emu: rank {peer} sent {staged.numel() - _HEADER} bytes where "
+                           f"{nbytes} were expected")
+    sent_ps = int(staged[:_HEADER].view(torch.int64)[0])
+    dst = t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    _C._link_receive(dst.data_ptr(), staged.data_ptr() + _HEADER, nbytes, _LINK, peer, sent_ps)
+    if dst is not t:
+        t.copy_(dst)
+    keep.extend((staged, dst))
 
 
 class ProcessGroupMtiaEmu(dist.ProcessGroup):
@@ -172,9 +213,9 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
                   src: int, tag: int) -> None:
         """Sends host tensor `send` to `dst` while receiving host tensor `recv` from `src`."""
         works = []
-        if send is not None and send.numel() > 0:
+        if send is not None:
             works.append(self._gloo.send([send], dst, tag))
-        if recv is not None and recv.numel() > 0:
+        if recv is not None:
             works.append(self._gloo.recv([recv], src, tag))
         for w in works:
             w.wait(self._timeout)
@@ -186,26 +227,30 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         reduces it into its own on the device."""
         n, r = self.size(), self.rank()
         nxt, prv = (r + 1) % n, (r - 1) % n
+        keep: list = []
         for s in range(n - 1):
             out_chunk = chunks[(r - s - 1) % n]
             in_chunk = chunks[(r - s - 2) % n]
-            staged_in = _host_like(in_chunk)
-            self._exchange(_to_host(out_chunk), nxt, staged_in, prv, tag=_INTERNAL_TAG + s)
+            staged_in = _staging_for(in_chunk)
+            self._exchange(_link_out(out_chunk, nxt), nxt, staged_in, prv, tag=_INTERNAL_TAG + s)
             if in_chunk.numel() > 0:
-                reduce(in_chunk, staged_in.to(in_chunk.device))
+                received = torch.empty_like(in_chunk)
+                _link_in(received, staged_in, prv, keep)
+                reduce(in_chunk, received)
         _synchronize()  # the staged buffers are freed on return
 
     def _ring_all_gather(self, chunks: List[torch.Tensor]) -> None:
         """Ring all-gather: rank r owns chunks[r]; afterwards every rank holds every chunk."""
         n, r = self.size(), self.rank()
         nxt, prv = (r + 1) % n, (r - 1) % n
+        keep: list = []
         for s in range(n - 1):
             out_chunk = chunks[(r - s) % n]
             in_chunk = chunks[(r - s - 1) % n]
-            staged_in = _host_like(in_chunk)
-            self._exchange(_to_host(out_chunk), nxt, staged_in, prv, tag=_INTERNAL_TAG + n + s)
-            if in_chunk.numel() > 0:
-                in_chunk.copy_(staged_in)
+            staged_in = _staging_for(in_chunk)
+            self._exchange(_link_out(out_chunk, nxt), nxt, staged_in, prv,
+                           tag=_INTERNAL_TAG + n + s)
+            _link_in(in_chunk, staged_in, prv, keep)
         _synchronize()  # the staged buffers are freed on return
 
     def _all_reduce_flat(self, flat: torch.Tensor, op) -> None:
@@ -254,12 +299,17 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
             return self._gloo.broadcast(tensors, opts)
         t = self._single("broadcast", tensors)
         self._check_rank("broadcast", opts.rootRank)
-        host = _to_host(t) if self.rank() == opts.rootRank else _host_like(t)
+        root = opts.rootRank
+        if self.size() == 1:
+            return _CompletedWork([t])
+        # The root sends once (peer: the next rank); every other rank receives from the root.
+        host = _link_out(t, (root + 1) % self.size()) if self.rank() == root else _staging_for(t)
         gloo_opts = _c10d.BroadcastOptions()
-        gloo_opts.rootRank = opts.rootRank
+        gloo_opts.rootRank = root
         self._gloo.broadcast([host], gloo_opts).wait(self._timeout)
-        if self.rank() != opts.rootRank:
-            t.copy_(host)
+        if self.rank() != root:
+            keep: list = []
+            _link_in(t, host, root, keep)
             _synchronize()
         return _CompletedWork([t])
 
@@ -272,7 +322,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         reduce = _reducer(opts.reduceOp, t.dtype)
         root = opts.rootRank
         if self.rank() != root:
-            self._gloo.send([_to_host(t)], root, _INTERNAL_TAG).wait(self._timeout)
+            self._gloo.send([_link_out(t, root)], root, _INTERNAL_TAG).wait(self._timeout)
             return _CompletedWork([t])
         # The root receives every other rank's tensor in rank order and reduces it on the
         # device (rank order: the same result on every run).
@@ -280,9 +330,11 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         for src in range(self.size()):
             if src == root:
                 continue
-            staged = _host_like(acc)
+            staged = _staging_for(acc)
             self._gloo.recv([staged], src, _INTERNAL_TAG).wait(self._timeout)
-            reduce(acc, staged.to(acc.device))
+            received, keep = torch.empty_like(acc), []
+            _link_in(received, staged, src, keep)
+            reduce(acc, received)
             _synchronize()
         kind = opts.reduceOp.op if isinstance(opts.reduceOp, _ReduceOp) else opts.reduceOp
         if kind == _ReduceOp.AVG:
@@ -297,10 +349,21 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
             return self._gloo.allgather(output_tensors, input_tensors, opts)
         t = self._single("allgather", input_tensors)
         outs = self._single_list("allgather", output_tensors)
-        host_outs = [_host_like(o) for o in outs]
-        self._gloo.allgather([host_outs], [_to_host(t)]).wait(self._timeout)
-        for o, h in zip(outs, host_outs):
-            o.copy_(h)
+        self._check_outputs("allgather", outs, t)
+        n, r = self.size(), self.rank()
+        if n == 1:
+            outs[0].copy_(t)
+            return _CompletedWork(outs)
+        # One send (peer: the next rank) that every other rank receives; this rank's own part
+        # is a device copy.
+        host_outs = [_staging_for(o) for o in outs]
+        self._gloo.allgather([host_outs], [_link_out(t, (r + 1) % n)]).wait(self._timeout)
+        keep: list = []
+        for src, (o, h) in enumerate(zip(outs, host_outs)):
+            if src == r:
+                o.copy_(t)
+            else:
+                _link_in(o, h, src, keep)
         _synchronize()
         return _CompletedWork(outs)
 
@@ -330,16 +393,23 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         self._check_rank("gather", opts.rootRank)
         gloo_opts = _c10d.GatherOptions()
         gloo_opts.rootRank = opts.rootRank
-        if self.rank() == opts.rootRank:
+        root = opts.rootRank
+        if self.rank() == root:
             outs = self._single_list("gather", output_tensors)
-            host_outs = [_host_like(o) for o in outs]
-            self._gloo.gather([host_outs], [_to_host(t)], gloo_opts).wait(
-                self._timeout)
-            for o, h in zip(outs, host_outs):
-                o.copy_(h)
+            self._check_outputs("gather", outs, t)
+            host_outs = [_staging_for(o) for o in outs]
+            # gloo takes the root's own part too: it is staged on the host, the device copies it.
+            own = torch.empty(_HEADER + _nbytes(t), dtype=torch.uint8, pin_memory=True)
+            self._gloo.gather([host_outs], [own], gloo_opts).wait(self._timeout)
+            keep: list = []
+            for src, (o, h) in enumerate(zip(outs, host_outs)):
+                if src == root:
+                    o.copy_(t)
+                else:
+                    _link_in(o, h, src, keep)
             _synchronize()
             return _CompletedWork(outs)
-        self._gloo.gather([], [_to_host(t)], gloo_opts).wait(self._timeout)
+        self._gloo.gather([], [_link_out(t, root)], gloo_opts).wait(self._timeout)
         return _CompletedWork([t])
 
     def scatter(self, output_tensors: List[torch.Tensor], input_tensors:
@@ -350,15 +420,22 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         t = self._single("scatter", output_tensors)
         self._check_rank("scatter", opts.rootRank)
         gloo_opts = _c10d.ScatterOptions()
-        gloo_opts.rootRank = opts.rootRank
-        host = _host_like(t)
-        if self.rank() == opts.rootRank:
+        root = opts.rootRank
+        gloo_opts.rootRank = root
+        host = _staging_for(t)
+        if self.rank() == root:
             ins = self._single_list("scatter", input_tensors)
-            self._gloo.scatter([host], [[_to_host(i) for i in ins]],
-                               gloo_opts).wait(self._timeout)
+            self._check_outputs("scatter", ins, t)
+            # Each other rank's part goes over the link; the root's own is a device copy.
+            staged = [_link_out(i, dst) if dst != root else
+                      torch.zeros(_HEADER + _nbytes(i), dtype=torch.uint8, pin_memory=True)
+                      for dst, i in enumerate(ins)]
+            self._gloo.scatter([host], [staged], gloo_opts).wait(self._timeout)
+            t.copy_(ins[root])
         else:
             self._gloo.scatter([host], [], gloo_opts).wait(self._timeout)
-        t.copy_(host)
+            keep: list = []
+            _link_in(t, host, root, keep)
         _synchronize()
         return _CompletedWork([t])
 
@@ -417,12 +494,13 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         # Rank r's input i goes to rank i's output r; a pairwise exchange with each peer.
         r = self.rank()
         output_tensors[r].copy_(input_tensors[r])
+        keep: list = []
         for step in range(1, n):
             dst, src = (r + step) % n, (r - step) % n
-            staged_in = _host_like(output_tensors[src])
-            self._exchange(_to_host(input_tensors[dst]), dst, staged_in, src,
+            staged_in = _staging_for(output_tensors[src])
+            self._exchange(_link_out(input_tensors[dst], dst), dst, staged_in, src,
                            tag=_INTERNAL_TAG + step)
-            output_tensors[src].copy_(staged_in)
+            _link_in(output_tensors[src], staged_in, src, keep)
         _synchronize()
         return _CompletedWork(list(output_tensors))
 
@@ -511,7 +589,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
             return self._gloo.send(tensors, dst, tag)
         t = self._single("send", tensors)
         self._check_rank("send", dst)
-        self._gloo.send([_to_host(t)], dst, tag).wait(self._timeout)
+        self._gloo.send([_link_out(t, dst)], dst, tag).wait(self._timeout)
         return _CompletedWork([t])
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int) -> dist.Work:
@@ -520,9 +598,10 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
             return self._gloo.recv(tensors, src, tag)
         t = self._single("recv", tensors)
         self._check_rank("recv", src)
-        staged = _host_like(t)
+        staged = _staging_for(t)
         self._gloo.recv([staged], src, tag).wait(self._timeout)
-        t.copy_(staged)
+        keep: list = []
+        _link_in(t, staged, src, keep)
         _synchronize()
         return _CompletedWork([t])
 
@@ -532,6 +611,16 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
             torch.mtia.synchronize()
         self._gloo.barrier(_c10d.BarrierOptions()).wait(self._timeout)
         return _CompletedWork([])
+
+    def _check_outputs(self, what: str, parts: List[torch.Tensor], like: torch.Tensor) -> None:
+        """One part per rank, each of `like`'s size and dtype: what crosses between ranks."""
+        if len(parts) != self.size():
+            raise ValueError(f"mtia_emu {what}: {self.size()} tensors needed (one per rank), got "
+                             f"{len(parts)}")
+        for p in parts:
+            if p.numel() != like.numel() or p.dtype != like.dtype:
+                raise ValueError(f"mtia_emu {what}: every tensor must have {like.numel()} "
+                                 f"elements of {like.dtype}, got {p.numel()} of {p.dtype}")
 
     @staticmethod
     def _single_list(what: str, lists: List[List[torch.Tensor]]) -> List[torch.Tensor]:

@@ -24,6 +24,7 @@
 
 #include "mtia/isa/address_map.h"
 #include "mtia/isa/install_dirs.h"
+#include "mtia/isa/packets.h"
 #include "mtia/isa/registers.h"
 
 #ifndef MTIA_PRESET_DIR
@@ -135,6 +136,17 @@ const std::vector<Field>& fields() {
       {{"pcie_burst_bytes", "bytes",
         "PCIe payload granule; contiguous host runs shorter than this still cost a whole one"},
        &ChipConfig::pcie_burst_bytes},
+      {{"link_count", "",
+        "inter-chip links, 0..16: link transfers may name links 0..link_count-1 (optional)"},
+       &ChipConfig::link_count,
+       true},
+      {{"link_bandwidth_GBps", "GB/s",
+        "inter-chip link bandwidth per link and direction (10^9 bytes/s) (optional)"},
+       &ChipConfig::link_bandwidth_GBps,
+       true},
+      {{"link_latency_ns", "ns", "inter-chip link latency added once per transfer (optional)"},
+       &ChipConfig::link_latency_ns,
+       true},
       {{"dma_engines", "", "DMA engines, 1..64"}, &ChipConfig::dma_engines},
       {{"dma_setup_ns", "ns", "descriptor fetch and start time per DMA job"},
        &ChipConfig::dma_setup_ns},
@@ -512,6 +524,7 @@ isa::Status validate(const ChipConfig& c) {
       {"dram_bandwidth_GBps", c.dram_bandwidth_GBps},
       {"pcie_h2d_bandwidth_GBps", c.pcie_h2d_bandwidth_GBps},
       {"pcie_d2h_bandwidth_GBps", c.pcie_d2h_bandwidth_GBps},
+      {"link_bandwidth_GBps", c.link_bandwidth_GBps},
   };
   for (const auto& [key, v] : bandwidths) {
     if (!std::isfinite(v) || v < 0.001 || v > 1e6) {
@@ -524,6 +537,7 @@ isa::Status validate(const ChipConfig& c) {
       {"sram_latency_ns", c.sram_latency_ns}, {"dram_latency_ns", c.dram_latency_ns},
       {"pcie_latency_ns", c.pcie_latency_ns}, {"dma_setup_ns", c.dma_setup_ns},
       {"cp_packet_ns", c.cp_packet_ns},       {"cp_replay_packet_ns", c.cp_replay_packet_ns},
+      {"link_latency_ns", c.link_latency_ns},
   };
   for (const auto& [key, v] : durations) {
     if (!std::isfinite(v) || v < 0 || v > 1e9) {
@@ -576,6 +590,10 @@ isa::Status validate(const ChipConfig& c) {
   }
   if (c.dma_engines < 1 || c.dma_engines > 64) {
     return fail("dma_engines is " + std::to_string(c.dma_engines) + "; must be 1..64");
+  }
+  if (c.link_count > isa::kMaxLinks) {
+    return fail("link_count is " + std::to_string(c.link_count) + "; must be 0.." +
+                std::to_string(isa::kMaxLinks));
   }
   if (c.num_queues < 1 || c.num_queues > isa::kMaxQueues) {
     return fail("num_queues is " + std::to_string(c.num_queues) + "; must be 1.." +

@@ -377,7 +377,11 @@ MemorySystem::MemorySystem(const ChipConfig& config, HostMemory& host)
       host_(host),
       timing_(config.timing),
       setup_ps_(config.timing ? ns_to_ps(config.dma_setup_ns) : 0),
-      local_store_MBps_(gbps_to_mbps(config.local_store_bandwidth_GBps)) {
+      local_store_MBps_(gbps_to_mbps(config.local_store_bandwidth_GBps)),
+      link_MBps_(gbps_to_mbps(config.link_bandwidth_GBps)),
+      link_latency_ps_(config.timing ? ns_to_ps(config.link_latency_ns) : 0),
+      link_free_at_(config.link_count, std::array<uint64_t, 2>{}),
+      link_stats_(config.link_count) {
   auto set = [&](Resource r, double gbps, double latency_ns, uint32_t burst) {
     params_[static_cast<int>(r)] = {gbps_to_mbps(gbps), timing_ ? ns_to_ps(latency_ns) : 0, burst};
   };
@@ -506,6 +510,57 @@ DmaPlan MemorySystem::plan_fill(const isa::FillPacket& packet, uint64_t now_ps,
   plan.payload_bytes = plan.dst.runs.run_bytes * plan.dst.runs.runs;
   charge(plan, plan.dst, false);
   schedule(plan, now_ps);
+  return plan;
+}
+
+DmaPlan MemorySystem::plan_link(const isa::LinkTransferPacket& packet, uint64_t now_ps,
+                                const DmaReach& reach) {
+  DmaPlan plan;
+  plan.is_link = true;
+  plan.context = reach.scope.context;
+  plan.link = packet;
+  plan.ready_ps = plan.start_ps = plan.end_ps = now_ps + setup_ps_;
+  const bool send = packet.direction == static_cast<uint8_t>(isa::LinkDirection::kSend);
+  // The bytes move as a 1-D copy: device memory -> staging for a send, back for a receive.
+  isa::DmaCopyPacket& c = plan.copy;
+  c.header = packet.header;
+  c.ndims = 1;
+  c.elem_size = 1;
+  c.sizes[0] = packet.bytes;
+  isa::NdRegion device{}, host{};
+  device.addr = packet.device_addr;
+  device.space = static_cast<uint8_t>(isa::AddressSpace::kDevice);
+  device.strides[0] = 1;
+  host.addr = packet.host_addr;
+  host.space = static_cast<uint8_t>(isa::AddressSpace::kHost);
+  host.strides[0] = 1;
+  c.src = send ? device : host;
+  c.dst = send ? host : device;
+  if (packet.link >= link_free_at_.size()) {
+    plan.status = isa::reject(isa::ErrorCode::kBadLink, {}, packet.link, link_free_at_.size());
+    return plan;
+  }
+  if (!check_side(c.sizes, 1, 1, c.src, reach, plan.src, plan) ||
+      !check_side(c.sizes, 1, 1, c.dst, reach, plan.dst, plan)) {
+    return plan;
+  }
+  plan.payload_bytes = packet.bytes;
+  const int dir = static_cast<int>(packet.direction);
+  uint64_t& free_at = link_free_at_[packet.link][dir];
+  const uint64_t ready = send ? now_ps + setup_ps_ : packet.sent_ps + setup_ps_;
+  const uint64_t start = timing_ ? std::max(ready, free_at) : now_ps;
+  const uint64_t busy = timing_ ? transfer_ps(packet.bytes, link_MBps_) : 0;
+  const uint64_t arrival = start + busy + link_latency_ps_;
+  if (timing_) free_at = start + busy;
+  plan.link_start_ps = start;
+  plan.link_busy_ps = busy;
+  plan.link_end_ps = arrival;
+  plan.start_ps = start;
+  plan.end_ps = send ? arrival : std::max(plan.ready_ps, arrival);
+  LinkStats& st = link_stats_[packet.link][dir];
+  st.transfers += 1;
+  st.bytes += packet.bytes;
+  st.busy_ps += busy;
   return plan;
 }
 

@@ -31,6 +31,7 @@ firmware::FirmwareConfig firmware_config(const ChipConfig& c) {
   f.pe_cols = c.pe_cols;
   f.clock_hz = c.clock_hz;
   f.preset_name = c.name;
+  f.link_count = c.link_count;
   return f;
 }
 
@@ -377,9 +378,11 @@ void DmaEngine::run() {
     shared_.sync_time();
     const uint64_t begin = sc_core::sc_time_stamp().value();
     const bool fill = job_->kind == firmware::DmaJob::Kind::kFill;
+    const bool link = job_->kind == firmware::DmaJob::Kind::kLink;
     const DmaReach reach{job_->scope, /*launch_scratch=*/false};
-    const DmaPlan plan = fill ? memory.plan_fill(job_->fill, begin, reach)
-                              : memory.plan_copy(job_->copy, begin, reach);
+    const DmaPlan plan = fill   ? memory.plan_fill(job_->fill, begin, reach)
+                         : link ? memory.plan_link(job_->link, begin, reach)
+                                : memory.plan_copy(job_->copy, begin, reach);
     // One wait per job: the data moves at the end, when the transfer is complete.
     wait(ps(plan.end_ps - begin));
     shared_.sync_time();
@@ -417,15 +420,30 @@ void DmaEngine::run() {
     ev.error = static_cast<uint16_t>(isa::error_code(result));
     ev.queue = job_queue_;
     ev.seq = fill ? plan.fill.header.seq : plan.copy.header.seq;
+    if (link) {
+      ev.link = true;
+      ev.link_receive = plan.link.direction == static_cast<uint8_t>(isa::LinkDirection::kReceive);
+      ev.link_index = plan.link.link;
+      ev.peer = plan.link.peer;
+      ev.link_start_ps = plan.status.ok() ? plan.link_start_ps : begin;
+      ev.link_end_ps = plan.status.ok() ? plan.link_end_ps : begin;
+      ev.link_busy_ps = plan.link_busy_ps;
+    }
     shared_.tracer->dma(index_, ev);
     shared_.tracer->reservations(plan);
     if (!result.ok()) {
       const isa::Failure& f = result.error();
       logger("sim.dma")->info("dma {}: {} failed: {} (arg0 0x{:x}, arg1 {})", index_,
-                              fill ? "fill" : "copy", isa::error_code_name(f.code), f.arg0, f.arg1);
+                              fill   ? "fill"
+                              : link ? "link transfer"
+                                     : "copy",
+                              isa::error_code_name(f.code), f.arg0, f.arg1);
     } else {
       logger("sim.dma")->debug("dma {}: {} of {} bytes, {} ps -> {} ps", index_,
-                               fill ? "fill" : "copy", plan.payload_bytes, begin, plan.end_ps);
+                               fill   ? "fill"
+                               : link ? "link transfer"
+                                      : "copy",
+                               plan.payload_bytes, begin, plan.end_ps);
     }
     job_.reset();
     cp_->dma_done(index_, result);
@@ -665,6 +683,19 @@ std::string DeviceModel::stats_json() const {
     add_stat(m, "configured_GBps", double(shared_.memory->params(r).bandwidth_MBps) / 1000.0,
              "GB/s", "bandwidth from the configuration");
     doc[resource_name(r)] = m;
+  }
+  // Inter-chip links: each direction of each link that carried something, as "link0_send".
+  for (uint32_t l = 0; l < shared_.memory->link_count(); ++l) {
+    for (const auto dir : {isa::LinkDirection::kSend, isa::LinkDirection::kReceive}) {
+      const LinkStats& s = shared_.memory->link_stats(l, dir);
+      if (s.transfers == 0) continue;
+      Json m = Json::object();
+      add_stat(m, "transfers", s.transfers, "transfers", "link transfers in this direction");
+      add_stat(m, "bytes", s.bytes, "bytes", "payload bytes carried");
+      add_stat(m, "busy_ps", s.busy_ps, "ps", "time reserved on the direction's timeline");
+      const bool send = dir == isa::LinkDirection::kSend;
+      doc["link" + std::to_string(l) + (send ? "_send" : "_receive")] = m;
+    }
   }
   Json trace = Json::object();
   add_stat(trace, "events", shared_.tracer->events(), "events", "trace events kept");

@@ -711,3 +711,38 @@ TEST_CASE("a launch of a queue reset mid-launch is dropped and the grid freed",
   h.cp.on_launch_done({});
   CHECK(h.cp.stats().packets_completed == 1);
 }
+
+TEST_CASE("a link transfer runs on a DMA engine; a link the chip lacks fails it",
+          "[firmware][exec][link]") {
+  FirmwareConfig config = test_config();
+  config.link_count = 2;
+  Harness h(2, config);
+  h.setup_queue(0);
+  isa::LinkTransferPacket link{};
+  link.header = {op(isa::Opcode::kLinkTransfer), isa::kPacketVersion, 0, 0, 5};
+  link.direction = static_cast<uint8_t>(isa::LinkDirection::kSend);
+  link.link = 1;
+  link.peer = 7;
+  link.device_addr = kDataArea;
+  link.host_addr = FakePlatform::kHostBase;
+  link.bytes = 64;
+  h.submit(0, link);
+  CHECK(h.run() == 1);
+  REQUIRE(h.platform.started.size() == 1);
+  REQUIRE(h.platform.started[0].job.kind == DmaJob::Kind::kLink);
+  CHECK(std::memcmp(&h.platform.started[0].job.link, &link, sizeof link) == 0);
+  CHECK(h.cp.stats().dma_jobs_started == 1);
+
+  // Link 2 on a chip with links 0 and 1: refused by the firmware, no engine started.
+  Harness g(2, config);
+  g.setup_queue(0);
+  link.link = 2;
+  g.submit(0, link);
+  CHECK(g.run() == 1);
+  CHECK(g.platform.started.empty());
+  const isa::CompletionRecord r = g.record(0, 0);
+  CHECK(r.status == kFailed);
+  CHECK(r.error == code(isa::ErrorCode::kBadLink));
+  CHECK(r.error_arg0 == 2);
+  CHECK(r.error_arg1 == 2);
+}

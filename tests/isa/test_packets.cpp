@@ -351,3 +351,55 @@ TEST_CASE("the fence-relative flag is for signal and wait packets only", "[isa]"
   nop.header.flags = 1u << 2;  // no such flag
   CHECK(rejection_of(nop) == ErrorCode::kReservedNotZero);
 }
+
+TEST_CASE("decoder checks link transfer packets", "[isa][link]") {
+  const auto link = [] {
+    LinkTransferPacket p{};
+    p.header = header(Opcode::kLinkTransfer);
+    p.direction = static_cast<uint8_t>(LinkDirection::kReceive);
+    p.link = 0;
+    p.peer = 3;
+    p.device_addr = 0x1000;
+    p.host_addr = 0x7000'0000'0000;
+    p.bytes = 4096;
+    p.sent_ps = 123'456;
+    return p;
+  };
+  CHECK(decode_ok(link()));
+  CHECK(opcode_of(Packet{link()}) == Opcode::kLinkTransfer);
+  CHECK(std::string(opcode_name(Opcode::kLinkTransfer)) == "link transfer");
+  CHECK(std::string(error_code_name(ErrorCode::kBadLink)) == "bad link");
+
+  auto send = link();
+  send.direction = static_cast<uint8_t>(LinkDirection::kSend);
+  CHECK(rejection_of(encode(send)) == ErrorCode::kReservedNotZero);  // a send has no sent_ps
+  send.sent_ps = 0;
+  CHECK(decode_ok(send));
+
+  auto direction = link();
+  direction.direction = 2;
+  CHECK(rejection_of(encode(direction)) == ErrorCode::kBadLink);
+  auto far = link();
+  far.link = kMaxLinks;
+  CHECK(rejection_of(encode(far)) == ErrorCode::kBadLink);
+  auto empty = link();
+  empty.bytes = 0;
+  CHECK(rejection_of(encode(empty)) == ErrorCode::kBadDims);
+  auto huge = link();
+  huge.bytes = kMaxLinkTransferBytes + 1;
+  CHECK(rejection_of(encode(huge)) == ErrorCode::kBadDims);
+  auto wraps = link();
+  wraps.device_addr = ~uint64_t{0} - 100;
+  CHECK(rejection_of(encode(wraps)) == ErrorCode::kExtentOverflow);
+  auto late = link();
+  late.sent_ps = kMaxLinkSentPs + 1;
+  CHECK(rejection_of(encode(late)) == ErrorCode::kBadDims);
+  late.sent_ps = kMaxLinkSentPs;
+  CHECK(decode_ok(late));
+  auto reserved = link();
+  reserved.reserved0 = 1;
+  CHECK(rejection_of(encode(reserved)) == ErrorCode::kReservedNotZero);
+  auto reserved2 = link();
+  reserved2.reserved[0] = 1;
+  CHECK(rejection_of(encode(reserved2)) == ErrorCode::kReservedNotZero);
+}

@@ -369,6 +369,86 @@ def dead_rank():
     raise AssertionError("all_reduce with a dead peer returned")
 
 
+def link_timing():
+    """A ring all-reduce's simulated time against the alpha-beta model: each of its 2(n-1)
+    link sends takes exactly alpha + (S/n)/beta on the link (alpha, beta: the preset's link
+    latency and bandwidth), and the all-reduce as a whole takes 2(n-1)(alpha + (S/n)/beta) plus
+    its reductions' launches, within LINK_TOLERANCE (the rest: each packet's dispatch and DMA
+    setup). Run with the timing model and the trace on."""
+    import json
+    import math
+    import tempfile
+
+    config = json.loads(torch_mtia_emu.config_json())
+    alpha_ps = round(config["link_latency_ns"]["value"] * 1000)
+    mbps = round(config["link_bandwidth_GBps"]["value"] * 1000)
+    n = WORLD
+    size = n * (2 << 20)  # 2 MiB chunks
+    t = torch.full((size // 4,), float(RANK + 1), device=DEV)
+    dist.all_reduce(t)  # warm-up: afterwards the ranks' clocks are in step
+    torch.mtia.synchronize()
+    sim0 = torch_mtia_emu.simulated_time_ns() * 1000
+    dist.all_reduce(t)
+    torch.mtia.synchronize()
+    sim1 = torch_mtia_emu.simulated_time_ns() * 1000
+    want = float(sum(range(1, n + 1))) * n
+    check("timed all_reduce", t[-4:], torch.full((4,), want))
+
+    with tempfile.TemporaryDirectory() as d:
+        torch_mtia_emu.write_artifacts(d)
+        with open(os.path.join(d, "trace.json")) as f:
+            events = json.load(f)["traceEvents"]
+
+    def within(e):
+        start = e["ts"] * 1e6
+        return sim0 - 1 <= start and start + e["dur"] * 1e6 <= sim1 + 1
+
+    sends = [e for e in events if e.get("cat") == "link" and e["name"] == "link send"
+             and e["args"]["packet_start_ps"] >= sim0 - 1]
+    receives = [e for e in events if e.get("cat") == "link" and e["name"] == "link receive"
+                and e["args"]["packet_start_ps"] >= sim0 - 1]
+    launches = [e for e in events if e.get("cat") == "launch" and within(e)]
+    if len(sends) != 2 * (n - 1) or len(receives) != 2 * (n - 1):
+        raise AssertionError(f"{len(sends)} link sends and {len(receives)} receives in the "
+                             f"all-reduce, expected {2 * (n - 1)} of each")
+    if len(launches) < n - 1:
+        raise AssertionError(f"{len(launches)} reduction launches, expected at least {n - 1}")
+    chunk = size // n
+    per_transfer = alpha_ps + math.ceil(chunk * 10**6 / mbps)  # alpha + (S/n)/beta
+    for e in sends:
+        # The slice is the link's busy time; the bytes have arrived a latency later.
+        got = e["args"]["arrival_ps"] - round(e["ts"] * 1e6)
+        if got != per_transfer or e["args"]["bytes"] != chunk or e["args"]["peer"] != (RANK + 1) % n:
+            raise AssertionError(f"link send {e['args']}: {got} ps, expected {per_transfer} ps "
+                                 f"for {chunk} bytes to rank {(RANK + 1) % n}")
+    model = 2 * (n - 1) * per_transfer
+    reductions = sum(round(e["dur"] * 1e6) for e in launches)
+    simulated = sim1 - sim0
+    tolerance = float(os.environ.get("LINK_TOLERANCE", "0.05"))
+    rest = simulated - reductions
+    print(f"rank {RANK}: all_reduce of {size} bytes on {n} ranks: simulated {simulated / 1e6:.3f} us"
+          f", reductions {reductions / 1e6:.3f} us, alpha-beta model {model / 1e6:.3f} us, "
+          f"ratio {rest / model:.4f}")
+    if not model <= rest <= model * (1 + tolerance):
+        raise AssertionError(f"simulated time less reductions {rest} ps is not within "
+                             f"{tolerance:.0%} above the alpha-beta model's {model} ps")
+    print(f"rank {RANK}: link timing follows the alpha-beta model")
+
+
+def no_link():
+    """A chip without links (MTIA_EMU_SET=link_count=0): a collective on device tensors fails
+    with an error naming the missing link, on every rank, instead of moving data another way."""
+    t = torch.ones(1024, device=DEV)
+    try:
+        dist.all_reduce(t)
+    except Exception as e:  # the device refused the link transfer
+        if "link 0 does not exist" not in str(e):
+            raise AssertionError(f"unexpected error: {e}")
+        print(f"rank {RANK}: all_reduce refused: {str(e).splitlines()[0]}")
+        return
+    raise AssertionError("all_reduce ran on a chip without links")
+
+
 def main():
     scenario = sys.argv[1]
     timeout = timedelta(seconds=float(os.environ.get("DIST_TIMEOUT_S", "60")))

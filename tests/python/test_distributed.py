@@ -82,6 +82,25 @@ def test_fsdp2_fully_shard_matches_one_cpu_process():
     assert "FSDP2 matches one CPU process" in results[0][1]
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_ring_all_reduce_follows_the_alpha_beta_model(world):
+    """Timing on: each ring step's link send takes the link's latency + chunk / bandwidth, and
+    the all-reduce 2(n-1)(alpha + (S/n)/beta) plus its reductions, within 2 %."""
+    results = launch("link_timing", world,
+                     env={"MTIA_EMU_TIMING": "1", "MTIA_EMU_TRACE": "kernels",
+                          "MTIA_EMU_PRESET": "mtia-v2", "LINK_TOLERANCE": "0.02"})
+    assert_all_ok(results)
+    for _, out in results:
+        assert "link timing follows the alpha-beta model" in out
+
+
+def test_chip_without_links_refuses_collectives():
+    results = launch("no_link", 2, env={"MTIA_EMU_SET": "link_count=0"})
+    assert_all_ok(results)
+    for _, out in results:
+        assert "all_reduce refused" in out and "link 0 does not exist" in out
+
+
 def test_plain_init_process_group_picks_mtia_emu_for_mtia():
     assert_all_ok(launch("default_backend", 2))
 

@@ -115,7 +115,10 @@ TEST_CASE("every preset field has a value, the field's unit and a source", "[con
                                          "re_elements_per_cycle",
                                          "re_issue_cycles",
                                          "mlu_bytes_per_cycle",
-                                         "mlu_issue_cycles"};
+                                         "mlu_issue_cycles",
+                                         "link_count",
+                                         "link_bandwidth_GBps",
+                                         "link_latency_ns"};
   const std::set<std::string> published = {"generation",
                                            "pe_rows",
                                            "pe_cols",
@@ -310,6 +313,9 @@ TEST_CASE("validate rejects inconsistent configurations, naming the field", "[co
       {"dma_engines=0", "dma_engines"},
       {"num_queues=0", "num_queues"},
       {"num_queues=17", "num_queues"},
+      {"link_count=17", "link_count"},
+      {"link_bandwidth_GBps=0", "link_bandwidth_GBps"},
+      {"link_latency_ns=-1", "link_latency_ns"},
   };
   for (const auto& tc : cases) {
     INFO(tc.assignment);
@@ -321,6 +327,20 @@ TEST_CASE("validate rejects inconsistent configurations, naming the field", "[co
     }
     require_fails_with([&] { return validate(c); }, {tc.expect});
   }
+}
+
+TEST_CASE("a preset without the link fields loads with their defaults", "[config][link]") {
+  auto doc = preset_doc("mtia-v1");
+  doc.erase("link_count");
+  doc.erase("link_bandwidth_GBps");
+  doc.erase("link_latency_ns");
+  const ChipConfig c = must(mtia::sim::parse_preset(doc.dump(), "older.json"));
+  CHECK(c.link_count == 1);
+  CHECK(c.link_bandwidth_GBps == 31.5);
+  CHECK(c.link_latency_ns == 1000);
+  const ChipConfig v1 = must(load_preset("mtia-v1"));
+  CHECK(v1.link_bandwidth_GBps == 15.75);
+  CHECK(v1.link_latency_ns == 2000);
 }
 
 TEST_CASE("to_json writes every field and reloads as the same configuration", "[config]") {

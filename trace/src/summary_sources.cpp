@@ -99,6 +99,7 @@ isa::Result<TraceSummary> summarize(const Recording& rec, TraceLevel level, uint
   for (const Recording::Dma& d : rec.dmas) {
     const DmaEvent& e = d.event;
     if (e.error != static_cast<uint16_t>(isa::ErrorCode::kNone)) continue;
+    if (e.link) continue;  // inter-chip transfers are not host copies (not in the summary)
     in.copies.push_back(
         {detail::copy_kind(e.fill, !e.fill && e.src_space == host, e.dst_space == host), e.bytes,
          e.end_ps >= e.start_ps ? e.end_ps - e.start_ps : 0});

@@ -26,6 +26,7 @@ constexpr uint32_t kCompletionTrack = 1'000'000;  // host: completions as the dr
 constexpr uint32_t kCpTrack = 1;
 constexpr uint32_t kQueueTrack0 = 100;
 constexpr uint32_t kDmaTrack0 = 200;
+constexpr uint32_t kLinkTrack0 = 260;  // link l's send track is + 2l, its receive track + 2l + 1
 constexpr uint32_t kLaunchTrack = 299;
 constexpr uint32_t kPeTrack0 = 300;  // the core of chip PE p: its kernel spans
 // Unit tracks of chip PE p: kUnitTrack0 + p * kUnitStride + unit (DPE, SE, RE, MLU), and its
@@ -108,6 +109,12 @@ std::vector<Item> sorted_items(const Recording& rec, const PacketIndex& index) {
   for (uint32_t i = 0; i < rec.dmas.size(); ++i) {
     const auto& d = rec.dmas[i];
     const DmaEvent& e = d.event;
+    if (e.link) {
+      // On its link direction's track while it occupies it (bytes / bandwidth); the latency
+      // follows, overlapping the next transfer's turn, so it is in the args.
+      items.push_back({e.link_start_ps, 4, d.ordinal, e.link_busy_ps, ItemType::kDma, i, 0});
+      continue;
+    }
     const uint64_t dur = e.end_ps >= e.start_ps ? e.end_ps - e.start_ps : 0;
     items.push_back({e.start_ps, 4, d.ordinal, dur, ItemType::kDma, i, 0});
   }
@@ -236,6 +243,18 @@ class Writer {
     for (uint32_t e = 0; e < rec_.device.dma_engines; ++e) {
       track(kDevicePid, kDmaTrack0 + e, "dma " + std::to_string(e), kDmaTrack0 + e);
     }
+    std::vector<bool> link_tracks;  // the link directions that carried something
+    for (const auto& d : rec_.dmas) {
+      if (!d.event.link) continue;
+      const uint32_t t = 2 * d.event.link_index + (d.event.link_receive ? 1 : 0);
+      if (t >= link_tracks.size()) link_tracks.resize(t + 1, false);
+      link_tracks[t] = true;
+    }
+    for (uint32_t t = 0; t < link_tracks.size(); ++t) {
+      if (!link_tracks[t]) continue;
+      track(kDevicePid, kLinkTrack0 + t,
+            "link " + std::to_string(t / 2) + (t % 2 ? " receive" : " send"), kLinkTrack0 + t);
+    }
     if (!rec_.launches.empty()) track(kDevicePid, kLaunchTrack, "pe grid (launches)", kLaunchTrack);
     pe_tracks();
     if (rec_.dropped_all() > 0) {
@@ -361,6 +380,7 @@ class Writer {
 
   void dma(const Recording::Dma& d, uint64_t dur) {
     const DmaEvent& e = d.event;
+    if (e.link) return link_transfer(d, dur);
     slice(kDevicePid, kDmaTrack0 + d.engine, "dma", e.start_ps, dur);
     j_.field("name", e.fill ? "fill" : "copy");
     flow_if_linked(e.queue, e.seq);
@@ -375,6 +395,27 @@ class Writer {
     j_.field("dst_space", is_host(e.dst_space) ? "host" : "device");
     j_.field("dst_memory", memory_label(e.dst_space, e.dst));
     j_.field("effective_bytes", e.effective_bytes).field("error", error_label(e.error));
+    if (e.queue != kNoQueue) j_.field("queue", e.queue).field("seq", e.seq);
+    j_.end_object().end_object();
+  }
+
+  // A link transfer on its link direction's track, while its bytes occupy the direction
+  // (bytes / bandwidth); they have all arrived a latency later (arrival_ps).
+  void link_transfer(const Recording::Dma& d, uint64_t dur) {
+    const DmaEvent& e = d.event;
+    const uint32_t track = kLinkTrack0 + 2 * e.link_index + (e.link_receive ? 1 : 0);
+    slice(kDevicePid, track, "link", e.link_start_ps, dur);
+    j_.field("name", e.link_receive ? "link receive" : "link send");
+    // A receive's bytes may have started to cross before its packet was dispatched (they left
+    // the peer then): such a slice lies before the packet and joins no flow.
+    if (e.link_start_ps >= e.start_ps) flow_if_linked(e.queue, e.seq);
+    j_.key("args").begin_object().field("bytes", e.bytes).field("link", e.link_index);
+    j_.field("peer", e.peer).field("direction", e.link_receive ? "receive" : "send");
+    j_.field("busy_ps", e.link_busy_ps).field("arrival_ps", e.link_end_ps);
+    j_.field("latency_ps", e.link_end_ps - e.link_start_ps - e.link_busy_ps);
+    j_.field("dma_engine", d.engine);
+    j_.field("packet_start_ps", e.start_ps).field("packet_end_ps", e.end_ps);
+    j_.field("error", error_label(e.error));
     if (e.queue != kNoQueue) j_.field("queue", e.queue).field("seq", e.seq);
     j_.end_object().end_object();
   }

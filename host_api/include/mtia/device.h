@@ -199,6 +199,34 @@ class Device {
   // Which of the process's devices this is (DeviceOptions::index).
   uint32_t index() const;
 
+  // --- inter-chip links -----------------------------------------------------------------
+  // A link transfer moves `bytes` (1 .. 1 TiB) of contiguous device memory over inter-chip
+  // link `link` of this chip (0 .. the preset's link_count - 1) to or from the chip `peer`
+  // (a rank: it names the other end in the trace). The emulator carries the bytes between
+  // processes through `staging`, pinned host memory (host_alloc, or host_register on a backend
+  // that maps it): the caller's transport (the c10d backend uses gloo) takes them from the
+  // sender's staging buffer to the receiver's. The device times each transfer on its link,
+  // not on PCIe: latency + bytes / bandwidth (preset link_latency_ns, link_bandwidth_GBps),
+  // each direction of a link one timeline, so transfers on it run one after the other
+  // (docs/architecture.md, "Inter-chip links"). Throws kInvalidArgument (size, link index,
+  // staging not pinned, in a graph capture) or kInvalidPointer (device span outside a live
+  // allocation) before anything is queued; a link the chip lacks fails on the device
+  // (kDeviceFault, "bad link"). The device span must not change until the transfer is done.
+  //
+  // Sends: device memory at `src` -> `staging`, after the work queued on `stream`. Returns
+  // once the bytes are in `staging`, with the simulated time (ps) the send started, which
+  // the receiver passes as `sent_ps`.
+  uint64_t link_send(void* staging, DevicePtr src, uint64_t bytes, uint32_t link, uint32_t peer,
+                     Stream stream = {});
+  // Receives: `staging` (the bytes the peer sent, as its staging buffer held them) -> device
+  // memory at `dst`, queued on `stream`; returns once queued. The bytes cross the link from
+  // `sent_ps` (the peer's link_send result; both chips' clocks are taken as one) or when the
+  // receive direction is free, and the transfer completes no earlier than they have arrived
+  // (sent_ps at most isa::kMaxLinkSentPs).
+  // `staging` must stay unchanged until the stream has passed the transfer.
+  void link_receive_async(DevicePtr dst, const void* staging, uint64_t bytes, uint32_t link,
+                          uint32_t peer, uint64_t sent_ps, Stream stream = {});
+
   // --- kernels ----------------------------------------------------------------------------
   // Loads a kernel module (a static RISC-V ELF64 image, docs/pe-isa.md) from a file or from
   // bytes into device memory, and parses its kernel metadata. Throws kInvalidArgument for a

@@ -30,6 +30,7 @@ struct FirmwareConfig {
   uint32_t pe_cols = 8;
   uint64_t clock_hz = 0;    // PE clock, Hz
   std::string preset_name;  // at most 16 characters are reported
+  uint32_t link_count = 1;  // inter-chip links a link transfer may name, 0..isa::kMaxLinks
 };
 
 // Counters the firmware keeps about its own work (units in the names).

@@ -16,11 +16,13 @@
 
 namespace mtia::firmware {
 
-// A DMA engine job: exactly one of the two packets, already decoded and validated.
+// A DMA engine job: exactly one of the packets, already decoded and validated (a link
+// transfer's link exists on the chip).
 struct DmaJob {
-  enum class Kind { kCopy, kFill } kind = Kind::kCopy;
+  enum class Kind { kCopy, kFill, kLink } kind = Kind::kCopy;
   isa::DmaCopyPacket copy{};
   isa::FillPacket fill{};
+  isa::LinkTransferPacket link{};
   // What the job may reach: its queue's scope. Device ranges outside the window fail with
   // kDeviceAddressFault, host ranges of another context with kHostAddressFault.
   isa::AccessScope scope{};

@@ -12,7 +12,7 @@ namespace mtia::isa {
 
 // Alternative i holds opcode i + 1 (the driver relies on it).
 using Packet = std::variant<NopPacket, DmaCopyPacket, FillPacket, SignalPacket, WaitPacket,
-                            LaunchPacket, ExecBufferPacket>;
+                            LaunchPacket, ExecBufferPacket, LinkTransferPacket>;
 
 // Writes `packet` into a zero-filled slot. Never fails: validation happens on decode.
 void encode_packet(const Packet& packet, uint8_t (&slot)[kPacketSlotBytes]);

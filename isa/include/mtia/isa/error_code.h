@@ -23,7 +23,8 @@ enum class ErrorCode : uint16_t {
   kBadKernelImage = 14,     // launch image is not a loadable kernel ELF (arg0 = image address)
   kKernelFault = 15,        // a PE faulted or exited non-zero (arg0 = pc, arg1 = PE index)
   kWatchdog = 16,           // a PE ran past the launch's cycle limit (arg0 = pc, arg1 = PE index)
-  kCount,                   // one past the last code a device reports
+  kBadLink = 17,  // a link transfer names a link the chip lacks (arg0 = link, arg1 = links)
+  kCount,         // one past the last code a device reports
 
   // Host-side failures below the public API (driver, backends, the simulator's set-up). They
   // never travel in a completion or error record; host_api maps each to an mtia::ErrorKind.

@@ -33,6 +33,7 @@ enum class Opcode : uint8_t {
   kWait = 5,
   kLaunch = 6,
   kExecBuffer = 7,
+  kLinkTransfer = 8,
   kCount
 };
 
@@ -166,6 +167,42 @@ struct ExecBufferPacket {
 static_assert(sizeof(ExecBufferPacket) == 56);
 
 inline constexpr uint32_t kMaxExecBufferPackets = 1u << 20;
+
+// Which way a link transfer moves its bytes (LinkTransferPacket::direction).
+enum class LinkDirection : uint8_t {
+  kSend = 0,     // device memory -> the link's transmit side (landing in host staging memory)
+  kReceive = 1,  // the link's receive side (from host staging memory) -> device memory
+  kCount
+};
+
+inline constexpr uint64_t kMaxLinkTransferBytes = uint64_t{1} << 40;  // 1 TiB: above any memory
+inline constexpr uint32_t kMaxLinks = 16;
+// Latest sent_ps a receive may give (2^62 ps, 53 days): with at most kMaxLinkTransferBytes at
+// the slowest bandwidth a preset allows, the arrival time still fits in 63 bits.
+inline constexpr uint64_t kMaxLinkSentPs = uint64_t{1} << 62;
+
+// A transfer over one of the chip's inter-chip links (docs/architecture.md, "Inter-chip
+// links"). The emulator carries a link's bytes between processes through host memory: a send
+// copies `bytes` contiguous bytes of device memory into a host staging buffer (registered host
+// memory), a receive copies them from one into device memory. Both are timed on the link, not
+// on PCIe: each direction of each link is one timeline, and a transfer takes the link's latency
+// plus bytes / bandwidth. A send starts when its DMA engine is set up and the transmit side is
+// free; a receive's bytes cross from `sent_ps` (the simulated time the peer's send packet
+// started) or when the receive side is free, whichever is later, and it completes no earlier
+// than they have arrived.
+struct LinkTransferPacket {
+  PacketHeader header;
+  uint8_t direction;   // LinkDirection
+  uint8_t link;        // which link, 0 .. the chip's link_count - 1
+  uint16_t reserved0;  // must be zero
+  uint32_t peer;       // the chip at the other end (a rank), for the trace
+  uint64_t device_addr;
+  uint64_t host_addr;  // host bus address of the staging buffer
+  uint64_t bytes;      // 1..kMaxLinkTransferBytes
+  uint64_t sent_ps;    // receive: when the peer's send packet started; send: must be zero
+  uint64_t reserved[2];
+};
+static_assert(sizeof(LinkTransferPacket) == 72);
 
 enum class CompletionStatus : uint16_t {
   kOk = 0,

@@ -47,6 +47,13 @@ struct ChipConfig {
   double pcie_latency_ns = 500;
   uint32_t pcie_burst_bytes = 64;
 
+  // Inter-chip links (link transfers, docs/architecture.md "Inter-chip links"): each link is
+  // full duplex, each direction its own timeline; a transfer takes latency + bytes / bandwidth.
+  // Optional in a preset file (older files load with these defaults).
+  uint32_t link_count = 1;
+  double link_bandwidth_GBps = 31.5;  // per link and direction
+  double link_latency_ns = 1000;      // once per transfer
+
   // DMA engines and command processor.
   uint32_t dma_engines = 4;
   double dma_setup_ns = 100;  // descriptor fetch and start per DMA job

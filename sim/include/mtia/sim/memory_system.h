@@ -28,6 +28,18 @@
 //               data and reserves nothing.
 // With timing off every duration is zero: start = end = now.
 //
+// Inter-chip links (plan_link): each direction of each link is one more timeline, apart from
+// the resources above (the device memory side of a link transfer is not charged: the link is
+// far slower than the memories). With busy = ceil(bytes * 10^6 / link BW) and L the link
+// latency:
+//   send      start = max(now + dma_setup, free_at_tx);  end = start + busy + L
+//   receive   start = max(sent_ps + dma_setup, free_at_rx)  (the bytes leave the peer when its
+//             send starts: the ranks' clocks are taken as one); arrival = start + busy + L;
+//             end = max(now + dma_setup, arrival)
+//   free_at   start + busy, per link and direction (transfers on one direction serialise)
+// A link index at or above the chip's link_count fails with kBadLink (arg0 = link,
+// arg1 = link_count); the staging side must be registered host memory.
+//
 // Example (mtia-v2, 1 MiB contiguous host -> DRAM, idle resources, now = 0):
 //   ready = 100'000; busy_H2D = ceil(1048576e6 / 31500) = 33'288'127; busy_DRAM = 5'120'000;
 //   end = 100'000 + 33'288'127 + max(500'000, 100'000) = 33'888'127 ps.
@@ -37,6 +49,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "mtia/isa/access_scope.h"
 #include "mtia/isa/decode.h"
@@ -125,6 +138,19 @@ struct DmaPlan {
   std::array<uint64_t, kNumResources> resource_start_ps{};  // start_r: its turn on each resource
   uint64_t local_store_bytes = 0;  // bytes through PE local-store ports (private, not shared)
   uint32_t context = 0;            // the host context its host side is translated in
+  // A link transfer (plan_link): `copy` is its 1-D copy, `link` the packet; its timeline span.
+  bool is_link = false;
+  isa::LinkTransferPacket link{};
+  uint64_t link_start_ps = 0;  // the bytes start to cross
+  uint64_t link_busy_ps = 0;   // bytes / bandwidth
+  uint64_t link_end_ps = 0;    // the last byte has arrived: start + busy + latency
+};
+
+// What one direction of one link has carried.
+struct LinkStats {
+  uint64_t transfers = 0;
+  uint64_t bytes = 0;
+  uint64_t busy_ps = 0;  // reserved time on the direction's timeline
 };
 
 // A planned job's data movement with its regions translated to host pointers: perform() in
@@ -152,6 +178,11 @@ class MemorySystem {
   // the job at now_ps.
   DmaPlan plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps, const DmaReach& reach = {});
   DmaPlan plan_fill(const isa::FillPacket& packet, uint64_t now_ps, const DmaReach& reach = {});
+  // Validates a link transfer (the link exists; the device side is device memory and the host
+  // side registered host memory, both within `reach`) and reserves its link direction at
+  // now_ps (formulas above).
+  DmaPlan plan_link(const isa::LinkTransferPacket& packet, uint64_t now_ps,
+                    const DmaReach& reach = {});
   // Moves the data of a plan without error. The regions are translated again, so host memory
   // unregistered since planning ends in kHostAddressFault instead of a stray write.
   isa::Status perform(const DmaPlan& plan);
@@ -173,6 +204,14 @@ class MemorySystem {
   const ResourceStats& stats(Resource r) const { return stats_[static_cast<int>(r)]; }
   uint64_t free_at_ps(Resource r) const { return free_at_[static_cast<int>(r)]; }
   uint64_t setup_ps() const { return setup_ps_; }
+  uint32_t link_count() const { return static_cast<uint32_t>(link_free_at_.size()); }
+  // Statistics and timeline of link `link` (< link_count()) in `direction`.
+  const LinkStats& link_stats(uint32_t link, isa::LinkDirection direction) const {
+    return link_stats_.at(link)[static_cast<int>(direction)];
+  }
+  uint64_t link_free_at_ps(uint32_t link, isa::LinkDirection direction) const {
+    return link_free_at_.at(link)[static_cast<int>(direction)];
+  }
 
  private:
   DeviceAccessObserver observer_;
@@ -191,6 +230,10 @@ class MemorySystem {
   std::array<ResourceParams, kNumResources> params_{};
   std::array<uint64_t, kNumResources> free_at_{};
   std::array<ResourceStats, kNumResources> stats_{};
+  uint64_t link_MBps_;
+  uint64_t link_latency_ps_;
+  std::vector<std::array<uint64_t, 2>> link_free_at_;  // per link: send, receive
+  std::vector<std::array<LinkStats, 2>> link_stats_;
 };
 
 }  // namespace mtia::sim

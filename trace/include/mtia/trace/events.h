@@ -52,6 +52,17 @@ struct DmaEvent {
   uint16_t error = 0;            // isa::ErrorCode
   uint32_t queue = kNoQueue;     // the packet it runs: its queue and seq
   uint64_t seq = 0;
+  // A transfer over an inter-chip link (a link transfer packet), not a PCIe copy.
+  bool link = false;
+  bool link_receive = false;  // receive (else send)
+  uint32_t link_index = 0;    // which link
+  uint32_t peer = 0;          // the chip at the other end
+  // When the bytes cross the link: from link_start_ps (a receive's may lie before start_ps:
+  // they left the peer then) to link_end_ps (latency after busy); a failed transfer that never
+  // reached the link has both at start_ps.
+  uint64_t link_start_ps = 0;
+  uint64_t link_end_ps = 0;
+  uint64_t link_busy_ps = 0;  // bytes / bandwidth
 };
 
 // A kernel launch as it is dispatched.
