@@ -105,6 +105,30 @@ struct Server {
   }
 };
 
+// A client process that keeps the device busy: the demo workload on `server`, writing into
+// `out`. Returns once the server refuses another client ("in use"), so it holds a share, or
+// after 2 s, if the demo finished first (held is then false).
+struct BusyClient {
+  pid_t pid = -1;
+  bool held = false;
+};
+BusyClient start_busy_client(const Server& server, const std::string& out) {
+  setenv("MTIA_EMU_SERVER", server.path.c_str(), 1);
+  BusyClient c;
+  c.pid = start({MTIA_EMU_PROGRAM, "demo", "--trace", "off", "--batch", "512", "--hidden", "1024",
+                 "--out", out});
+  unsetenv("MTIA_EMU_SERVER");
+  for (int i = 0; i < 400 && !c.held; ++i) {
+    try {
+      Device probe = Device::open(server.options());
+    } catch (const Error& e) {
+      c.held = std::string(e.what()).find("in use") != std::string::npos;
+    }
+    if (!c.held) std::this_thread::sleep_for(5ms);
+  }
+  return c;
+}
+
 // The pids of `parent`'s children.
 std::vector<pid_t> children_of(pid_t parent) {
   std::vector<pid_t> kids;
@@ -241,25 +265,11 @@ TEST_CASE("malformed messages drop that client and the server serves on", "[serv
 TEST_CASE("a client killed in mid-work is released and the next client gets the device",
           "[server]") {
   Server server;
-  // A client process that keeps the device busy: the demo workload on the served device.
-  setenv("MTIA_EMU_SERVER", server.path.c_str(), 1);
   const std::string out = server.path + ".demo";
-  const pid_t client = start({MTIA_EMU_PROGRAM, "demo", "--trace", "off", "--batch", "512",
-                              "--hidden", "1024", "--out", out});
-  unsetenv("MTIA_EMU_SERVER");
-  // Wait until it holds the device (a second client is refused while it does).
-  bool held = false;
-  for (int i = 0; i < 400 && !held; ++i) {
-    try {
-      Device probe = Device::open(server.options());
-    } catch (const Error& e) {
-      held = std::string(e.what()).find("in use") != std::string::npos;
-    }
-    if (!held) std::this_thread::sleep_for(5ms);
-  }
-  kill(client, SIGKILL);
-  waitpid(client, nullptr, 0);
-  if (!held) WARN("the demo finished before it could be killed mid-work");
+  const BusyClient client = start_busy_client(server, out);
+  kill(client.pid, SIGKILL);
+  waitpid(client.pid, nullptr, 0);
+  if (!client.held) WARN("the demo finished before it could be killed mid-work");
   std::filesystem::remove_all(out);
   Device next = Device::open(server.options());  // the dead client's hold is gone
   test::check_device_works(next);
@@ -444,25 +454,12 @@ TEST_CASE("a client killed in mid-work releases its share and the other client g
           "[server][contexts]") {
   Server server(2);
   Device stays = Device::open(server.options());
-  setenv("MTIA_EMU_SERVER", server.path.c_str(), 1);
   const std::string out = server.path + ".demo";
-  const pid_t client = start({MTIA_EMU_PROGRAM, "demo", "--trace", "off", "--batch", "512",
-                              "--hidden", "1024", "--out", out});
-  unsetenv("MTIA_EMU_SERVER");
-  // Wait until it holds the second share (a third client is refused while it does).
-  bool held = false;
-  for (int i = 0; i < 400 && !held; ++i) {
-    try {
-      Device probe = Device::open(server.options());
-    } catch (const Error& e) {
-      held = std::string(e.what()).find("in use") != std::string::npos;
-    }
-    if (!held) std::this_thread::sleep_for(5ms);
-  }
+  const BusyClient client = start_busy_client(server, out);  // holds the second share
   test::check_device_works(stays);
-  kill(client, SIGKILL);
-  waitpid(client, nullptr, 0);
-  if (!held) WARN("the demo finished before it could be killed mid-work");
+  kill(client.pid, SIGKILL);
+  waitpid(client.pid, nullptr, 0);
+  if (!client.held) WARN("the demo finished before it could be killed mid-work");
   std::filesystem::remove_all(out);
   test::check_device_works(stays);
   // Its share is free again, and a new client finds its window zeroed.
