@@ -60,6 +60,17 @@ bool is_privileged_queue_field(uint64_t field) {
          field == isa::reg::kQueueWindowBytes;
 }
 
+// A BAR0 offset inside the per-queue blocks as its queue and field; nullopt for other offsets.
+struct QueueRegister {
+  uint64_t queue = 0;
+  uint64_t field = 0;
+};
+std::optional<QueueRegister> queue_register(uint64_t offset) {
+  if (offset < isa::reg::kQueueBlock || offset >= isa::kBar0Bytes) return std::nullopt;
+  const uint64_t at = offset - isa::reg::kQueueBlock;
+  return QueueRegister{at / isa::reg::kQueueStride, at % isa::reg::kQueueStride};
+}
+
 uint64_t low_bits(uint32_t n) {
   return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
 }
@@ -338,16 +349,14 @@ struct DeviceServer::Impl {
       default:
         break;
     }
-    if (offset >= reg::kQueueBlock && offset < isa::kBar0Bytes) {
-      const uint64_t q = (offset - reg::kQueueBlock) / reg::kQueueStride;
-      const uint64_t field = (offset - reg::kQueueBlock) % reg::kQueueStride;
-      if (q >= slot.queues) {
+    if (const auto q = queue_register(offset)) {
+      if (q->queue >= slot.queues) {
         return isa::reject(isa::ErrorCode::kBadRegister,
                            fmt::format("BAR0 offset 0x{:04x}: no register at this offset (this "
                                        "client has {} queues)",
                                        offset, slot.queues));
       }
-      return device->read_register(reg::queue_reg(slot.first_queue + q, field));
+      return device->read_register(reg::queue_reg(slot.first_queue + q->queue, q->field));
     }
     return device->read_register(offset);
   }
@@ -362,19 +371,18 @@ struct DeviceServer::Impl {
     if (offset == reg::kIntStatus) {
       return device->write_register(offset, (value & slot.mask()) << slot.first_queue);
     }
-    if (offset >= reg::kQueueBlock && offset < isa::kBar0Bytes) {
-      const uint64_t q = (offset - reg::kQueueBlock) / reg::kQueueStride;
-      const uint64_t field = (offset - reg::kQueueBlock) % reg::kQueueStride;
-      if (q >= slot.queues || is_privileged_queue_field(field)) {
+    if (const auto q = queue_register(offset)) {
+      const bool not_its_queue = q->queue >= slot.queues;
+      if (not_its_queue || is_privileged_queue_field(q->field)) {
         // A posted write has no answer: dropped and logged, as the device does with a bad one.
         logger()->warn("client {}: register write at BAR0 offset 0x{:04x} dropped: {}", s.id,
                        offset,
-                       q >= slot.queues ? fmt::format("it has {} queues", slot.queues)
-                                        : std::string("a queue's context and window are the "
-                                                      "server's to set"));
+                       not_its_queue ? fmt::format("it has {} queues", slot.queues)
+                                     : std::string("a queue's context and window are the "
+                                                   "server's to set"));
         return;
       }
-      return device->write_register(reg::queue_reg(slot.first_queue + q, field), value);
+      return device->write_register(reg::queue_reg(slot.first_queue + q->queue, q->field), value);
     }
     device->write_register(offset, value);
   }
