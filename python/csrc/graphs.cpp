@@ -1,7 +1,10 @@
 #include "graphs.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Functions.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -10,6 +13,7 @@
 #include <vector>
 
 #include "allocator.h"
+#include "launch.h"
 #include "runtime.h"
 
 namespace mtia::torch_backend::graphs {
@@ -27,6 +31,14 @@ struct TorchGraph {
   // their tensor was freed (the block is cached or another tensor's now) would write memory
   // the graph no longer owns.
   std::vector<std::pair<uint64_t, CachingAllocator::BlockUse>> uses;
+  // Random ops captured: one device seed per generator they drew with, rewritten by each
+  // replay (captured_draw), and how many random ops the capture holds.
+  struct Seed {
+    at::Generator host_generator;
+    at::Tensor slot;  // one int64, in the graph's pool
+  };
+  std::vector<Seed> seeds;
+  uint64_t random_ops = 0;
 
   mtia::Device& dev() const { return Runtime::get().device(device); }
   CachingAllocator& allocator() const { return DeviceAllocator::instance().device(device); }
@@ -56,6 +68,8 @@ void reset_locked(TorchGraph& g) {
   }
   g.instantiated = false;
   g.uses.clear();
+  g.seeds.clear();  // before the pool goes: the slots are its blocks
+  g.random_ops = 0;
   if (g.pool != c10::MempoolId_t{0, 0}) {
     if (--pool_users[g.pool] == 0) {
       pool_users.erase(g.pool);
@@ -170,8 +184,20 @@ void replay(int64_t handle) {
     guarded("instantiating an MTIA graph", [&] { dev.instantiate(*g.graph); });
     g.instantiated = true;
   }
-  // On the graph's device, on that device's current stream.
-  guarded("replaying an MTIA graph", [&] { dev.replay(*g.graph, current_stream(g.device)); });
+  // On the graph's device, on that device's current stream: first the new seeds of its random
+  // ops, queued before the replay so that earlier replays still read theirs.
+  const mtia::Stream stream = current_stream(g.device);
+  for (TorchGraph::Seed& s : g.seeds) {
+    uint64_t seed;
+    {
+      std::lock_guard gen_lock(s.host_generator.mutex());
+      seed = at::check_generator<at::CPUGeneratorImpl>(s.host_generator)->random64();
+    }
+    guarded("writing an MTIA graph's random seed", [&] {
+      dev.fill_async(tensor_address(s.slot), mtia::Layout::contiguous({1}, 8), seed, stream);
+    });
+  }
+  guarded("replaying an MTIA graph", [&] { dev.replay(*g.graph, stream); });
 }
 
 void reset(int64_t handle) {
@@ -190,6 +216,29 @@ c10::MempoolId_t pool(int64_t handle) {
 c10::MempoolId_t new_pool_handle() {
   std::lock_guard lock(mu);
   return {0, next_pool++};
+}
+
+std::optional<CapturedDraw> captured_draw(const at::Generator& host_generator) {
+  const c10::DeviceIndex device = current_device();
+  std::lock_guard lock(mu);
+  for (auto& [handle, graph] : registry) {
+    TorchGraph& g = *graph;
+    if (!g.capturing || g.device != device) continue;  // one capture at a time per device
+    auto it = std::find_if(g.seeds.begin(), g.seeds.end(), [&](const TorchGraph::Seed& s) {
+      return s.host_generator.unsafeGetGeneratorImpl() == host_generator.unsafeGetGeneratorImpl();
+    });
+    if (it == g.seeds.end()) {
+      TORCH_CHECK_VALUE(host_generator.device().is_cpu() &&
+                            at::check_generator<at::CPUGeneratorImpl>(host_generator) != nullptr,
+                        "torch_mtia_emu: a random op in an MTIA graph draws with a ",
+                        host_generator.device(), " generator; use an mtia or a CPU generator");
+      at::Tensor slot =
+          at::empty({1}, at::TensorOptions().dtype(at::kLong).device(kDeviceType, device));
+      it = g.seeds.insert(g.seeds.end(), TorchGraph::Seed{host_generator, std::move(slot)});
+    }
+    return CapturedDraw{tensor_address(it->slot), g.random_ops++};
+  }
+  return std::nullopt;
 }
 
 }  // namespace mtia::torch_backend::graphs

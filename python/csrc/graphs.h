@@ -8,9 +8,13 @@
 // one packet on the current stream.
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <c10/core/Allocator.h>
 
 #include <cstdint>
+#include <optional>
+
+#include "mtia/device_ptr.h"
 
 namespace mtia::torch_backend::graphs {
 
@@ -23,5 +27,18 @@ void replay(int64_t handle);
 void reset(int64_t handle);
 c10::MempoolId_t pool(int64_t handle);
 c10::MempoolId_t new_pool_handle();
+
+// A random op inside a capture draws on the device (random.h): its launch reads the seed at
+// `seed` when it runs. Each replay of the graph first writes a new seed there, drawn from
+// `host_generator` (so the generator advances once per replay, and set_rng_state() before a
+// replay repeats its numbers). `stream` is this op's number within the graph, so that no two
+// random ops of a replay draw the same numbers.
+struct CapturedDraw {
+  mtia::DevicePtr seed;
+  uint64_t stream = 0;
+};
+// The draw for the graph capturing on the current device, for the CPU generator that draws
+// for the op; nullopt when no graph captures there.
+std::optional<CapturedDraw> captured_draw(const at::Generator& host_generator);
 
 }  // namespace mtia::torch_backend::graphs

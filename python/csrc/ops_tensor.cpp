@@ -17,11 +17,13 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "allocator.h"
 #include "elementwise.h"
 #include "fallback.h"
+#include "graphs.h"
 #include "launch.h"
 #include "on_device.h"
 #include "random.h"
@@ -172,9 +174,62 @@ Tensor& linspace_out(const c10::Scalar& start, const c10::Scalar& end, int64_t s
 
 // --- random ----------------------------------------------------------------------------------
 
-// Draws on the host with the CPU generator inside the device's generator (the default one,
-// or the caller's mtia or CPU generator), then one copy to the device: the same numbers as
+// Eager: drawn on the host with the CPU generator inside the device's generator (the default
+// one, or the caller's mtia or CPU generator), then one copy to the device: the same numbers as
 // the CPU gives for the same generator state.
+//
+// Inside a graph capture the host cannot draw: a replay must draw new numbers without it. The
+// device draws there, from Philox words (the `philox` kernel) keyed by a seed that each replay
+// writes (graphs::captured_draw), and the distribution is computed from them on the device.
+// The distributions are PyTorch's; the numbers are not the eager ones.
+
+bool capturing() {
+  return Runtime::get().device().is_capturing(current_stream());
+}
+
+// `n` Philox words (int32) for the graph that captures on the current stream.
+Tensor captured_words(const c10::optional<at::Generator>& gen, int64_t n) {
+  const std::optional<graphs::CapturedDraw> d = graphs::captured_draw(host_generator(gen));
+  TORCH_CHECK(d.has_value(),
+              "torch_mtia_emu: a random op on a stream that captures work outside "
+              "torch.mtia.MTIAGraph cannot draw (its replays would not get new seeds); capture "
+              "with torch.mtia.graph or MTIAGraph.capture_begin()");
+  Tensor words =
+      at::empty({n}, at::TensorOptions().dtype(at::kInt).device(kDeviceType, current_device()));
+  if (n > 0) {
+    launch("philox", grid_for(n, 8192), {tensor_address(words), d->seed, n, d->stream});
+  }
+  return words;
+}
+
+// `n` float32 values uniform in [0, 1): 24 bits of a word each, as PyTorch's CPU kernel does.
+Tensor captured_unit(const c10::optional<at::Generator>& gen, int64_t n) {
+  return at::bitwise_and(captured_words(gen, n), 0xFFFFFF).to(at::kFloat).mul_(1.0 / (1 << 24));
+}
+
+// `n` int64 values uniform in [0, range), 0 < range <= 2^63: one word below 2^32, two above.
+Tensor captured_below(const c10::optional<at::Generator>& gen, int64_t n, uint64_t range) {
+  TORCH_CHECK_VALUE(range > 0 && range <= (uint64_t(1) << 63),
+                    "torch_mtia_emu: random_() in an MTIA graph draws from ranges of up to 2^63 "
+                    "values; this one has ",
+                    range);
+  Tensor v;
+  if (range <= (uint64_t(1) << 32)) {
+    v = at::bitwise_and(captured_words(gen, n).to(at::kLong), 0xFFFFFFFFLL);
+  } else {
+    const Tensor w = captured_words(gen, 2 * n).to(at::kLong);
+    v = at::bitwise_or(at::bitwise_and(w.slice(0, 0, n), 0x7FFFFFFFLL).bitwise_left_shift(32),
+                       at::bitwise_and(w.slice(0, n, 2 * n), 0xFFFFFFFFLL));
+  }
+  return range == (uint64_t(1) << 63) ? v : at::remainder(v, static_cast<int64_t>(range));
+}
+
+// Writes `values` (numel elements, any shape) into self in self's shape and dtype.
+Tensor& store(Tensor& self, const Tensor& values) {
+  self.copy_(values.view(self.sizes()));
+  return self;
+}
+
 template <class Draw>
 Tensor& draw(Tensor& self, const c10::optional<at::Generator>& gen, Draw&& fn) {
   const at::Generator g = host_generator(gen);
@@ -185,29 +240,89 @@ Tensor& draw(Tensor& self, const c10::optional<at::Generator>& gen, Draw&& fn) {
 }
 
 Tensor& uniform_(Tensor& self, double from, double to, c10::optional<at::Generator> gen) {
+  if (capturing()) {
+    return store(self, captured_unit(gen, self.numel()).mul_(to - from).add_(from));
+  }
   return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.uniform_(from, to, g); });
 }
 Tensor& normal_(Tensor& self, double mean, double std, c10::optional<at::Generator> gen) {
+  if (capturing()) {
+    // Box-Muller: sqrt(-2 ln(1 - u1)) cos(2 pi u2), with 1 - u1 in (0, 1].
+    const int64_t n = self.numel();
+    const Tensor u = captured_unit(gen, 2 * n);
+    const Tensor radius = at::log1p(u.slice(0, 0, n).neg()).mul_(-2.0).sqrt_();
+    const Tensor angle = u.slice(0, n, 2 * n).mul(2.0 * M_PI).cos_();
+    return store(self, radius.mul_(angle).mul_(std).add_(mean));
+  }
   return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.normal_(mean, std, g); });
 }
+// random_() takes [0, 2^digits] for floating dtypes (every integer they hold exactly) and
+// [0, max] for integer ones, as PyTorch does.
+uint64_t random_range(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return (uint64_t(1) << 24) + 1;
+    case at::kHalf:
+      return (uint64_t(1) << 11) + 1;
+    case at::kBFloat16:
+      return (uint64_t(1) << 8) + 1;
+    case at::kBool:
+      return 2;
+    case at::kChar:
+      return uint64_t(1) << 7;
+    case at::kByte:
+      return uint64_t(1) << 8;
+    case at::kShort:
+      return uint64_t(1) << 15;
+    case at::kInt:
+      return uint64_t(1) << 31;
+    default:
+      return uint64_t(1) << 63;
+  }
+}
 Tensor& random_(Tensor& self, c10::optional<at::Generator> gen) {
+  if (capturing())
+    return store(self, captured_below(gen, self.numel(), random_range(self.scalar_type())));
   return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.random_(g); });
 }
 Tensor& random_from(Tensor& self, int64_t from, c10::optional<int64_t> to,
                     c10::optional<at::Generator> gen) {
+  if (capturing()) {
+    const uint64_t range = to.has_value() ? uint64_t(*to) - uint64_t(from)
+                                          : random_range(self.scalar_type()) - uint64_t(from);
+    TORCH_CHECK_VALUE(!to.has_value() || from < *to,
+                      "random_ expects 'from' to be less than "
+                      "'to', but got from=",
+                      from, " >= to=", *to);
+    return store(self, captured_below(gen, self.numel(), range).add_(from));
+  }
   return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.random_(from, to, g); });
 }
 Tensor& random_to(Tensor& self, int64_t to, c10::optional<at::Generator> gen) {
+  if (capturing()) return random_from(self, 0, to, gen);
   return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.random_(to, g); });
 }
 Tensor& bernoulli_float(Tensor& self, double p, c10::optional<at::Generator> gen) {
+  if (capturing()) {
+    TORCH_CHECK_VALUE(p >= 0 && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
+    return store(self, at::lt(captured_unit(gen, self.numel()), p));
+  }
   return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.bernoulli_(p, g); });
 }
 Tensor& bernoulli_tensor(Tensor& self, const Tensor& p, c10::optional<at::Generator> gen) {
+  if (capturing()) {
+    // p on the device, broadcast to self (its range is not checked: that reads it on the host).
+    return store(self, at::lt(captured_unit(gen, self.numel()).view(self.sizes()),
+                              p.to(self.device(), at::kFloat)));
+  }
   const Tensor hp = p.cpu();
   return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.bernoulli_(hp, g); });
 }
 Tensor& exponential_(Tensor& self, double lambd, c10::optional<at::Generator> gen) {
+  if (capturing()) {
+    TORCH_CHECK_VALUE(lambd > 0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
+    return store(self, at::log1p(captured_unit(gen, self.numel()).neg_()).mul_(-1.0 / lambd));
+  }
   return draw(self, gen, [&](Tensor& h, const at::Generator& g) { h.exponential_(lambd, g); });
 }
 

@@ -1,5 +1,5 @@
-// The device's random generators. The kernel library has no random kernel, so random ops draw
-// on the host and copy the numbers to the device. An MTIA generator (a torch.Generator whose
+// The device's random generators. Eager random ops draw on the host and copy the numbers to the
+// device (inside a graph capture the device draws: ops_tensor.cpp, graphs.h). An MTIA generator (a torch.Generator whose
 // device is mtia:N) holds a CPU Philox/Mersenne-Twister generator like torch's default and
 // draws with it: after the same seed, the device gets exactly the numbers the CPU gets.
 // Each device has its own default generator; torch.mtia.manual_seed() seeds the current

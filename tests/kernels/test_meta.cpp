@@ -79,6 +79,9 @@ const std::map<std::string, std::string> kExpected = {
      "iiii"
      "iiii"
      "iiii"},
+    // random.c
+    {"philox", "ppii"},
+    // elementwise.c
     {"fill",
      "pti"
      "iiii"
