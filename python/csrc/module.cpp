@@ -9,6 +9,11 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/Generator.h>
 
+#include <execinfo.h>
+#include <unistd.h>
+
+#include <exception>
+
 #include "allocator.h"
 #include "fallback.h"
 #include "hooks.h"
@@ -33,6 +38,22 @@ mtia::Device& dev() {
   return Runtime::get().device();
 }
 
+// std::terminate (a joinable std::thread destroyed, an exception out of a noexcept function)
+// ends the process with one line that names no place. This handler first writes the native
+// stack to stderr, so that such an abort - in this extension, in PyTorch or in a library below
+// - says where it happened; then it hands over to the handler it replaced.
+std::terminate_handler g_previous_terminate = nullptr;
+
+[[noreturn]] void terminate_with_stack() {
+  static const char kHeader[] = "torch_mtia_emu: std::terminate called; native stack:\n";
+  (void)!::write(STDERR_FILENO, kHeader, sizeof kHeader - 1);
+  void* frames[64];
+  const int n = ::backtrace(frames, 64);
+  ::backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  if (g_previous_terminate != nullptr) g_previous_terminate();
+  std::abort();
+}
+
 mtia::Arg to_arg(const py::tuple& t) {
   TORCH_CHECK_VALUE(t.size() == 2, "a kernel argument is a (kind, value) pair");
   const std::string kind = t[0].cast<std::string>();
@@ -53,6 +74,7 @@ PYBIND11_MODULE(_C, m) {
   using release = py::call_guard<py::gil_scoped_release>;
   m.doc() = "mtia-emu PyTorch backend (the MTIA device): the native half of torch_mtia_emu";
   register_allocator();
+  g_previous_terminate = std::set_terminate(terminate_with_stack);
 
   // c10 errors keep their Python meaning, without the C++ backtrace in the message.
   py::register_exception_translator([](std::exception_ptr p) {

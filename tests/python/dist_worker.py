@@ -7,6 +7,7 @@ tensors, or DDP against one CPU process on the whole batch) and exits non-zero w
 on stderr when something differs.
 """
 
+import faulthandler
 import os
 import sys
 import time
@@ -450,6 +451,7 @@ def no_link():
 
 
 def main():
+    faulthandler.enable()  # a crash shows every thread's Python stack
     scenario = sys.argv[1]
     timeout = timedelta(seconds=float(os.environ.get("DIST_TIMEOUT_S", "60")))
     init = os.environ.get("DIST_INIT", "env")

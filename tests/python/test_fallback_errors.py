@@ -142,3 +142,18 @@ def test_kernel_argument_checks_are_errors_before_launch():
 def test_cpu_tensor_mixed_with_device_tensor_is_an_error():
     with pytest.raises(RuntimeError, match="same device|mtia"):
         torch.ones(3, device=DEVICE) + torch.ones(3)
+
+
+def test_std_terminate_reports_the_native_stack():
+    """A C++ abort (std::terminate: a joinable thread destroyed, an exception out of a noexcept
+    function) writes the native stack to stderr before the process ends, so the report says
+    where it happened."""
+    r = run_child("""
+        import ctypes
+        import torch_mtia_emu
+        ctypes.CDLL("libstdc++.so.6")._ZSt9terminatev()  # std::terminate()
+    """)
+    assert r.returncode == -6, r.stderr[-2000:]
+    assert "torch_mtia_emu: std::terminate called; native stack:" in r.stderr
+    assert "libstdc++" in r.stderr  # the frames, named by their objects
+    assert "terminate called without an active exception" in r.stderr  # the previous handler ran
