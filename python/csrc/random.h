@@ -1,9 +1,9 @@
-// The device's random generators. Eager random ops draw on the host and copy the numbers to the
-// device (inside a graph capture the device draws: ops_tensor.cpp, graphs.h). An MTIA generator (a torch.Generator whose
-// device is mtia:N) holds a CPU Philox/Mersenne-Twister generator like torch's default and
-// draws with it: after the same seed, the device gets exactly the numbers the CPU gets.
-// Each device has its own default generator; torch.mtia.manual_seed() seeds the current
-// device's, manual_seed_all() every device's.
+// The device's random generators. Eager random ops draw on the host and copy the numbers to
+// the device (inside a graph capture the device draws: ops_tensor.cpp, graphs.h). An MTIA
+// generator (a torch.Generator whose device is mtia:N) holds a CPU Mersenne-Twister generator
+// like torch's default and draws with it: after the same seed, the device gets exactly the
+// numbers the CPU gets. Each device has its own default generator; torch.mtia.manual_seed()
+// seeds the current device's, manual_seed_all() every device's.
 #pragma once
 
 #include <ATen/core/Generator.h>
