@@ -187,24 +187,29 @@ bool capturing() {
   return Runtime::get().device().is_capturing(current_stream());
 }
 
-// `n` Philox words (int32) for the graph that captures on the current stream.
-Tensor captured_words(const c10::optional<at::Generator>& gen, int64_t n) {
+// `n` Philox values for the graph that captures on the current stream: int32 words, or with
+// `uniform` float32 values in [0, 1) made from 24 bits of a word each, as PyTorch's CPU kernel
+// makes them (the `philox` kernel's modes 0 and 1).
+Tensor captured_philox(const c10::optional<at::Generator>& gen, int64_t n, bool uniform) {
   const std::optional<graphs::CapturedDraw> d = graphs::captured_draw(host_generator(gen));
   TORCH_CHECK(d.has_value(),
               "torch_mtia_emu: a random op on a stream that captures work outside "
               "torch.mtia.MTIAGraph cannot draw (its replays would not get new seeds); capture "
               "with torch.mtia.graph or MTIAGraph.capture_begin()");
-  Tensor words =
-      at::empty({n}, at::TensorOptions().dtype(at::kInt).device(kDeviceType, current_device()));
+  Tensor out = at::empty({n}, at::TensorOptions()
+                                  .dtype(uniform ? at::kFloat : at::kInt)
+                                  .device(kDeviceType, current_device()));
   if (n > 0) {
-    launch("philox", grid_for(n, 8192), {tensor_address(words), d->seed, n, d->stream});
+    launch("philox", grid_for(n, 1024),
+           {tensor_address(out), d->seed, n, d->stream, int64_t{uniform ? 1 : 0}});
   }
-  return words;
+  return out;
 }
-
-// `n` float32 values uniform in [0, 1): 24 bits of a word each, as PyTorch's CPU kernel does.
+Tensor captured_words(const c10::optional<at::Generator>& gen, int64_t n) {
+  return captured_philox(gen, n, false);
+}
 Tensor captured_unit(const c10::optional<at::Generator>& gen, int64_t n) {
-  return at::bitwise_and(captured_words(gen, n), 0xFFFFFF).to(at::kFloat).mul_(1.0 / (1 << 24));
+  return captured_philox(gen, n, true);
 }
 
 // `n` int64 values uniform in [0, range), 0 < range <= 2^63: one word below 2^32, two above.

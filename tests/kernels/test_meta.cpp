@@ -80,7 +80,7 @@ const std::map<std::string, std::string> kExpected = {
      "iiii"
      "iiii"},
     // random.c
-    {"philox", "ppii"},
+    {"philox", "ppiii"},
     // elementwise.c
     {"fill",
      "pti"

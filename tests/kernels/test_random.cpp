@@ -2,7 +2,7 @@
 // from the algorithm's definition, itself checked against the published known-answer vectors:
 // word counts that end inside a block and across PE shares, 1 to 64 PEs, a seed read from
 // device memory, and the kernel's refusals (a misaligned seed or output, a short argument
-// block), which leave the output untouched.
+// block, an unknown mode), which leave the output untouched; and mode 1's uniform floats.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -42,21 +42,31 @@ std::vector<uint32_t> expected_words(uint64_t seed, uint64_t stream, uint64_t wo
   return out;
 }
 
+// Mode 1's floats: the low 24 bits of each word times 2^-24 (exact in float32).
+std::vector<uint32_t> expected_uniform_bits(uint64_t seed, uint64_t stream, uint64_t words) {
+  std::vector<uint32_t> out = expected_words(seed, stream, words);
+  for (uint32_t& w : out) {
+    const float f = static_cast<float>(w & 0xFFFFFFu) * 0x1p-24f;
+    std::memcpy(&w, &f, 4);
+  }
+  return out;
+}
+
 struct Run {
   LaunchResult result;
-  std::vector<uint32_t> words;
+  std::vector<uint32_t> words;  // bit patterns
 };
 
-Run run_philox(uint64_t seed, uint64_t stream, uint64_t words, uint32_t pes,
+Run run_philox(uint64_t seed, uint64_t stream, uint64_t words, uint32_t pes, int64_t mode = 0,
                uint64_t seed_misalign = 0, uint64_t out_misalign = 0) {
   Device dev;
   const uint64_t seed_at = dev.alloc(16) + seed_misalign;
   dev.write(seed_at, &seed, 8);
   const uint64_t out_at = dev.alloc(words * 4 + 8) + out_misalign;
   Run r;
-  r.result =
-      dev.launch(Module::library(), "philox",
-                 {ptr(out_at), ptr(seed_at), i64(int64_t(words)), i64(int64_t(stream))}, grid(pes));
+  r.result = dev.launch(
+      Module::library(), "philox",
+      {ptr(out_at), ptr(seed_at), i64(int64_t(words)), i64(int64_t(stream)), i64(mode)}, grid(pes));
   r.words.resize(words);
   if (words > 0) dev.read(out_at, r.words.data(), words * 4);
   return r;
@@ -82,6 +92,13 @@ TEST_CASE("philox writes the Philox words of its seed and stream", "[kernels][ra
       CHECK(r.words == expected_words(seed, stream, words));
     }
   }
+  // Mode 1: the same words as uniform floats in [0, 1).
+  for (uint64_t words : {7ull, 4097ull, 20000ull}) {
+    CAPTURE(words);
+    const Run r = run_philox(seed, stream, words, 16, 1);
+    REQUIRE(r.result.ok());
+    CHECK(r.words == expected_uniform_bits(seed, stream, words));
+  }
   // Another seed or another stream: other words.
   const Run a = run_philox(1, 0, 64, 4), b = run_philox(2, 0, 64, 4), c = run_philox(1, 1, 64, 4);
   REQUIRE((a.result.ok() && b.result.ok() && c.result.ok()));
@@ -95,15 +112,19 @@ TEST_CASE("philox with no words writes nothing", "[kernels][random]") {
   CHECK(r.result.ok());
 }
 
-TEST_CASE("philox refuses a misaligned seed or output and leaves the output", "[kernels][random]") {
+TEST_CASE("philox refuses a misaligned seed or output, or an unknown mode, and leaves the output",
+          "[kernels][random]") {
   for (auto [seed_off, out_off] : {std::pair<uint64_t, uint64_t>{4, 0}, {0, 2}}) {
     CAPTURE(seed_off, out_off);
-    const Run r = run_philox(7, 0, 16, 2, seed_off, out_off);
+    const Run r = run_philox(7, 0, 16, 2, 0, seed_off, out_off);
     CHECK(r.result.status() == MTIA_KSTATUS_BAD_SHAPE);
     for (uint32_t w : r.words) CHECK(w == 0xA5A5A5A5u);  // Device::alloc's fill, untouched
   }
+  const Run bad_mode = run_philox(7, 0, 16, 2, 2);
+  CHECK(bad_mode.result.status() == MTIA_KSTATUS_BAD_OP);
+  for (uint32_t w : bad_mode.words) CHECK(w == 0xA5A5A5A5u);
   Device dev;
-  std::vector<uint8_t> short_block(24, 0);
+  std::vector<uint8_t> short_block(32, 0);
   const LaunchResult r = dev.run(Module::library().program("philox"), short_block, grid(1));
   CHECK(r.status() == MTIA_KSTATUS_BAD_ARG_BYTES);
 }
