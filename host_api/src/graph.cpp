@@ -20,7 +20,8 @@
 // begins by waiting for the previous replay's last value on its fence and ends by signalling
 // it: replays of one graph run one after the other, as CUDA's do, whatever streams they are
 // on. The parts of one replay are queued under order_mu, as cross-queue waits are, so no other
-// wait can come between them and close a cycle.
+// wait can come between them and close a cycle; the origin's part is queued last, so the
+// branches wait on the device for its fork before it runs.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -649,15 +650,18 @@ void Device::replay(Graph graph, Stream stream) {
     pending->fetch_add(1);
     d.defer([&d, fences, value, pending] { d.repair_graph_fences(fences, value, pending); });
   };
-  std::vector<std::pair<uint32_t, uint64_t>> submitted;
+  std::vector<std::pair<uint32_t, uint64_t>> submitted(1);  // the origin's part first
   {
     std::lock_guard order(d.order_mu);
-    // The origin's part first, on the stream; the others on their queues.
-    submitted.emplace_back(s->queue, d.submit(s, parts[0].packet, on_failure));
+    // The other branches first, each on its queue: each begins by waiting for a fence that its
+    // fork writes, so it waits until the origin's part runs. The origin's part last, on the
+    // stream. Then every branch is already on the device when the origin starts, and their
+    // simulated start times do not depend on when the host's doorbells arrive (a served
+    // device runs while they are on their way).
     for (size_t i = 1; i < parts.size(); ++i) {
       isa::Result<uint64_t> seq = d.dev->submit(parts[i].queue, parts[i].packet, on_failure);
       if (!seq) {
-        // Only a lost device refuses; the origin's part then ends with the loss too.
+        // Only a lost device refuses (before the origin's part is queued).
         d.check_lost();
         throw Error(ErrorKind::kDeviceUnavailable,
                     fmt::format("replay: cannot submit graph {}'s part to hardware queue {}: {}",
@@ -666,6 +670,7 @@ void Device::replay(Graph graph, Stream stream) {
       ApiCall::submitted(*d.trace, parts[i].queue, seq.value());
       submitted.emplace_back(parts[i].queue, seq.value());
     }
+    submitted[0] = {s->queue, d.submit(s, parts[0].packet, on_failure)};
   }
   std::lock_guard lock(d.mu);
   g->replay_stream = s;

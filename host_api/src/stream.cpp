@@ -368,8 +368,22 @@ bool Device::query(Event event) {
   d.refuse_captured_event(*ev, "query(event)");
   uint64_t time_ps = 0;
   {
-    std::lock_guard lock(ev->mu);
-    if (ev->done_value < ev->value) return false;
+    std::unique_lock lock(ev->mu);
+    if (ev->done_value < ev->value) {
+      // The host learns that a record ran from the device's completion report, which can still
+      // be on its way when later work is seen done (a stream that waited for this event, on
+      // another queue, whose report came first). The fence in device memory is the device's
+      // own answer: once the record has written it, its report is due, so wait for that.
+      const uint64_t want = ev->value;
+      lock.unlock();
+      uint64_t fence = 0;
+      if (!d.dev->read_memory(ev->slot.addr, &fence, sizeof fence) || fence < want) return false;
+      isa::poll_before_block(d.props.wait, isa::WaitSide::kHost, [&] {
+        return ev->done_published.load(std::memory_order_acquire) >= want;
+      });
+      lock.lock();
+      ev->done_cv.wait(lock, [&] { return ev->done_value >= want; });
+    }
     time_ps = ev->time_ps;
   }
   d.trace->observed(time_ps);
