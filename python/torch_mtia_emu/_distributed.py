@@ -155,6 +155,19 @@ def _link_in(t: torch.Tensor, staged: torch.Tensor, peer: int, keep: list) -> No
     keep.extend((staged, dst))
 
 
+def _receive_parts(outs: List[torch.Tensor], staged: List[torch.Tensor], own: int,
+                   t: torch.Tensor) -> None:
+    """Fills rank src's part outs[src] from its message staged[src] by a link receive, and this
+    rank's own part (src == own) from `t` by a device copy; complete on return."""
+    keep: list = []
+    for src, (o, h) in enumerate(zip(outs, staged)):
+        if src == own:
+            o.copy_(t)
+        else:
+            _link_in(o, h, src, keep)
+    _synchronize()
+
+
 class ProcessGroupMtiaEmu(dist.ProcessGroup):
     """The "mtia_emu" process group: collectives on mtia tensors over gloo's transport, with
     reductions on the device. Created by init_process_group / new_group through the backend
@@ -358,13 +371,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
         # is a device copy.
         host_outs = [_staging_for(o) for o in outs]
         self._gloo.allgather([host_outs], [_link_out(t, (r + 1) % n)]).wait(self._timeout)
-        keep: list = []
-        for src, (o, h) in enumerate(zip(outs, host_outs)):
-            if src == r:
-                o.copy_(t)
-            else:
-                _link_in(o, h, src, keep)
-        _synchronize()
+        _receive_parts(outs, host_outs, r, t)
         return _CompletedWork(outs)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
@@ -401,13 +408,7 @@ class ProcessGroupMtiaEmu(dist.ProcessGroup):
             # gloo takes the root's own part too: it is staged on the host, the device copies it.
             own = torch.empty(_HEADER + _nbytes(t), dtype=torch.uint8, pin_memory=True)
             self._gloo.gather([host_outs], [own], gloo_opts).wait(self._timeout)
-            keep: list = []
-            for src, (o, h) in enumerate(zip(outs, host_outs)):
-                if src == root:
-                    o.copy_(t)
-                else:
-                    _link_in(o, h, src, keep)
-            _synchronize()
+            _receive_parts(outs, host_outs, root, t)
             return _CompletedWork(outs)
         self._gloo.gather([], [_link_out(t, root)], gloo_opts).wait(self._timeout)
         return _CompletedWork([t])
