@@ -478,12 +478,17 @@ void MemorySystem::schedule(DmaPlan& plan, uint64_t now_ps) {
   plan.end_ps = end + latency;
 }
 
-DmaPlan MemorySystem::plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps,
-                                const DmaReach& reach) {
+DmaPlan MemorySystem::begin_plan(uint64_t now_ps, const DmaReach& reach) const {
   DmaPlan plan;
-  plan.copy = packet;
   plan.context = reach.scope.context;
   plan.ready_ps = plan.start_ps = plan.end_ps = now_ps + setup_ps_;
+  return plan;
+}
+
+DmaPlan MemorySystem::plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps,
+                                const DmaReach& reach) {
+  DmaPlan plan = begin_plan(now_ps, reach);
+  plan.copy = packet;
   const int nd = packet.ndims;
   if (!check_side(packet.sizes, nd, packet.elem_size, packet.src, reach, plan.src, plan) ||
       !check_side(packet.sizes, nd, packet.elem_size, packet.dst, reach, plan.dst, plan)) {
@@ -498,11 +503,9 @@ DmaPlan MemorySystem::plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_p
 
 DmaPlan MemorySystem::plan_fill(const isa::FillPacket& packet, uint64_t now_ps,
                                 const DmaReach& reach) {
-  DmaPlan plan;
+  DmaPlan plan = begin_plan(now_ps, reach);
   plan.is_fill = true;
-  plan.context = reach.scope.context;
   plan.fill = packet;
-  plan.ready_ps = plan.start_ps = plan.end_ps = now_ps + setup_ps_;
   if (!check_side(packet.sizes, packet.ndims, packet.pattern_size, packet.dst, reach, plan.dst,
                   plan)) {
     return plan;
@@ -515,11 +518,9 @@ DmaPlan MemorySystem::plan_fill(const isa::FillPacket& packet, uint64_t now_ps,
 
 DmaPlan MemorySystem::plan_link(const isa::LinkTransferPacket& packet, uint64_t now_ps,
                                 const DmaReach& reach) {
-  DmaPlan plan;
+  DmaPlan plan = begin_plan(now_ps, reach);
   plan.is_link = true;
-  plan.context = reach.scope.context;
   plan.link = packet;
-  plan.ready_ps = plan.start_ps = plan.end_ps = now_ps + setup_ps_;
   const bool send = packet.direction == static_cast<uint8_t>(isa::LinkDirection::kSend);
   // The bytes move as a 1-D copy: device memory -> staging for a send, back for a receive.
   isa::DmaCopyPacket& c = plan.copy;

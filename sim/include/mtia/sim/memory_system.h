@@ -218,6 +218,8 @@ class MemorySystem {
   // Checks a region; fills `side` or returns the fault in `plan`.
   bool check_side(const uint64_t* sizes, int ndims, uint32_t elem, const isa::NdRegion& region,
                   const DmaReach& reach, SideInfo& side, DmaPlan& plan);
+  // A plan for `reach` that is ready after the DMA setup from `now_ps` (no timeline charged).
+  DmaPlan begin_plan(uint64_t now_ps, const DmaReach& reach) const;
   void charge(DmaPlan& plan, const SideInfo& side, bool is_source);
   void schedule(DmaPlan& plan, uint64_t now_ps);
   uint8_t* translate(const SideInfo& side, uint32_t context) const;
