@@ -104,6 +104,9 @@ struct Device::Impl {
   // Back to the cache, or released if the cache is full. Safe from completion callbacks.
   void return_staging(const std::shared_ptr<HostRegion>& r);
   FenceSlot take_fence_slot();
+  // Waits (under the wait policy; `lock` holds ev.mu, released meanwhile) until the event's
+  // latest record has been reported done.
+  void wait_event_done(EventState& ev, std::unique_lock<std::mutex>& lock);
   // A device block for a launch's argument block of `bytes` (at most 512), and back.
   isa::Result<uint64_t> take_arg_block(uint64_t bytes);
   void give_arg_block(uint64_t addr);

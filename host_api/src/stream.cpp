@@ -360,6 +360,17 @@ void Device::record(Event event, Stream stream) {
   impl_->record(event, stream);
 }
 
+void Device::Impl::wait_event_done(EventState& ev, std::unique_lock<std::mutex>& lock) {
+  if (ev.done_value >= ev.value) return;
+  // Spin or yield first (the wait policy), then sleep until the record's completion.
+  const uint64_t want = ev.value;
+  lock.unlock();
+  isa::poll_before_block(props.wait, isa::WaitSide::kHost,
+                         [&] { return ev.done_published.load(std::memory_order_acquire) >= want; });
+  lock.lock();
+  ev.done_cv.wait(lock, [&] { return ev.done_value >= want; });
+}
+
 bool Device::query(Event event) {
   Impl& d = *impl_;
   ApiCall call(*d.trace, "query");
@@ -378,11 +389,8 @@ bool Device::query(Event event) {
       lock.unlock();
       uint64_t fence = 0;
       if (!d.dev->read_memory(ev->slot.addr, &fence, sizeof fence) || fence < want) return false;
-      isa::poll_before_block(d.props.wait, isa::WaitSide::kHost, [&] {
-        return ev->done_published.load(std::memory_order_acquire) >= want;
-      });
       lock.lock();
-      ev->done_cv.wait(lock, [&] { return ev->done_value >= want; });
+      d.wait_event_done(*ev, lock);
     }
     time_ps = ev->time_ps;
   }
@@ -397,16 +405,7 @@ void Device::synchronize(Event event) {
   if (call.active()) call.set_detail(fmt::format("event {}", ev->id));
   d.refuse_captured_event(*ev, "synchronize(event)");
   std::unique_lock lock(ev->mu);
-  if (ev->done_value < ev->value) {
-    // Spin or yield first (the wait policy), then sleep until the record's completion.
-    const uint64_t want = ev->value;
-    lock.unlock();
-    isa::poll_before_block(d.props.wait, isa::WaitSide::kHost, [&] {
-      return ev->done_published.load(std::memory_order_acquire) >= want;
-    });
-    lock.lock();
-    ev->done_cv.wait(lock, [&] { return ev->done_value >= ev->value; });
-  }
+  d.wait_event_done(*ev, lock);
   const uint64_t time_ps = ev->time_ps;
   lock.unlock();
   d.trace->observed(time_ps);
