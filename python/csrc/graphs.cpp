@@ -228,10 +228,7 @@ std::optional<CapturedDraw> captured_draw(const at::Generator& host_generator) {
       return s.host_generator.unsafeGetGeneratorImpl() == host_generator.unsafeGetGeneratorImpl();
     });
     if (it == g.seeds.end()) {
-      TORCH_CHECK_VALUE(host_generator.device().is_cpu() &&
-                            at::check_generator<at::CPUGeneratorImpl>(host_generator) != nullptr,
-                        "torch_mtia_emu: a random op in an MTIA graph draws with a ",
-                        host_generator.device(), " generator; use an mtia or a CPU generator");
+      // host_generator() has refused every generator but an mtia or a CPU one.
       at::Tensor slot =
           at::empty({1}, at::TensorOptions().dtype(at::kLong).device(kDeviceType, device));
       it = g.seeds.insert(g.seeds.end(), TorchGraph::Seed{host_generator, std::move(slot)});
