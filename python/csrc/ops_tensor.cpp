@@ -213,11 +213,12 @@ Tensor captured_unit(const c10::optional<at::Generator>& gen, int64_t n) {
 }
 
 // `n` int64 values uniform in [0, range), 0 < range <= 2^63: one word below 2^32, two above.
+// A range of 2^64 (the whole int64 line) has wrapped to 0.
 Tensor captured_below(const c10::optional<at::Generator>& gen, int64_t n, uint64_t range) {
   TORCH_CHECK_VALUE(range > 0 && range <= (uint64_t(1) << 63),
                     "torch_mtia_emu: random_() in an MTIA graph draws from ranges of up to 2^63 "
                     "values; this one has ",
-                    range);
+                    range == 0 ? std::string("2^64") : std::to_string(range));
   Tensor v;
   if (range <= (uint64_t(1) << 32)) {
     v = at::bitwise_and(captured_words(gen, n).to(at::kLong), 0xFFFFFFFFLL);

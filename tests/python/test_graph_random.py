@@ -229,8 +229,23 @@ def test_bad_arguments_in_a_graph_raise_and_end_the_capture():
     with pytest.raises(ValueError, match="exponential_ expects lambda"):
         with torch.mtia.graph(torch.mtia.MTIAGraph(), stream=torch.mtia.Stream()):
             x.exponential_(-1.0)
+    i = torch.empty(8, dtype=torch.int64, device=DEVICE)
+    with pytest.raises(ValueError, match="ranges of up to 2\\^63 values; this one has 2\\^64"):
+        with torch.mtia.graph(torch.mtia.MTIAGraph(), stream=torch.mtia.Stream()):
+            i.random_(-2**63, None)
     # The device works as before.
     assert torch.equal((torch.ones(4, device=DEVICE) * 2).cpu(), torch.full((4,), 2.0))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.empty(0, device=DEVICE).uniform_(),
+    lambda: torch.empty(3, 0, device=DEVICE).normal_(),
+    lambda: torch.empty(0, dtype=torch.int64, device=DEVICE).random_(0, 5),
+], ids=["uniform", "normal", "random"])
+def test_empty_tensors_in_a_graph(make):
+    g, out = capture(make)
+    g.replay()
+    assert out.numel() == 0
 
 
 def test_eager_random_ops_still_match_the_cpu():
