@@ -3,10 +3,12 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <cassert>
 
 #include "model.h"
 #include "mtia/isa/address_map.h"
 #include "mtia/sim/pe/descriptors.h"
+#include "pe_pool.h"
 
 namespace mtia::sim::detail {
 
@@ -23,7 +25,7 @@ PeGrid::Pe::Pe(PeGrid& grid, uint32_t chip_index, std::span<uint8_t> local_store
       core_(pe::CoreConfig{}, local_store, *this),
       work_(*grid.workers_, chip_index, core_,
             DeferredWork::Params{grid.params_.inline_work_ns, grid.params_.lazy_loads},
-            grid.stats_.lazy) {
+            counters.lazy) {
   // Unit math and DMA copies go to the grid's helper threads, in order per PE.
   units_.set_deferral([this](const Touched& touched, uint64_t host_ns, pe::UnitTask&& math) {
     work_.run_or_defer(touched, host_ns, std::move(math), /*device=*/false);
@@ -43,6 +45,10 @@ void PeGrid::Pe::begin(uint64_t t0_ps) {
   std::fill(std::begin(unit_free_), std::end(unit_free_), 0);
   at_barrier = false;
   barrier_arrival = 0;
+  failed_at = kNoTicket;
+  log_.clear();
+  resolved_.clear();
+  open_ = 0;
 }
 
 UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
@@ -58,10 +64,11 @@ UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
             fmt::format("pe.wait on tag {}, which was never issued ({} operations issued so far)",
                         r.rs1, tag_done_.size()));
       }
-      const uint64_t done = tag_done_[r.rs1 - 1];
+      const uint64_t done = tag_done(r.rs1);
       return UnitResponse::done(0, done > r.cycle ? done - r.cycle : 0);
     }
     case UnitOp::kWaitAll:
+      if (grid_.pooled()) await(0);
       return UnitResponse::done(0, all_done_ > r.cycle ? all_done_ - r.cycle : 0);
     case UnitOp::kPoll: {
       if (r.rs1 == 0) return UnitResponse::done(1);
@@ -70,7 +77,7 @@ UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
             fmt::format("pe.poll on tag {}, which was never issued ({} operations issued so far)",
                         r.rs1, tag_done_.size()));
       }
-      return UnitResponse::done(tag_done_[r.rs1 - 1] <= r.cycle ? 1 : 0);
+      return UnitResponse::done(tag_done(r.rs1) <= r.cycle ? 1 : 0);
     }
     case UnitOp::kDma:
       return dma(core, r);
@@ -94,11 +101,16 @@ UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
         done = start + outcome.value().busy_cycles;
         free = done;
       }
-      ++grid_.stats_.unit_ops;
+      ++counters.unit_ops;
       if (grid_.tracing()) {
-        grid_.trace_unit(chip_index_, kind, t0_ps_ + grid_.cycles_to_ps(start),
-                         t0_ps_ + grid_.cycles_to_ps(done), outcome.value().work,
-                         r.op == UnitOp::kMatmul ? matmul_dtype(core, r.rs1) : 0);
+        Pending e;
+        e.ticket = ticket;
+        e.unit = kind;
+        e.start_ps = t0_ps_ + grid_.cycles_to_ps(start);
+        e.end_ps = t0_ps_ + grid_.cycles_to_ps(done);
+        e.work = outcome.value().work;
+        e.matmul_dtype = r.op == UnitOp::kMatmul ? matmul_dtype(core, r.rs1) : 0;
+        commit_or_log(std::move(e));
       }
       return UnitResponse::done(add_tag(done));
     }
@@ -110,7 +122,7 @@ UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
 
 uint64_t PeGrid::Pe::add_tag(uint64_t done_cycle) {
   tag_done_.push_back(done_cycle);
-  all_done_ = std::max(all_done_, done_cycle);
+  if (done_cycle != kOpen) all_done_ = std::max(all_done_, done_cycle);
   return tag_done_.size();
 }
 
@@ -129,7 +141,11 @@ PeGrid::Pe::Extent PeGrid::Pe::dma_side(uint8_t space, uint64_t addr, const uint
     if (addr < isa::kLocalStoreBase) return {};
     const uint64_t owner = (addr - isa::kLocalStoreBase) / isa::kLocalStoreStride;
     if (owner != chip_index_) {
-      if (owner < grid_.pes_.size() && grid_.pes_[owner]) grid_.pes_[owner]->flush();
+      // On the pool the owner runs on another thread: between barriers the two PEs are not
+      // ordered (pe_grid.h), and every barrier flushes all PEs.
+      if (!grid_.pooled() && owner < grid_.pes_.size() && grid_.pes_[owner]) {
+        grid_.pes_[owner]->flush();
+      }
       return {};
     }
     base = static_cast<__int128>(addr) - static_cast<__int128>(ls_device_base_);
@@ -148,17 +164,104 @@ UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   const Touched touched{dma_side(d.src_space, d.src, d.src_strides, d),
                         dma_side(d.dst_space, d.dst, d.dst_strides, d), Extent{}, Extent{}};
   const uint64_t now = t0_ps_ + grid_.cycles_to_ps(r.cycle);
-  auto job = dma_.cost(d, now, grid_.scope_);
+  auto job = dma_.check(d, now, grid_.scope_);
   if (!job.ok()) return UnitResponse::fault(job.error().reason);
   const DmaPlan& plan = job.value().plan;
-  if (d.dst_space != MTIA_PE_SPACE_LOCAL) grid_.before_device_access(plan.dst.span, true);
+  if (d.dst_space != MTIA_PE_SPACE_LOCAL) {
+    if (!grid_.pooled()) {
+      grid_.before_device_access(plan.dst.span, true);
+    } else if (reads_device(plan.dst.span.lo, plan.dst.span.hi)) {
+      flush();  // this PE's own loads; the others' are not ordered with it (pe_grid.h)
+    }
+  }
   dma_.execute(d, job.value(), touched, work_);
-  ++grid_.stats_.dma_ops;
-  grid_.stats_.dma_bytes += plan.payload_bytes;
+  ++counters.dma_ops;
+  counters.dma_bytes += plan.payload_bytes;
+  const uint64_t tag = add_tag(kOpen);
+  Pending e;
+  e.ticket = ticket;
+  e.dma = true;
+  e.plan = plan;
+  e.issue_ps = now;
+  e.tag = tag;
+  commit_or_log(std::move(e));
+  return UnitResponse::done(tag);
+}
+
+void PeGrid::Pe::commit_or_log(Pending&& e) {
+  if (!grid_.pooled()) {
+    commit(e, /*own=*/true);
+    return;
+  }
+  std::lock_guard lock(log_mu_);
+  if (e.dma) ++open_;
+  log_.push_back(std::move(e));
+}
+
+void PeGrid::Pe::commit(Pending& e, bool own) {
+  if (!e.dma) {
+    grid_.trace_unit(chip_index_, e.unit, e.start_ps, e.end_ps, e.work, e.matmul_dtype);
+    return;
+  }
+  dma_.reserve(e.plan, e.issue_ps);
   uint64_t done = 0;
-  if (grid_.timing_ && plan.end_ps > t0_ps_) done = grid_.ps_to_cycles(plan.end_ps - t0_ps_);
-  if (grid_.tracing()) grid_.trace_dma(chip_index_, plan, now);
-  return UnitResponse::done(add_tag(done));
+  if (grid_.timing_ && e.plan.end_ps > t0_ps_) done = grid_.ps_to_cycles(e.plan.end_ps - t0_ps_);
+  if (own) {
+    tag_done_[e.tag - 1] = done;
+    all_done_ = std::max(all_done_, done);
+  } else {
+    resolved_.emplace_back(e.tag, done);
+    --open_;
+  }
+  if (grid_.tracing()) grid_.trace_dma(chip_index_, e.plan, e.issue_ps);
+}
+
+void PeGrid::Pe::commit_logged(uint64_t t) {
+  std::lock_guard lock(log_mu_);
+  while (!log_.empty() && log_.front().ticket == t) {
+    commit(log_.front(), /*own=*/false);
+    log_.pop_front();
+  }
+}
+
+uint64_t PeGrid::Pe::tag_done(uint64_t tag) {
+  if (tag_done_[tag - 1] == kOpen) await(tag);
+  return tag_done_[tag - 1];
+}
+
+bool PeGrid::Pe::collect(uint64_t tag) {
+  for (const auto& [t, done] : resolved_) {
+    tag_done_[t - 1] = done;
+    all_done_ = std::max(all_done_, done);
+  }
+  resolved_.clear();
+  return tag != 0 ? tag_done_[tag - 1] != kOpen : open_ == 0;
+}
+
+void PeGrid::Pe::await(uint64_t tag) {
+  assert(grid_.pooled() && "without the pool every DMA is committed at issue");
+  Phase& ph = *grid_.phase_;
+  for (;;) {
+    {
+      std::lock_guard lock(log_mu_);
+      if (collect(tag)) return;
+    }
+    // Commit what the ended tickets allow; this PE's own ticket is among them once every
+    // ticket before it has ended.
+    const uint64_t cursor = grid_.commit_ended(ph);
+    {
+      std::lock_guard lock(log_mu_);
+      if (collect(tag)) return;
+    }
+    // The PE whose slice holds the cursor back runs on another thread: wait for it.
+    Pe& blocker = *ph.pes[cursor % ph.n];
+    assert(&blocker != this);
+    const uint64_t slice = cursor / ph.n;
+    for (uint64_t d = blocker.slices_done.load(std::memory_order_acquire); d <= slice;
+         d = blocker.slices_done.load(std::memory_order_acquire)) {
+      PePool::await_change(blocker.slices_done, d);
+    }
+  }
 }
 
 }  // namespace mtia::sim::detail

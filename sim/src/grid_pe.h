@@ -3,8 +3,13 @@
 // timing model it implements.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "deferred_work.h"
@@ -19,6 +24,18 @@
 namespace mtia::sim::detail {
 
 namespace pe = mtia::sim::pe;
+
+// The tickets of one quantum on the pool (pe_grid.h, "The pool").
+struct PeGrid::Phase {
+  std::vector<Pe*> pes;            // the launch's PEs, by launch index
+  uint64_t n = 0;                  // pes.size()
+  uint64_t total = 0;              // tickets: slices * n
+  std::vector<uint64_t> horizons;  // per slice: the core cycle it runs to
+  unsigned threads = 1;            // threads that run it; thread j runs PEs j, j + threads, ...
+  std::atomic<unsigned> joined{0};
+  std::mutex commit_mu;             // one committer at a time
+  std::atomic<uint64_t> cursor{0};  // the first ticket not ended (written under commit_mu)
+};
 
 class PeGrid::Pe : public pe::UnitPort {
   using UnitOp = pe::UnitOp;
@@ -53,7 +70,49 @@ class PeGrid::Pe : public pe::UnitPort {
 
   UnitResponse issue(pe::RiscvCore& core, const pe::UnitRequest& r) override;
 
+  // What the PE counted during a launch (PeGrid::Stats adds it up at the launch's end).
+  struct Counters {
+    uint64_t unit_ops = 0;
+    uint64_t dma_ops = 0;
+    uint64_t dma_bytes = 0;
+    LazyLoadStats lazy;
+  };
+  Counters counters;
+
+  // ---- the sequential order and the pool (pe_grid.h) ----
+  static constexpr uint64_t kNoTicket = ~0ull;
+  uint64_t ticket = 0;                   // the ticket it runs (or ran last)
+  uint64_t failed_at = kNoTicket;        // the ticket in which it faulted or exited with an error
+  std::atomic<uint64_t> slices_done{0};  // its tickets of the current phase that have ended
+  // Under the phase's commit lock, with every ticket before `ticket` ended: commits this PE's
+  // actions of that ticket logged so far.
+  void commit_logged(uint64_t ticket);
+
  private:
+  static constexpr uint64_t kOpen = ~0ull;  // the completion cycle of a DMA not committed yet
+  // An action that waits for its turn in the sequential order (pool mode).
+  struct Pending {
+    uint64_t ticket = 0;
+    bool dma = false;  // a DMA's reservation and trace slice, else a unit operation's slice
+    DmaPlan plan;      // DMA: checked, not reserved
+    uint64_t issue_ps = 0;
+    uint64_t tag = 0;
+    pe::UnitKind unit = pe::UnitKind::kDpe;
+    uint64_t start_ps = 0, end_ps = 0, work = 0;
+    uint8_t matmul_dtype = 0;
+  };
+  // Commits `e` now without the pool, else logs it for its turn.
+  void commit_or_log(Pending&& e);
+  // Takes e's turn: reserves a DMA's bandwidth and records its completion; traces. On this
+  // PE's thread (`own`) the tag is set at once, else left for the PE to collect.
+  void commit(Pending& e, bool own);
+  // The completion cycle of `tag` (1-based), waiting for its commit on the pool.
+  uint64_t tag_done(uint64_t tag);
+  // Pool mode: commits what the ended tickets allow until `tag` (0: every tag) is committed,
+  // waiting for other PEs' slices when it must, and collects the completions.
+  void await(uint64_t tag);
+  bool collect(uint64_t tag);  // under log_mu_: whether `tag` (0: every tag) is committed
+
   uint64_t add_tag(uint64_t done_cycle);
 
   // The bytes of this PE's local store that one side of a DMA touches (empty if none). A side
@@ -73,7 +132,11 @@ class PeGrid::Pe : public pe::UnitPort {
   std::vector<uint64_t> tag_done_;  // completion cycle of tag i + 1
   uint64_t all_done_ = 0;
   uint64_t unit_free_[static_cast<size_t>(pe::UnitKind::kCount)] = {};
-  DeferredWork work_;  // after core_, which it guards
+  std::mutex log_mu_;                                    // guards the next three
+  std::deque<Pending> log_;                              // not committed yet, in issue order
+  std::vector<std::pair<uint64_t, uint64_t>> resolved_;  // (tag, done) committed, not collected
+  size_t open_ = 0;                                      // logged DMAs
+  DeferredWork work_;                                    // after core_, which it guards
 };
 
 }  // namespace mtia::sim::detail

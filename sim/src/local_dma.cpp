@@ -24,8 +24,8 @@ isa::Result<mtia_pe_dma_desc> LocalDma::validate(const sim::pe::RiscvCore& core,
   return desc.value();
 }
 
-isa::Result<LocalDma::Job> LocalDma::cost(const mtia_pe_dma_desc& d, uint64_t now_ps,
-                                          const isa::AccessScope& scope) {
+isa::Result<LocalDma::Job> LocalDma::check(const mtia_pe_dma_desc& d, uint64_t now_ps,
+                                           const isa::AccessScope& scope) const {
   // The same job as a host DMA packet, so it goes through the shared memory system: its
   // address checks, its bandwidth timelines (contention with the other PEs and the host
   // DMA engines) and its copy loops.
@@ -41,7 +41,7 @@ isa::Result<LocalDma::Job> LocalDma::cost(const mtia_pe_dma_desc& d, uint64_t no
   p.dst.addr = device_address(d.dst_space, d.dst);
   p.src.space = p.dst.space = static_cast<uint8_t>(isa::AddressSpace::kDevice);
   Job job;
-  job.plan = memory_.plan_copy(p, now_ps, DmaReach{scope, /*launch_scratch=*/true});
+  job.plan = memory_.check_copy(p, now_ps, DmaReach{scope, /*launch_scratch=*/true});
   const isa::Status bound =
       job.plan.status.ok() ? memory_.bind(job.plan, job.copy) : job.plan.status;
   if (!bound.ok()) {

@@ -31,10 +31,14 @@ class LocalDma {
   // The descriptor at core address `addr`, read and checked (descriptors.h), or why not
   // ("dma.start rejected: ...").
   isa::Result<mtia_pe_dma_desc> validate(const sim::pe::RiscvCore& core, uint64_t addr) const;
-  // Plans a valid `d` issued at simulated time `now_ps` (reserving its bandwidth) and binds
-  // its copy, or says why its device ranges are not memory the launch may reach (`scope`: its
-  // queue's window, and the launch scratch: local stores and SRAM).
-  isa::Result<Job> cost(const mtia_pe_dma_desc& d, uint64_t now_ps, const isa::AccessScope& scope);
+  // Checks a valid `d` issued at simulated time `now_ps` and binds its copy, or says why its
+  // device ranges are not memory the launch may reach (`scope`: its queue's window, and the
+  // launch scratch: local stores and SRAM). Its plan reserves no bandwidth until reserve().
+  isa::Result<Job> check(const mtia_pe_dma_desc& d, uint64_t now_ps,
+                         const isa::AccessScope& scope) const;
+  // Takes the checked job's turn on the shared memory timelines (sets plan.end_ps): in the
+  // order of issue on one thread, in the grid's sequential order on the pool (pe_grid.h).
+  void reserve(DmaPlan& plan, uint64_t now_ps) { memory_.reserve(plan, now_ps); }
   // Copies `job`, whose local-store bytes are `touched` (source, destination): left in device
   // memory when it is a load, else now or on a helper thread, in order with `work`.
   void execute(const mtia_pe_dma_desc& d, const Job& job, const sim::pe::Touched& touched,

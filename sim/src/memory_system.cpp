@@ -395,7 +395,7 @@ MemorySystem::MemorySystem(const ChipConfig& config, HostMemory& host)
 
 bool MemorySystem::check_side(const uint64_t* sizes, int ndims, uint32_t elem,
                               const isa::NdRegion& region, const DmaReach& reach, SideInfo& side,
-                              DmaPlan& plan) {
+                              DmaPlan& plan) const {
   auto span = isa::region_span(sizes, ndims, elem, region);
   if (!span) {
     plan.status = isa::reject(span.error().code, {}, region.addr, 0);
@@ -487,6 +487,13 @@ DmaPlan MemorySystem::begin_plan(uint64_t now_ps, const DmaReach& reach) const {
 
 DmaPlan MemorySystem::plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps,
                                 const DmaReach& reach) {
+  DmaPlan plan = check_copy(packet, now_ps, reach);
+  if (plan.status.ok()) reserve(plan, now_ps);
+  return plan;
+}
+
+DmaPlan MemorySystem::check_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps,
+                                 const DmaReach& reach) const {
   DmaPlan plan = begin_plan(now_ps, reach);
   plan.copy = packet;
   const int nd = packet.ndims;
@@ -495,10 +502,14 @@ DmaPlan MemorySystem::plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_p
     return plan;
   }
   plan.payload_bytes = plan.src.runs.run_bytes * plan.src.runs.runs;
+  return plan;
+}
+
+void MemorySystem::reserve(DmaPlan& plan, uint64_t now_ps) {
+  assert(plan.status.ok() && !plan.is_fill && !plan.is_link);
   charge(plan, plan.src, true);
   charge(plan, plan.dst, false);
   schedule(plan, now_ps);
-  return plan;
 }
 
 DmaPlan MemorySystem::plan_fill(const isa::FillPacket& packet, uint64_t now_ps,

@@ -14,6 +14,7 @@
 #include "mtia/sim/pe/descriptors.h"
 #include "mtia/sim/pe/elf.h"
 #include "mtia/sim/pe/unit_workers.h"
+#include "pe_pool.h"
 
 namespace mtia::sim::detail {
 namespace {
@@ -38,7 +39,8 @@ PeGridParams PeGridParams::from(const ChipConfig& config, const PeGridHostSettin
   p.slice_cycles = config.pe_slice_cycles;
   p.default_watchdog_cycles = config.pe_watchdog_cycles;
   p.max_image_bytes = config.kernel_image_max_bytes;
-  p.unit_threads = host.unit_threads;
+  p.pe_threads = std::max(1u, host.pe_threads);
+  p.unit_threads = p.pe_threads > 1 ? 0 : host.unit_threads;
   p.inline_work_ns = host.inline_work_ns;
   p.lazy_loads = host.lazy_loads;
   return p;
@@ -52,6 +54,7 @@ PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared)
   pes_.resize(size_t{shared.config.pe_rows} * shared.config.pe_cols);
   workers_ =
       std::make_unique<pe::UnitWorkers>(params_.unit_threads, static_cast<uint32_t>(pes_.size()));
+  if (params_.pe_threads > 1) pool_ = std::make_unique<PePool>(params_.pe_threads - 1);
   shared_.memory->set_device_access_observer(
       [this](isa::ByteSpan span, bool write) { before_device_access(span, write); });
   SC_HAS_PROCESS(PeGrid);
@@ -147,7 +150,7 @@ void PeGrid::run() {
     const uint64_t begin = sc_core::sc_time_stamp().value();
     const isa::LaunchPacket launch = *job_;
     // The helper threads may work during the launch: the host's wait policy counts them.
-    const int helpers = static_cast<int>(params_.unit_threads);
+    const int helpers = static_cast<int>(params_.unit_threads + params_.pe_threads - 1);
     isa::add_busy_threads(helpers);
     isa::Status outcome;
     try {
@@ -344,6 +347,14 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
       end = std::max(end, p->core().cycles());
       stats_.pe_cycles += p->core().cycles();
       stats_.instructions += p->core().instret();
+      Pe::Counters& c = p->counters;
+      stats_.unit_ops += c.unit_ops;
+      stats_.dma_ops += c.dma_ops;
+      stats_.dma_bytes += c.dma_bytes;
+      stats_.lazy.loads += c.lazy.loads;
+      stats_.lazy.copied += c.lazy.copied;
+      stats_.lazy.operand_reads += c.lazy.operand_reads;
+      c = Pe::Counters{};
     }
     for (uint32_t i = 0; i < n; ++i) {
       shared_.tracer->pe_kernel(pes[i]->chip_index(), t0,
@@ -369,27 +380,16 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
 
   uint64_t horizon = params_.quantum_cycles;
   for (;;) {
-    // Lockstep slices up to the horizon: requests to the shared memories stay nearly in time
-    // order (a reservation timeline assumes requests arrive in order).
-    for (uint64_t h = horizon - params_.quantum_cycles;;) {
-      h = std::min(horizon, h + params_.slice_cycles);
-      for (uint32_t i = 0; i < n; ++i) {
-        pe::RiscvCore& core = pes[i]->core();
-        if (core.state() != pe::RiscvCore::State::kReady) continue;
-        const pe::RunResult res = core.run(~0ull, h);
-        switch (res.reason) {
-          case pe::StopReason::kExit:
-            if (core.exit_status() != 0) return finish(kernel_failure(i));
-            break;
-          case pe::StopReason::kFault:
-            return finish(kernel_failure(i));
-          case pe::StopReason::kUnitStall:  // a barrier; waits never stall
-          case pe::StopReason::kBudget:
-            break;
-        }
+    run_slices(pes, horizon);
+    // The first failure in the sequential order ends the launch.
+    uint32_t failed = n;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (pes[i]->failed_at != Pe::kNoTicket &&
+          (failed == n || pes[i]->failed_at < pes[failed]->failed_at)) {
+        failed = i;
       }
-      if (h == horizon) break;
     }
+    if (failed != n) return finish(kernel_failure(failed));
     // Release the barrier once every PE still running has reached it.
     uint32_t running = 0, waiting = 0;
     uint64_t release = 0;
@@ -407,7 +407,15 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
       // What a PE wrote to device memory before the barrier is there for the others after it,
       // and what it reads there is read before they write. Its local store is its own: others
       // reach it through its device window, which finishes its work first (dma_side).
-      for (Pe* p : pes) p->join_device();
+      // On the pool, the PEs' loads left in device memory are copied too: after the barrier
+      // another PE may write what they read, and no PE flushes another between barriers.
+      for (Pe* p : pes) {
+        if (pooled()) {
+          p->flush();
+        } else {
+          p->join_device();
+        }
+      }
       for (Pe* p : pes) {
         if (!p->at_barrier) continue;
         p->at_barrier = false;
@@ -421,6 +429,76 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     horizon += params_.quantum_cycles;
   }
   return finish(isa::Status{});
+}
+
+void PeGrid::run_ticket(Pe& p, uint64_t ticket, uint64_t horizon_cycles) {
+  pe::RiscvCore& core = p.core();
+  if (core.state() != pe::RiscvCore::State::kReady || core.cycles() >= horizon_cycles) return;
+  p.ticket = ticket;
+  const pe::RunResult res = core.run(~0ull, horizon_cycles);
+  if (res.reason == pe::StopReason::kFault ||
+      (res.reason == pe::StopReason::kExit && core.exit_status() != 0)) {
+    p.failed_at = ticket;
+  }
+  // kUnitStall is a barrier (waits never stall); kBudget: the slice's horizon.
+}
+
+void PeGrid::run_slices(const std::vector<Pe*>& pes, uint64_t horizon) {
+  // Lockstep slices up to the horizon: requests to the shared memories stay nearly in time
+  // order (a reservation timeline assumes requests arrive in order).
+  std::vector<uint64_t> horizons;
+  for (uint64_t h = horizon - params_.quantum_cycles; h != horizon;) {
+    h = std::min(horizon, h + params_.slice_cycles);
+    horizons.push_back(h);
+  }
+  const uint64_t n = pes.size();
+  if (!pooled()) {
+    for (uint64_t k = 0; k < horizons.size(); ++k) {
+      for (uint64_t i = 0; i < n; ++i) run_ticket(*pes[i], k * n + i, horizons[k]);
+    }
+    return;
+  }
+  Phase ph;
+  ph.pes = pes;
+  ph.n = n;
+  ph.total = horizons.size() * n;
+  ph.horizons = std::move(horizons);
+  ph.threads = pool_->helpers() + 1;
+  for (Pe* p : pes) p->slices_done.store(0, std::memory_order_relaxed);
+  phase_ = &ph;
+  const std::function<void()> work = [this, &ph] { work_phase(ph); };
+  pool_->run_on_all(work);
+  commit_ended(ph);  // every ticket has ended
+  phase_ = nullptr;
+  assert(ph.cursor.load() == ph.total);
+}
+
+void PeGrid::work_phase(Phase& ph) {
+  const unsigned me = ph.joined.fetch_add(1, std::memory_order_relaxed);
+  assert(me < ph.threads);
+  for (uint64_t k = 0; k < ph.horizons.size(); ++k) {
+    for (uint64_t i = me; i < ph.n; i += ph.threads) {
+      Pe& p = *ph.pes[i];
+      run_ticket(p, k * ph.n + i, ph.horizons[k]);
+      p.slices_done.store(k + 1, std::memory_order_release);
+      p.slices_done.notify_all();
+    }
+  }
+}
+
+uint64_t PeGrid::commit_ended(Phase& ph) {
+  std::lock_guard lock(ph.commit_mu);
+  uint64_t c = ph.cursor.load(std::memory_order_relaxed);
+  for (; c < ph.total; ++c) {
+    Pe& p = *ph.pes[c % ph.n];
+    // Every ticket before c has ended, so c's actions logged so far may be committed; c's end
+    // is read first, so that once it has ended no action of c is logged after the commit.
+    const bool ended = p.slices_done.load(std::memory_order_acquire) > c / ph.n;
+    p.commit_logged(c);
+    if (!ended) break;
+  }
+  ph.cursor.store(c, std::memory_order_release);
+  return c;
 }
 
 Json PeGrid::stats_json() const {

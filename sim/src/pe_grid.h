@@ -17,6 +17,27 @@
 // Known approximation: the PEs run one after the other in slices of slice_cycles, so their
 // DMA requests reach the memory timelines up to one slice out of time order (a later request
 // of PE 0 may reserve bandwidth before an earlier one of PE 1). Bandwidth is conserved.
+//
+// The sequential order. Everything shared between PEs happens in one order: slice by slice,
+// and within a slice PE 0, PE 1, ... (a "ticket" k * n + i is PE i's run through slice k of
+// the current quantum). A PE that faults or exits with an error stops; the others still run to
+// the end of the quantum, and the launch fails with the first failure in this order.
+//
+// The pool (pe_threads > 1). The simulator thread and the pool's helpers (pe_pool.h) split
+// the PEs of a launch, PE i to thread i mod threads, and each thread runs its PEs through the
+// quantum's slices in the sequential order (every PE of it through slice k, then slice k + 1).
+// So a PE runs on one thread, its unit math included, and no thread waits for a scheduler
+// between slices, which are short (a slice is about a microsecond of host time). What the PEs
+// share is kept in the sequential order by a commit cursor, the first ticket not yet ended:
+//   - a DMA is checked, and its bytes move, at issue on the PE's thread; its turn on the
+//     memory timelines (MemorySystem::reserve) and its trace slice are logged;
+//   - a unit operation's trace slice is logged the same way (its times are the PE's own);
+//   - logged actions are committed in ticket order by whoever needs one: pe.wait, pe.poll or
+//     pe.waitall on a logged DMA commits every ended ticket's actions, waiting first for the
+//     slices before its own to end; the quantum's end commits the rest.
+// So simulated times, traces and results do not depend on the thread count. PEs that touch the
+// same device bytes (or another PE's local store) between two barriers without ordering race
+// as they would on the chip: their accesses then happen in host order.
 #pragma once
 
 #include <systemc>
@@ -45,6 +66,7 @@
 namespace mtia::sim::detail {
 
 struct SimShared;
+class PePool;
 class CommandProcessorModule;
 
 // Parameters of the grid: the preset's scheduler fields (ChipConfig::pe_*) and how it uses the
@@ -57,8 +79,11 @@ struct PeGridParams {
   uint64_t default_watchdog_cycles = 1'000'000'000;  // when LaunchPacket::watchdog_cycles is 0
   uint64_t max_image_bytes = 16ull << 20;            // a larger ELF is rejected
   size_t max_cached_programs = 16;                   // decoded images kept (cleared when full)
-  // Host threads that run the units' math and the local DMA copies beside the simulator
-  // thread (pe::UnitWorkers); 0 runs it all on that thread.
+  // Host threads that run the PEs, the simulator thread included; more than 1 runs them on a
+  // pool (PePool), with each PE's unit math on its own thread.
+  unsigned pe_threads = 1;
+  // With pe_threads 1: host threads that run the units' math and the local DMA copies beside
+  // the simulator thread (pe::UnitWorkers); 0 runs it all on that thread.
   unsigned unit_threads = 0;
   // An operation estimated to take the host less than this (nanoseconds) runs on the
   // simulator thread when its PE has nothing queued: handing it over (and its bytes to another
@@ -110,6 +135,8 @@ class PeGrid : public sc_core::sc_module {
   class Pe;  // one PE: core, units, tags (grid_pe.h)
 
  private:
+  struct Phase;  // the tickets of one quantum on the pool
+
   struct CachedProgram {
     std::vector<uint8_t> bytes;
     uint64_t entry = 0;
@@ -122,6 +149,15 @@ class PeGrid : public sc_core::sc_module {
   // Reads, parses and decodes the image (cached), or explains why it cannot be run.
   isa::Status load_program(const isa::LaunchPacket& launch,
                            std::shared_ptr<const sim::pe::Program>& out);
+  // Runs the PEs that are ready through the slices of the quantum that ends at `horizon`, in
+  // the sequential order (above): on this thread, or on the pool.
+  void run_slices(const std::vector<Pe*>& pes, uint64_t horizon);
+  void run_ticket(Pe& pe, uint64_t ticket, uint64_t horizon_cycles);
+  void work_phase(Phase& phase);  // a pool thread's part of a phase
+  // Commits, in ticket order, the PEs' logged actions of every ended ticket and of the first
+  // ticket not ended (all before it have); returns that ticket, the cursor (pool mode).
+  uint64_t commit_ended(Phase& phase);
+  bool pooled() const { return pool_ != nullptr; }
   // Advances SystemC time to `ps` (no-op if already there).
   void sync_to(uint64_t ps);
   // Finishes every PE's deferred unit work (see pe::UnitWorkers).
@@ -147,6 +183,8 @@ class PeGrid : public sc_core::sc_module {
   sc_core::sc_event start_;
   std::vector<std::unique_ptr<Pe>> pes_;  // one per chip PE, created on first use
   std::unique_ptr<sim::pe::UnitWorkers> workers_;
+  std::unique_ptr<PePool> pool_;                                  // pe_threads > 1
+  Phase* phase_ = nullptr;                                        // the phase the pool runs
   std::map<std::pair<uint64_t, uint64_t>, CachedProgram> cache_;  // (image address, entry)
   Stats stats_;
 

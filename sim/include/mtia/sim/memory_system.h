@@ -177,6 +177,13 @@ class MemorySystem {
   // / kHostAddressFault with arg0 = span start, arg1 = span bytes) and reserves bandwidth for
   // the job at now_ps.
   DmaPlan plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps, const DmaReach& reach = {});
+  // plan_copy in two halves, for a caller that must validate a job before its turn on the
+  // timelines comes (the PE grid's pool): check_copy validates and sizes the job and reserves
+  // nothing; reserve() then charges a valid plan to the timelines as plan_copy would have at
+  // now_ps.
+  DmaPlan check_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps,
+                     const DmaReach& reach = {}) const;
+  void reserve(DmaPlan& plan, uint64_t now_ps);
   DmaPlan plan_fill(const isa::FillPacket& packet, uint64_t now_ps, const DmaReach& reach = {});
   // Validates a link transfer (the link exists; the device side is device memory and the host
   // side registered host memory, both within `reach`) and reserves its link direction at
@@ -217,7 +224,7 @@ class MemorySystem {
   DeviceAccessObserver observer_;
   // Checks a region; fills `side` or returns the fault in `plan`.
   bool check_side(const uint64_t* sizes, int ndims, uint32_t elem, const isa::NdRegion& region,
-                  const DmaReach& reach, SideInfo& side, DmaPlan& plan);
+                  const DmaReach& reach, SideInfo& side, DmaPlan& plan) const;
   // A plan for `reach` that is ready after the DMA setup from `now_ps` (no timeline charged).
   DmaPlan begin_plan(uint64_t now_ps, const DmaReach& reach) const;
   void charge(DmaPlan& plan, const SideInfo& side, bool is_source);
