@@ -48,7 +48,6 @@ void PeGrid::Pe::begin(uint64_t t0_ps) {
   failed_at = kNoTicket;
   log_.clear();
   resolved_.clear();
-  open_ = 0;
 }
 
 UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
@@ -102,7 +101,11 @@ UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
         free = done;
       }
       ++counters.unit_ops;
-      if (grid_.tracing()) {
+      if (grid_.tracing() && !grid_.pooled()) {
+        grid_.trace_unit(chip_index_, kind, t0_ps_ + grid_.cycles_to_ps(start),
+                         t0_ps_ + grid_.cycles_to_ps(done), outcome.value().work,
+                         r.op == UnitOp::kMatmul ? matmul_dtype(core, r.rs1) : 0);
+      } else if (grid_.tracing()) {
         Pending e;
         e.ticket = ticket;
         e.unit = kind;
@@ -110,7 +113,7 @@ UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
         e.end_ps = t0_ps_ + grid_.cycles_to_ps(done);
         e.work = outcome.value().work;
         e.matmul_dtype = r.op == UnitOp::kMatmul ? matmul_dtype(core, r.rs1) : 0;
-        commit_or_log(std::move(e));
+        log(std::move(e));
       }
       return UnitResponse::done(add_tag(done));
     }
@@ -166,7 +169,7 @@ UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   const uint64_t now = t0_ps_ + grid_.cycles_to_ps(r.cycle);
   auto job = dma_.check(d, now, grid_.scope_);
   if (!job.ok()) return UnitResponse::fault(job.error().reason);
-  const DmaPlan& plan = job.value().plan;
+  DmaPlan& plan = job.value().plan;
   if (d.dst_space != MTIA_PE_SPACE_LOCAL) {
     if (!grid_.pooled()) {
       grid_.before_device_access(plan.dst.span, true);
@@ -177,6 +180,7 @@ UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   dma_.execute(d, job.value(), touched, work_);
   ++counters.dma_ops;
   counters.dma_bytes += plan.payload_bytes;
+  if (!grid_.pooled()) return UnitResponse::done(add_tag(take_turn(plan, now)));
   const uint64_t tag = add_tag(kOpen);
   Pending e;
   e.ticket = ticket;
@@ -184,42 +188,31 @@ UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   e.plan = plan;
   e.issue_ps = now;
   e.tag = tag;
-  commit_or_log(std::move(e));
+  log(std::move(e));
   return UnitResponse::done(tag);
 }
 
-void PeGrid::Pe::commit_or_log(Pending&& e) {
-  if (!grid_.pooled()) {
-    commit(e, /*own=*/true);
-    return;
-  }
-  std::lock_guard lock(log_mu_);
-  if (e.dma) ++open_;
-  log_.push_back(std::move(e));
+uint64_t PeGrid::Pe::take_turn(DmaPlan& plan, uint64_t issue_ps) {
+  dma_.reserve(plan, issue_ps);
+  if (grid_.tracing()) grid_.trace_dma(chip_index_, plan, issue_ps);
+  if (!grid_.timing_ || plan.end_ps <= t0_ps_) return 0;
+  return grid_.ps_to_cycles(plan.end_ps - t0_ps_);
 }
 
-void PeGrid::Pe::commit(Pending& e, bool own) {
-  if (!e.dma) {
-    grid_.trace_unit(chip_index_, e.unit, e.start_ps, e.end_ps, e.work, e.matmul_dtype);
-    return;
-  }
-  dma_.reserve(e.plan, e.issue_ps);
-  uint64_t done = 0;
-  if (grid_.timing_ && e.plan.end_ps > t0_ps_) done = grid_.ps_to_cycles(e.plan.end_ps - t0_ps_);
-  if (own) {
-    tag_done_[e.tag - 1] = done;
-    all_done_ = std::max(all_done_, done);
-  } else {
-    resolved_.emplace_back(e.tag, done);
-    --open_;
-  }
-  if (grid_.tracing()) grid_.trace_dma(chip_index_, e.plan, e.issue_ps);
+void PeGrid::Pe::log(Pending&& e) {
+  std::lock_guard lock(log_mu_);
+  log_.push_back(std::move(e));
 }
 
 void PeGrid::Pe::commit_logged(uint64_t t) {
   std::lock_guard lock(log_mu_);
   while (!log_.empty() && log_.front().ticket == t) {
-    commit(log_.front(), /*own=*/false);
+    Pending& e = log_.front();
+    if (e.dma) {
+      resolved_.emplace_back(e.tag, take_turn(e.plan, e.issue_ps));
+    } else {
+      grid_.trace_unit(chip_index_, e.unit, e.start_ps, e.end_ps, e.work, e.matmul_dtype);
+    }
     log_.pop_front();
   }
 }
@@ -235,7 +228,8 @@ bool PeGrid::Pe::collect(uint64_t tag) {
     all_done_ = std::max(all_done_, done);
   }
   resolved_.clear();
-  return tag != 0 ? tag_done_[tag - 1] != kOpen : open_ == 0;
+  if (tag != 0) return tag_done_[tag - 1] != kOpen;
+  return std::none_of(log_.begin(), log_.end(), [](const Pending& e) { return e.dma; });
 }
 
 void PeGrid::Pe::await(uint64_t tag) {

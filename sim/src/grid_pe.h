@@ -100,11 +100,10 @@ class PeGrid::Pe : public pe::UnitPort {
     uint64_t start_ps = 0, end_ps = 0, work = 0;
     uint8_t matmul_dtype = 0;
   };
-  // Commits `e` now without the pool, else logs it for its turn.
-  void commit_or_log(Pending&& e);
-  // Takes e's turn: reserves a DMA's bandwidth and records its completion; traces. On this
-  // PE's thread (`own`) the tag is set at once, else left for the PE to collect.
-  void commit(Pending& e, bool own);
+  // Pool mode: logs `e` for its turn (commit_logged).
+  void log(Pending&& e);
+  // Takes a checked DMA's turn on the memory timelines and traces it; its completion cycle.
+  uint64_t take_turn(DmaPlan& plan, uint64_t issue_ps);
   // The completion cycle of `tag` (1-based), waiting for its commit on the pool.
   uint64_t tag_done(uint64_t tag);
   // Pool mode: commits what the ended tickets allow until `tag` (0: every tag) is committed,
@@ -131,10 +130,9 @@ class PeGrid::Pe : public pe::UnitPort {
   std::vector<uint64_t> tag_done_;  // completion cycle of tag i + 1
   uint64_t all_done_ = 0;
   uint64_t unit_free_[static_cast<size_t>(pe::UnitKind::kCount)] = {};
-  std::mutex log_mu_;                                    // guards the next three
+  std::mutex log_mu_;                                    // guards the next two
   std::deque<Pending> log_;                              // not committed yet, in issue order
   std::vector<std::pair<uint64_t, uint64_t>> resolved_;  // (tag, done) committed, not collected
-  size_t open_ = 0;                                      // logged DMAs
   DeferredWork work_;                                    // after core_, which it guards
 };
 

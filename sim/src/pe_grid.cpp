@@ -446,17 +446,19 @@ void PeGrid::run_ticket(Pe& p, uint64_t ticket, uint64_t horizon_cycles) {
 void PeGrid::run_slices(const std::vector<Pe*>& pes, uint64_t horizon) {
   // Lockstep slices up to the horizon: requests to the shared memories stay nearly in time
   // order (a reservation timeline assumes requests arrive in order).
+  const uint64_t n = pes.size();
+  if (!pooled()) {
+    uint64_t k = 0;
+    for (uint64_t h = horizon - params_.quantum_cycles; h != horizon; ++k) {
+      h = std::min(horizon, h + params_.slice_cycles);
+      for (uint64_t i = 0; i < n; ++i) run_ticket(*pes[i], k * n + i, h);
+    }
+    return;
+  }
   std::vector<uint64_t> horizons;
   for (uint64_t h = horizon - params_.quantum_cycles; h != horizon;) {
     h = std::min(horizon, h + params_.slice_cycles);
     horizons.push_back(h);
-  }
-  const uint64_t n = pes.size();
-  if (!pooled()) {
-    for (uint64_t k = 0; k < horizons.size(); ++k) {
-      for (uint64_t i = 0; i < n; ++i) run_ticket(*pes[i], k * n + i, horizons[k]);
-    }
-    return;
   }
   Phase ph;
   ph.pes = pes;
