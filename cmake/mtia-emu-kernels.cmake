@@ -11,7 +11,9 @@
 #   target_compile_definitions(my_program PRIVATE
 #                              MY_KERNELS="$<TARGET_PROPERTY:my_kernels,ELF_PATH>")
 # Kernels include "mtia_kernel.h" (the intrinsics) and may include the kernel library's helpers
-# ("klib.h"); they are C99, freestanding, and compiled with -O2 -Wall -Wextra.
+# ("klib.h"); they are C99, freestanding, and compiled with -O2 -Wall -Wextra. Relative
+# SOURCES and INCLUDE_DIRECTORIES are taken from ${CMAKE_CURRENT_SOURCE_DIR}. The calling
+# project need not enable C: clang runs as a custom command, not as CMake's C compiler.
 # Included by mtia-emu-config.cmake, which sets mtia-emu_DATA_DIR and mtia-emu_INCLUDE_DIR.
 include_guard(GLOBAL)
 include(${CMAKE_CURRENT_LIST_DIR}/mtia_kernel_image.cmake)
@@ -36,10 +38,17 @@ function(mtia_add_kernel name)
                         "(found '${MTIA_KERNEL_CC}' and '${MTIA_KERNEL_LD}'); install them "
                         "(Debian: clang lld) or set MTIA_KERNEL_CC and MTIA_KERNEL_LD")
   endif()
+  # Relative folders are the caller's source folder's, as in target_include_directories: the
+  # compiler runs in the binary folder.
+  set(include_dirs)
+  foreach(dir IN LISTS arg_INCLUDE_DIRECTORIES)
+    cmake_path(ABSOLUTE_PATH dir BASE_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    list(APPEND include_dirs ${dir})
+  endforeach()
   set(sdk ${MTIA_KERNEL_SDK_DIR})
   mtia_kernel_image(${name} TARGET ${name} SOURCES ${arg_SOURCES}
     RUNTIME ${sdk}/src/rt.c ${sdk}/lib/module_start.S
-    INCLUDE_DIRS ${arg_INCLUDE_DIRECTORIES} ${MTIA_KERNEL_SDK_INCLUDE_DIRS}
+    INCLUDE_DIRS ${include_dirs} ${MTIA_KERNEL_SDK_INCLUDE_DIRS}
     FLAGS --target=riscv64-unknown-elf -march=rv64im -mabi=lp64 -nostdlib -ffreestanding -O2 -g
           -std=c99 -Wall -Wextra ${arg_COMPILE_OPTIONS}
     LINK_SCRIPT ${sdk}/link.ld)
