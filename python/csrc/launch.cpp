@@ -158,6 +158,16 @@ void launch(std::string_view name, mtia::Grid grid, const std::vector<mtia::Arg>
           [&] { c.device().launch(k, grid, args, current_stream()); });
 }
 
+void launch(const mtia::Kernel& kernel, mtia::Grid grid, const std::vector<mtia::Arg>& args) {
+  {
+    std::lock_guard lock(g_count_mu);
+    g_counts[kernel.name] += 1;
+  }
+  DeviceContext& c = Runtime::get().context(current_device());
+  guarded("launching kernel '" + kernel.name + "'",
+          [&] { c.device().launch(kernel, grid, args, current_stream()); });
+}
+
 uint64_t scalar_bits(const c10::Scalar& value, at::ScalarType dtype) {
   switch (dtype) {
     case at::kFloat: {

@@ -59,6 +59,9 @@ mtia::Grid grid_for(int64_t work, int64_t items_per_pe = 16384);
 // its tensors' device current). Host API errors become c10::Error naming the kernel.
 void launch(std::string_view name, mtia::Grid grid, const std::vector<mtia::Arg>& args);
 
+// Launches `kernel` (of any loaded module) the same way, counted under its name.
+void launch(const mtia::Kernel& kernel, mtia::Grid grid, const std::vector<mtia::Arg>& args);
+
 // Launches per kernel name since the last reset (torch_mtia_emu.kernel_launch_counts()).
 std::map<std::string, uint64_t> launch_counts();
 void reset_launch_counts();

@@ -155,6 +155,22 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release no_gil;
     launch(kernel, mtia::Grid{rows, cols}, a);
   });
+  // The compiler's generated kernels: a module's ELF bytes load once per device; launches name
+  // the module's handle and the kernel.
+  m.def("_load_module", [](const py::bytes& elf) {
+    std::string bytes = elf;
+    py::gil_scoped_release no_gil;
+    return Runtime::get().context(current_device()).load_module(bytes);
+  });
+  m.def("_launch_module", [](int handle, const std::string& kernel, uint32_t rows, uint32_t cols,
+                             const std::vector<py::tuple>& args) {
+    std::vector<mtia::Arg> a;
+    a.reserve(args.size());
+    for (const py::tuple& t : args) a.push_back(to_arg(t));
+    py::gil_scoped_release no_gil;
+    const mtia::Kernel& k = Runtime::get().context(current_device()).module_kernel(handle, kernel);
+    launch(k, mtia::Grid{rows, cols}, a);
+  });
   m.def("_launch_counts", &launch_counts);
   m.def("_reset_launch_counts", &reset_launch_counts);
   m.def("_kernel_names", [] { return Runtime::get().context(current_device()).kernel_names(); });

@@ -176,6 +176,22 @@ const mtia::Kernel& DeviceContext::kernel(std::string_view name) {
   return k;
 }
 
+int DeviceContext::load_module(const std::string& elf) {
+  mtia::KernelModule m = guarded("loading a generated kernel module",
+                                 [&] { return device_->load_module(elf.data(), elf.size()); });
+  std::lock_guard lock(mu_);
+  modules_.push_back(std::move(m));
+  return int(modules_.size() - 1);
+}
+
+const mtia::Kernel& DeviceContext::module_kernel(int handle, std::string_view name) {
+  std::lock_guard lock(mu_);
+  TORCH_CHECK_VALUE(handle >= 0 && size_t(handle) < modules_.size(), "kernel module handle ",
+                    handle, " was not returned by load_module on mtia:", int(index_));
+  return guarded("looking up a generated kernel",
+                 [&]() -> const mtia::Kernel& { return modules_[size_t(handle)].kernel(name); });
+}
+
 mtia::Stream DeviceContext::pool_stream() {
   // A small fixed pool, like CUDA's: streams are cheap but hardware queues are few.
   constexpr size_t kPoolSize = 4;

@@ -88,6 +88,11 @@ class DeviceContext {
   const mtia::Kernel& kernel(std::string_view name);
   // Streams handed out by the guard's getStreamFromGlobalPool: created on first use.
   mtia::Stream pool_stream();
+  // Loads a kernel module built at run time (the compiler's generated kernels) from its ELF
+  // bytes; returns its handle on this device. A malformed image is a c10::Error.
+  int load_module(const std::string& elf);
+  // Kernel `name` of module `handle` (load_module); a c10::Error for an unknown handle or name.
+  const mtia::Kernel& module_kernel(int handle, std::string_view name);
 
  private:
   c10::DeviceIndex index_;
@@ -95,6 +100,7 @@ class DeviceContext {
   mtia::KernelModule module_;
   std::mutex mu_;
   std::unordered_map<std::string, const mtia::Kernel*> kernels_;
+  std::vector<mtia::KernelModule> modules_;  // load_module's, by handle
   std::vector<mtia::Stream> pool_;
   size_t next_pool_ = 0;
 };

@@ -22,6 +22,8 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from . import _C
+from ._compiler import compile_stats, kernel_cache_dir, reset_compile_stats
+from ._compiler import register as _register_compiler
 from ._inductor import inductor_config
 from ._serialization import register as _register_serialization
 
@@ -30,7 +32,8 @@ __all__ = [
     "reset_fallback_counts", "set_fallback_mode", "get_fallback_mode", "launch_kernel",
     "kernel_names", "kernel_launch_counts", "reset_kernel_launch_counts", "simulated_time_ns",
     "trace_level", "set_trace_level", "write_artifacts", "config_json", "inductor_config",
-    "shutdown", "memory_reserved", "max_memory_reserved", "memory_summary",
+    "shutdown", "memory_reserved", "max_memory_reserved", "memory_summary", "compile_stats",
+    "reset_compile_stats", "kernel_cache_dir",
 ]
 
 #: The PyTorch device type of the emulated device.
@@ -317,6 +320,7 @@ def _register() -> None:
     _register_serialization()
     _install_quiet_printing()
     _register_distributed()  # the c10d backend "mtia_emu"
+    _register_compiler()  # torch.compile: Inductor's backend and Dynamo's device interface
     atexit.register(_C._shutdown)
 
 

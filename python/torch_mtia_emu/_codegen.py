@@ -1,0 +1,627 @@
+"""The TorchInductor code generator for mtia: a fused loop nest becomes a C kernel for the PEs.
+
+Inductor hands the backend scheduler nodes whose bodies are small programs over an iteration
+space: loads and stores at index expressions, elementwise math, at most one reduction. This
+module runs such a body with its own ops handler (``KernelBuilder``), which emits C against
+the intrinsics header and ``kernels/lib/kgen.h``:
+
+- the space is cut into boxes that fit the local store (kgen.h); a PE takes boxes in turn;
+- a load whose index is affine in the loop variables is one N-D DMA of the box (its element
+  strides per dimension); any other load (a view that merges dimensions, an indirect index, a
+  masked load) is a gather: the control core computes each element's address;
+- every op is one SE operation over the tile; fp16 and bf16 compute in fp32, as the library's
+  kernels do, and round once at the store;
+- a reduction is an RE operation over rows x cols of the tile, accumulated across boxes when a
+  row is longer than a tile.
+
+What it cannot express raises ``Unsupported`` with the reason; ``_compiler`` checks every
+lowering with the same builder, so such ops become extern calls to the device's ATen kernels
+before scheduling, and code generation never meets them.
+"""
+
+import itertools
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import sympy
+import torch
+from torch._inductor.utils import sympy_product
+from torch._inductor.virtualized import V
+from torch.utils._sympy.functions import (CeilDiv, CleanDiv, FloorDiv, Identity,
+                                          ModularIndexing)
+
+
+class Unsupported(Exception):
+    """The code generator cannot express this body; the message says why."""
+
+
+# PyTorch dtype -> (kernel dtype name, bytes). The device's dtypes (docs/pe-isa.md).
+DTYPES = {
+    torch.float32: ("FP32", 4), torch.float16: ("FP16", 2), torch.bfloat16: ("BF16", 2),
+    torch.int8: ("INT8", 1), torch.int32: ("INT32", 4), torch.int64: ("INT64", 8),
+    torch.bool: ("BOOL", 1),
+}
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+INTS = (torch.int8, torch.int32, torch.int64)
+
+# Inductor op -> SE op, for ops that are one SE operation with operands of one dtype.
+UNARY = {
+    "abs": "ABS", "neg": "NEG", "relu": "RELU", "exp": "EXP", "log": "LOG", "sqrt": "SQRT",
+    "rsqrt": "RSQRT", "tanh": "TANH", "erf": "ERF", "sigmoid": "SIGMOID", "sin": "SIN",
+    "cos": "COS", "tan": "TAN", "asin": "ASIN", "acos": "ACOS", "atan": "ATAN", "sinh": "SINH",
+    "cosh": "COSH", "asinh": "ASINH", "acosh": "ACOSH", "atanh": "ATANH", "expm1": "EXPM1",
+    "log1p": "LOG1P", "log2": "LOG2", "log10": "LOG10", "exp2": "EXP2", "erfc": "ERFC",
+    "lgamma": "LGAMMA", "floor": "FLOOR", "ceil": "CEIL", "round": "ROUND", "trunc": "TRUNC",
+    "reciprocal": "RECIPROCAL", "sign": "SIGN", "bitwise_not": "BNOT",
+}
+FLOAT_ONLY = {"EXP", "LOG", "SQRT", "RSQRT", "TANH", "ERF", "SIGMOID", "SIN", "COS", "TAN",
+              "ASIN", "ACOS", "ATAN", "SINH", "COSH", "ASINH", "ACOSH", "ATANH", "EXPM1",
+              "LOG1P", "LOG2", "LOG10", "EXP2", "ERFC", "LGAMMA", "FLOOR", "CEIL", "ROUND",
+              "TRUNC", "RECIPROCAL", "POW", "ATAN2", "HYPOT", "COPYSIGN"}
+BINARY = {
+    "add": "ADD", "sub": "SUB", "mul": "MUL", "truediv": "DIV", "div": "DIV",
+    "minimum": "MIN", "maximum": "MAX", "fmod": "FMOD", "remainder": "REMAINDER",
+    "floordiv": "FLOOR_DIV", "truncdiv": "DIV", "pow": "POW", "atan2": "ATAN2",
+    "hypot": "HYPOT", "copysign": "COPYSIGN", "bitwise_and": "BAND", "bitwise_or": "BOR",
+    "bitwise_xor": "BXOR", "bitwise_left_shift": "SHL", "bitwise_right_shift": "SHR",
+    "int_truediv": "DIV",
+}
+COMPARE = {"eq": "EQ", "ne": "NE", "lt": "LT", "le": "LE", "gt": "GT", "ge": "GE",
+           "logical_and": "LAND", "logical_or": "LOR", "logical_xor": "LXOR"}
+REDUCTIONS = ("sum", "max", "min", "any", "argmax", "argmin", "welford_reduce")
+# Reductions that need a whole row in one tile (no accumulation across tiles).
+WHOLE_ROW_REDUCTIONS = ("argmax", "argmin", "welford_reduce")
+# The longest reduced row those may have: it must fit the smallest preset's local store.
+MAX_WHOLE_ROW = 2048
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """fp16 and bf16 values are computed in fp32 (rounded once at the store)."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def check_dtype(dtype: torch.dtype, what: str) -> None:
+    if dtype not in DTYPES:
+        raise Unsupported(f"{what} has dtype {dtype}, which the device's units do not take")
+
+
+class Value:
+    """A value of the body: a tile in the local store ('elem': one per element of the box,
+    'row': one per output row) or an immediate (a bit pattern)."""
+
+    def __init__(self, kind: str, dtype: torch.dtype, ref: str, shape: str = "elem"):
+        self.kind = kind  # "tile" or "imm"
+        self.dtype = dtype
+        self.ref = ref  # C name of the tile, or the immediate's bits as C text
+        self.shape = shape
+
+    def __repr__(self):
+        return f"Value({self.kind}, {self.dtype}, {self.ref}, {self.shape})"
+
+
+def _bits(value, dtype: torch.dtype) -> int:
+    """The bit pattern of a Python scalar as one element of dtype."""
+    t = torch.tensor([value], dtype=torch.float64 if dtype in FLOATS else torch.int64)
+    t = t.to(dtype)
+    size = DTYPES[dtype][1]
+    raw = t.view(torch.uint8).tolist()
+    return int.from_bytes(bytes(raw[:size]), "little")
+
+
+class CPrinter:
+    """Index expressions (sympy) as C int64 expressions."""
+
+    def __init__(self, names: Dict[sympy.Symbol, str]):
+        self.names = names
+
+    def __call__(self, e) -> str:
+        if isinstance(e, (int, sympy.Integer)):
+            return f"((int64_t){int(e)})"
+        if isinstance(e, sympy.Symbol):
+            if e not in self.names:
+                raise Unsupported(f"index symbol {e} has no value in the kernel")
+            return self.names[e]
+        if isinstance(e, sympy.Add):
+            return "(" + " + ".join(self(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Mul):
+            return "(" + " * ".join(self(a) for a in e.args) + ")"
+        if isinstance(e, FloorDiv):
+            return f"kgen_floordiv({self(e.args[0])}, {self(e.args[1])})"
+        if isinstance(e, CleanDiv):
+            return f"({self(e.args[0])} / {self(e.args[1])})"
+        if isinstance(e, CeilDiv):
+            return f"(-kgen_floordiv(-({self(e.args[0])}), {self(e.args[1])}))"
+        if isinstance(e, ModularIndexing):
+            x, d, m = (self(a) for a in e.args)
+            return f"kgen_mod(kgen_floordiv({x}, {d}), {m})"
+        if isinstance(e, Identity):
+            return self(e.args[0])
+        if isinstance(e, sympy.Pow) and isinstance(e.args[1], sympy.Integer) and e.args[1] > 0:
+            return "(" + " * ".join([self(e.args[0])] * int(e.args[1])) + ")"
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            op = "<" if isinstance(e, sympy.Min) else ">"
+            out = self(e.args[0])
+            for a in e.args[1:]:
+                b = self(a)
+                out = f"(({out}) {op} ({b}) ? ({out}) : ({b}))"
+            return out
+        raise Unsupported(f"index expression {e} ({type(e).__name__}) has no C form here")
+
+
+def affine(expr, variables: Sequence[sympy.Symbol]) -> Optional[Tuple[List, sympy.Expr]]:
+    """(coefficients per variable, offset) when expr is affine in the variables with
+    non-negative coefficients, else None."""
+    expr = sympy.expand(expr)
+    coeffs = [sympy.Integer(0)] * len(variables)
+    offset = sympy.Integer(0)
+    for term in sympy.Add.make_args(expr):
+        hits = [i for i, v in enumerate(variables) if term.has(v)]
+        if not hits:
+            if any(isinstance(a, sympy.Symbol) and a.name.startswith("ind")
+                   for a in term.free_symbols):
+                return None
+            offset += term
+            continue
+        if len(hits) > 1:
+            return None
+        c = sympy.cancel(term / variables[hits[0]])
+        if c.has(variables[hits[0]]) or any(
+                s.name.startswith("ind") for s in c.free_symbols):
+            return None
+        coeffs[hits[0]] += c
+    for c in coeffs:
+        if c.is_number and c < 0:
+            return None
+    return coeffs, offset
+
+
+class KernelBuilder:
+    """The ops handler that turns loop bodies over one iteration space into the C body of a
+    kernel. ``sizes``: the space's dimensions (sympy), the last ``nred`` reduced."""
+
+    def __init__(self, sizes: Sequence, nred: int, check_only: bool = False):
+        self.sizes = list(sizes) or [sympy.Integer(1)]
+        self.n = len(self.sizes)
+        self.nred = nred if sizes else 0
+        self.vars = [sympy.Symbol(f"v{i}", integer=True, nonnegative=True)
+                     for i in range(self.n)]
+        self.check_only = check_only
+        self.lines: List[str] = []  # the box loop's body
+        self.tiles: List[Tuple[str, int, str]] = []  # (name, element bytes, shape)
+        self.buffers: Dict[str, str] = {}  # buffer name -> C pointer name
+        self.stored: Dict[Tuple[str, str], Value] = {}  # (buffer, index) -> value stored
+        self.loaded: Dict[Tuple[str, str], Value] = {}
+        self.symbols: Dict[sympy.Symbol, str] = {}  # size symbols -> C names (kernel args)
+        self.indirect: Dict[sympy.Symbol, Tuple[Value, sympy.Expr, bool]] = {}
+        self.need_rows = False
+        self.has_reduction = False
+        self.mask: Optional[Value] = None
+        self.removed: set = set()  # stores to skip (buffers that live only in this kernel)
+        self.counter = itertools.count()
+        self.var_ranges = dict(zip(self.vars, self.sizes))
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _tile(self, dtype: torch.dtype, shape: str = "elem") -> Value:
+        name = f"t{len(self.tiles)}"
+        self.tiles.append((name, DTYPES[dtype][1], shape))
+        return Value("tile", dtype, name, shape)
+
+    def _count(self, shape: str) -> str:
+        return "n" if shape == "elem" else "rows"
+
+    def _sym(self, e) -> str:
+        """C text of a size expression (symbols become kernel arguments)."""
+        e = sympy.sympify(e)
+        for s in e.free_symbols:
+            if s not in self.symbols and s not in self.vars and s not in self.indirect:
+                self.symbols[s] = f"ks_{s.name}"
+        names = dict(self.symbols)
+        names.update({v: f"v{i}" for i, v in enumerate(self.vars)})
+        names.update({s: f"ind_{s.name}" for s in self.indirect})
+        return CPrinter(names)(e)
+
+    def _ptr(self, name: str) -> str:
+        if name not in self.buffers:
+            self.buffers[name] = f"p{len(self.buffers)}"
+        return self.buffers[name]
+
+    def _simplify(self, index):
+        return V.graph.sizevars.simplify_with_ranges(sympy.sympify(index), self.var_ranges)
+
+    def _materialize(self, v: Value, shape: str = "elem") -> Value:
+        """An immediate as a tile (for ops that need a vector)."""
+        if v.kind == "tile":
+            if v.shape == "row" and shape == "elem":
+                raise Unsupported("a reduced value used inside the reduction")
+            return v
+        t = self._tile(v.dtype, shape)
+        self.lines.append(f"kgen_fill(MTIA_PE_DT_{DTYPES[v.dtype][0]}, {t.ref}, {v.ref}u, "
+                          f"(uint32_t){self._count(shape)});")
+        return t
+
+    def _operand(self, v: Value) -> Tuple[int, str]:
+        if v.kind == "imm":
+            return 2, f"(uint64_t){v.ref}u"
+        return 0, f"kaddr({v.ref})"
+
+    def _shape_of(self, *vals: Value) -> str:
+        shapes = {v.shape for v in vals if v.kind == "tile"}
+        if len(shapes) > 1:
+            raise Unsupported("a reduced value mixed with unreduced ones")
+        return shapes.pop() if shapes else "elem"
+
+    def _se(self, op: str, in_dt: torch.dtype, out_dt: torch.dtype, args: Sequence[Value],
+            shape: Optional[str] = None) -> Value:
+        shape = shape or self._shape_of(*args)
+        if all(a.kind == "imm" for a in args):
+            args = [self._materialize(args[0], shape)] + list(args[1:])
+        out = self._tile(out_dt, shape)
+        ops = [self._operand(a) for a in args] + [(0, "0")] * (3 - len(args))
+        flat = ", ".join(f"{m}, {r}" for m, r in ops)
+        self.lines.append(f"kgen_se(MTIA_PE_SE_{op}, MTIA_PE_DT_{DTYPES[in_dt][0]}, "
+                          f"MTIA_PE_DT_{DTYPES[out_dt][0]}, {out.ref}, "
+                          f"(uint32_t){self._count(shape)}, {flat});")
+        return out
+
+    def _cast(self, v: Value, dtype: torch.dtype) -> Value:
+        if v.dtype == dtype:
+            return v
+        check_dtype(dtype, "a cast")
+        if v.kind == "imm":
+            return Value("imm", dtype, str(_bits(self._imm_value(v), dtype)))
+        return self._se("CAST", v.dtype, dtype, [v])
+
+    def _imm_value(self, v: Value):
+        raw = int(v.ref).to_bytes(DTYPES[v.dtype][1], "little")
+        t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(v.dtype)
+        return t.item()
+
+    def _same(self, a: Value, b: Value) -> Tuple[Value, Value, torch.dtype]:
+        if a.dtype != b.dtype:
+            dt = torch.promote_types(a.dtype, b.dtype)
+            a, b = self._cast(a, dt), self._cast(b, dt)
+        return a, b, a.dtype
+
+    # --- the ops Inductor's bodies call ----------------------------------------------------
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise Unsupported(f"op '{name}' has no SE form")
+
+    def constant(self, value, dtype):
+        dtype = compute_dtype(dtype)
+        check_dtype(dtype, "a constant")
+        return Value("imm", dtype, str(_bits(value, dtype)))
+
+    def load(self, name: str, index):
+        dtype = V.graph.get_dtype(name)
+        check_dtype(dtype, f"buffer {name}")
+        index = self._simplify(index)
+        key = (name, str(index))
+        if key in self.stored and self.mask is None:
+            return self.stored[key]
+        if key in self.loaded and self.mask is None:
+            return self.loaded[key]
+        es = DTYPES[dtype][1]
+        ptr = self._ptr(name)
+        t = self._tile(dtype)
+        aff = affine(index, self.vars) if self.mask is None else None
+        if aff is not None:
+            coeffs, off = aff
+            st = ", ".join(self._sym(c) for c in coeffs)
+            self.lines.append(f"{{ const int64_t st[{self.n}] = {{{st}}}; mtia_wait(kgen_load("
+                              f"&pl, &b, {t.ref}, {ptr}, st, {self._sym(off)}, {es}, "
+                              f"{self.n})); }}")
+        else:
+            self._gather(t, ptr, index, es)
+        out = self._cast(t, compute_dtype(dtype))
+        if self.mask is None:
+            self.loaded[key] = out
+        return out
+
+    def _element_loop(self, body: List[str], pre: Sequence[str] = ()) -> None:
+        """C that runs `body` for each element e of the box with v0.. set to its indices and
+        the indirect indices read (after `pre`, which may skip the element)."""
+        lines = ["for (uint64_t e = 0; e < b.count; ++e) {", "  uint64_t r_ = e;"]
+        for i in reversed(range(self.n)):
+            lines.append(f"  const int64_t v{i} = b.start[{i}] + (int64_t)(r_ % b.ext[{i}]);"
+                         f" r_ /= b.ext[{i}];")
+        lines.append("  (void)r_;")
+        lines += [f"  (void)v{i};" for i in range(self.n)]
+        lines += ["  " + x for x in pre]
+        for s, (src, size, wrap) in self.indirect.items():
+            ctype = {torch.int64: "int64_t", torch.int32: "int32_t", torch.int8: "int8_t"}[
+                src.dtype]
+            lines.append(f"  int64_t ind_{s.name} = ((const {ctype}*){src.ref})[e];")
+            if wrap:
+                lines.append(f"  if (ind_{s.name} < 0) ind_{s.name} += {self._sym(size)};")
+            # An index out of range ends the kernel with status BAD_SHAPE (nothing read).
+            lines.append(f"  if (ind_{s.name} < 0 || ind_{s.name} >= {self._sym(size)}) "
+                         f"return MTIA_KSTATUS_BAD_SHAPE;")
+            lines.append(f"  (void)ind_{s.name};")
+        lines += ["  " + x for x in body]
+        lines.append("}")
+        self.lines += lines
+
+    def _gather(self, t: Value, ptr: str, index, es: int) -> None:
+        pre = []
+        if self.mask is not None:
+            pre.append(f"if (!((const uint8_t*){self.mask.ref})[e]) {{ for (unsigned z = 0; "
+                       f"z < {es}u; ++z) ((uint8_t*){t.ref})[e * {es}u + z] = 0; continue; }}")
+        self._element_loop([f"mtia_wait(mtia_dma_in((uint8_t*){t.ref} + e * {es}u, {ptr} + "
+                            f"(uint64_t)({self._sym(index)} * {es}), {es}u));"], pre)
+
+    def indirect_indexing(self, x: Value, size, check=True, wrap_neg=True):
+        if x.kind == "imm":
+            return sympy.Integer(self._imm_value(x))
+        if x.dtype not in INTS or x.shape != "elem":
+            raise Unsupported("an indirect index that is not an integer tile")
+        s = sympy.Symbol(f"ind{len(self.indirect)}", integer=True)
+        self.indirect[s] = (x, sympy.sympify(size), bool(wrap_neg))
+        return s
+
+    def check_bounds(self, expr, size, lower, upper):
+        return None  # indirect indices are checked where they are read
+
+    def index_expr(self, index, dtype):
+        check_dtype(dtype, "an index expression")
+        index = self._simplify(index)
+        if isinstance(index, (int, sympy.Integer)):
+            return self.constant(int(index), dtype)
+        t = self._tile(torch.int64)
+        self._element_loop([f"((int64_t*){t.ref})[e] = {self._sym(index)};"])
+        return self._cast(t, compute_dtype(dtype))
+
+    def to_dtype(self, x: Value, dtype, src_dtype=None, use_compute_types=True):
+        return self._cast(x, compute_dtype(dtype))
+
+    def to_dtype_bitcast(self, x, dtype, src_dtype):
+        raise Unsupported("bitcasts have no SE form")
+
+    def store(self, name: str, index, value: Value, mode=None):
+        if mode is not None:
+            raise Unsupported(f"stores with mode {mode}")
+        dtype = V.graph.get_dtype(name)
+        check_dtype(dtype, f"buffer {name}")
+        index = self._simplify(index)
+        aff = affine(index, self.vars)
+        if aff is None:
+            raise Unsupported(f"a store to {name} at a non-affine index {index}")
+        value = self._materialize(value, "elem")
+        self.stored[(name, str(index))] = value
+        if name in self.removed:
+            return None
+        out = self._cast(value, dtype)
+        coeffs, off = aff
+        st = ", ".join(self._sym(c) for c in coeffs)
+        self.lines.append(f"{{ const int64_t st[{self.n}] = {{{st}}}; mtia_wait(kgen_store(&pl, "
+                          f"&b, {self._ptr(name)}, st, {self._sym(off)}, {out.ref}, "
+                          f"{DTYPES[dtype][1]}, {self.n})); }}")
+        return None
+
+    def reduction(self, dtype, src_dtype, reduction_type, value: Value):
+        if reduction_type not in REDUCTIONS:
+            raise Unsupported(f"reduction '{reduction_type}'")
+        if self.nred == 0:
+            raise Unsupported("a reduction outside a reduction kernel")
+        self.has_reduction = True
+        value = self._materialize(value, "elem")
+        acc = "(b.first ? 0 : 1)"
+        if reduction_type in WHOLE_ROW_REDUCTIONS:
+            self.need_rows = True
+            acc = "0"
+        vin = value.dtype
+        if reduction_type == "sum":
+            out_dt = torch.float32 if vin in FLOATS else torch.int64
+            if vin == torch.bool:
+                value = self._cast(value, torch.int64)
+                vin = torch.int64
+            return self._re("SUM", value, out_dt, acc)
+        if reduction_type in ("max", "min", "any"):
+            if reduction_type == "any":
+                value = self._cast(value, torch.bool)
+            op = "MIN" if reduction_type == "min" else "MAX"
+            return self._re(op, value, value.dtype, acc)
+        if reduction_type in ("argmax", "argmin"):
+            return self._re(reduction_type.upper(), value, torch.int64, acc)
+        # welford_reduce: (mean, m2, weight) of each row, two passes over the tile.
+        if vin not in FLOATS:
+            value = self._cast(value, torch.float32)
+        total = self._re("SUM", value, torch.float32, "0")
+        count = self._tile(torch.float32, "row")
+        self.lines.append(f"kgen_fill(MTIA_PE_DT_FP32, {count.ref}, ku64_to_f32_bits(b.cols), "
+                          "(uint32_t)rows);")
+        mean = self._se("DIV", torch.float32, torch.float32, [total, count])
+        spread = self._tile(torch.float32)
+        self.lines.append(f"kexpand({spread.ref}, {mean.ref}, b.rows, b.cols, 1, 4);")
+        centered = self._se("SUB", torch.float32, torch.float32, [value, spread])
+        square = self._se("MUL", torch.float32, torch.float32, [centered, centered])
+        m2 = self._re("SUM", square, torch.float32, "0")
+        return mean, m2, count
+
+    def _re(self, op: str, value: Value, out_dt: torch.dtype, acc: str) -> Value:
+        out = self._tile(out_dt, "row")
+        self.lines.append(f"mtia_wait(mtia_reduce(MTIA_PE_RE_{op}, "
+                          f"MTIA_PE_DT_{DTYPES[value.dtype][0]}, MTIA_PE_DT_{DTYPES[out_dt][0]}, "
+                          f"1, {acc} ? MTIA_PE_RE_ACCUMULATE : 0, {out.ref}, {value.ref}, "
+                          f"(uint32_t)b.rows, (uint32_t)b.cols, (uint32_t)b.cols));")
+        return out
+
+    def store_reduction(self, name: str, index, value: Value):
+        dtype = V.graph.get_dtype(name)
+        check_dtype(dtype, f"buffer {name}")
+        index = self._simplify(index)
+        aff = affine(index, self.vars)
+        if aff is None:
+            raise Unsupported(f"a reduction stored at a non-affine index {index}")
+        coeffs, off = aff
+        if any(c != 0 for c in coeffs[self.n - self.nred:]):
+            raise Unsupported("a reduction stored at an index of the reduced dimensions")
+        value = self._materialize(value, "row")
+        self.stored[(name, str(index))] = value
+        if name in self.removed:
+            return None
+        self.lines.append("if (b.last) {")
+        out = self._cast(value, dtype)
+        st = ", ".join(self._sym(c) for c in coeffs)
+        self.lines.append(f"  const int64_t st[{self.n}] = {{{st}}}; mtia_wait(kgen_store(&pl, "
+                          f"&b, {self._ptr(name)}, st, {self._sym(off)}, {out.ref}, "
+                          f"{DTYPES[dtype][1]}, {self.n - self.nred}));")
+        self.lines.append("}")
+        return None
+
+    def masked(self, mask: Value, body, other):
+        if mask.kind == "imm":
+            raise Unsupported("a constant mask")
+        if self.mask is not None:
+            raise Unsupported("nested masks")
+        mask = self._cast(mask, torch.bool)
+        self.mask = mask
+        try:
+            result = body()
+        finally:
+            self.mask = None
+        if isinstance(result, tuple):
+            raise Unsupported("a masked body with several results")
+        other_v = self.constant(other, result.dtype) if not isinstance(other, Value) else other
+        return self.where(mask, result, other_v)
+
+    def where(self, cond: Value, a: Value, b: Value):
+        cond = self._cast(cond, torch.bool)
+        if not isinstance(a, Value):
+            a = self.constant(a, b.dtype)
+        if not isinstance(b, Value):
+            b = self.constant(b, a.dtype)
+        a, b, dt = self._same(a, b)
+        cond = self._materialize(cond, self._shape_of(a, b, cond))
+        return self._se("SELECT", dt, dt, [cond, a, b])
+
+    def _unary(self, op: str, x: Value):
+        if op in FLOAT_ONLY and x.dtype not in FLOATS:
+            x = self._cast(x, torch.float32)
+        if op == "BNOT" and x.dtype not in INTS + (torch.bool,):
+            raise Unsupported("bitwise_not of a float")
+        return self._se(op, x.dtype, x.dtype, [x])
+
+    def _binary(self, op: str, a: Value, b: Value):
+        a, b, dt = self._same(a, b)
+        if op in FLOAT_ONLY and dt not in FLOATS:
+            a, b, dt = self._cast(a, torch.float32), self._cast(b, torch.float32), torch.float32
+        if op in ("BAND", "BOR", "BXOR", "SHL", "SHR") and dt in FLOATS:
+            raise Unsupported(f"{op.lower()} of floats")
+        if dt == torch.bool and op in ("ADD", "SUB", "MUL", "DIV", "MIN", "MAX"):
+            a, b, dt = self._cast(a, torch.int8), self._cast(b, torch.int8), torch.int8
+            return self._cast(self._se(op, dt, dt, [a, b]), torch.bool)
+        return self._se(op, dt, dt, [a, b])
+
+    def _compare(self, op: str, a: Value, b: Value):
+        a, b, dt = self._same(a, b)
+        return self._se(op, dt, torch.bool, [a, b])
+
+    def logical_not(self, x):
+        return self._se("LNOT", x.dtype, torch.bool, [x])
+
+    def isnan(self, x):
+        return self._se("NE", x.dtype, torch.bool, [x, x])
+
+    def isinf(self, x):
+        a = self._unary("ABS", x)
+        return self._compare("EQ", a, self.constant(float("inf"), x.dtype))
+
+    def square(self, x):
+        return self._binary("MUL", x, x)
+
+    def identity(self, x):
+        return x
+
+    def silu(self, x):
+        return self._unary("SILU", x)
+
+    def sigmoid(self, x):
+        return self._unary("SIGMOID", x)
+
+    def fma(self, a, b, c):
+        return self._binary("ADD", self._binary("MUL", a, b), c)
+
+    def neg(self, x):
+        if x.dtype == torch.bool:
+            raise Unsupported("neg of bool")
+        return self._unary("NEG", x)
+
+
+def _install_ops() -> None:
+    for name, op in UNARY.items():
+        if not hasattr(KernelBuilder, name):
+            setattr(KernelBuilder, name, lambda self, x, _op=op: self._unary(_op, x))
+    for name, op in BINARY.items():
+        setattr(KernelBuilder, name, lambda self, a, b, _op=op: self._binary(_op, a, b))
+    for name, op in COMPARE.items():
+        setattr(KernelBuilder, name, lambda self, a, b, _op=op: self._compare(_op, a, b))
+    # Inductor's libdevice_* spellings of the same functions.
+    for name in list(UNARY) + list(BINARY):
+        if hasattr(KernelBuilder, name):
+            setattr(KernelBuilder, f"libdevice_{name}", getattr(KernelBuilder, name))
+
+
+_install_ops()
+
+
+def render(name: str, kb: KernelBuilder) -> Tuple[str, List[str], List[sympy.Symbol]]:
+    """The C source of a kernel from a builder that ran its bodies; returns the source, the
+    buffer names (pointer arguments, in order) and the size symbols (i64 arguments after)."""
+    buffers = list(kb.buffers.items())
+    symbols = list(kb.symbols.items())
+    sig = " ".join([f"{c}:ptr" for _, c in buffers] + [f"{c}:i64" for _, c in symbols])
+    nargs = len(buffers) + len(symbols)
+    elem_bytes = sum(es for _, es, shape in kb.tiles if shape == "elem")
+    row_bytes = sum(es for _, es, shape in kb.tiles if shape == "row")
+    # Each tile buffer is 64-byte aligned: budget the padding.
+    pad = 64 * len(kb.tiles)
+    out = ['#include "kgen.h"', "",
+           f'MTIA_KERNEL({name}, "{sig}");',
+           f"int {name}(const uint64_t* args, uint64_t args_bytes) {{",
+           f"  if (args_bytes != {nargs * 8}u) return MTIA_KSTATUS_BAD_ARG_BYTES;",
+           "  (void)args;"]
+    for i, (_, c) in enumerate(buffers):
+        out.append(f"  const uint64_t {c} = args[{i}];")
+    for j, (_, c) in enumerate(symbols):
+        out.append(f"  const int64_t {c} = (int64_t)args[{len(buffers) + j}];")
+    out.append("  kgen_plan pl;")
+    out.append(f"  pl.n = {kb.n};")
+    out.append(f"  pl.nred = {kb.nred};")
+    for i, s in enumerate(kb.sizes):
+        out.append(f"  pl.size[{i}] = {kb._sym(s)};")
+    out.append("  karena ar;")
+    out.append("  karena_init(&ar);")
+    out.append(f"  const uint64_t budget = karena_left(&ar) > {pad}u ? karena_left(&ar) - {pad}u "
+               ": 0;")
+    out.append(f"  const int st_ = kgen_plan_init(&pl, budget, {elem_bytes}u, {row_bytes}u, "
+               f"{1 if kb.need_rows else 0});")
+    out.append("  if (st_ != MTIA_KSTATUS_OK) return st_;")
+    for t, es, shape in kb.tiles:
+        count = "pl.cap" if shape == "elem" else "pl.rows_cap"
+        out.append(f"  void* {t} = kalloc(&ar, {count} * {es}u);")
+        out.append(f"  if ({t} == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;")
+    out.append("  kgen_box b;")
+    out.append("  for (int more = kgen_first(&pl, &b); more; more = kgen_next(&pl, &b)) {")
+    out.append("    const uint64_t n = b.count;")
+    out.append("    const uint64_t rows = b.rows;")
+    out.append("    (void)n;")
+    out.append("    (void)rows;")
+    out += ["    " + line for line in kb.lines]
+    out.append("  }")
+    out.append("  mtia_wait_all();")
+    out.append("  return MTIA_KSTATUS_OK;")
+    out.append("}")
+    return "\n".join(out) + "\n", [b for b, _ in buffers], [s for s, _ in symbols]
+
+
+def space_of(node) -> Tuple[List, int]:
+    """The iteration space of a scheduler node: its sizes then its reduction sizes."""
+    sizes, rsizes = node.get_ranges()
+    return list(sizes) + list(rsizes), len(rsizes)
+
+
+def numel(sizes) -> sympy.Expr:
+    return sympy_product(sizes) if sizes else sympy.Integer(1)

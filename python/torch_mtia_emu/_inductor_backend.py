@@ -1,0 +1,279 @@
+"""The TorchInductor backend for mtia: scheduling, wrapper code and the lowering check.
+
+Registered by ``_compiler`` when Inductor is first imported, before Inductor registers its
+own (Triton) scheduling for "mtia":
+
+- ``MtiaScheduling`` fuses pointwise nodes over the same iteration space (within the device's
+  launch limits) and generates one C kernel per fused node (``_codegen``);
+- ``MtiaWrapperCodegen`` is Python wrapper code whose kernels are ``GeneratedKernel`` objects;
+- every lowering that produces a loop body for an mtia tensor is checked by running the body
+  through the code generator: a body it cannot express (an op without an SE form, a dtype
+  the units do not take, a scatter, a sort) makes that ATen op an extern call to the device's
+  own kernel instead, so code generation never fails on it and nothing goes to the CPU that
+  eager mode would not send there.
+"""
+
+import functools
+import hashlib
+import itertools
+from typing import List
+
+import sympy
+import torch
+from torch._inductor import config, ir
+from torch._inductor import lowering as L
+from torch._inductor.codegen.common import DeviceOpOverrides, register_device_op_overrides
+from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+from torch._inductor.scheduler import BaseScheduling
+from torch._inductor.utils import get_fused_kernel_name
+from torch._inductor.virtualized import V
+from torch.utils._ordered_set import OrderedSet
+
+from . import _C
+from ._codegen import (MAX_WHOLE_ROW, WHOLE_ROW_REDUCTIONS, KernelBuilder, Unsupported, numel,
+                       render, space_of)
+
+def device_limits():
+    """(max_kernel_args, max_kernel_buffers) of the open device."""
+    p = _C._properties()
+    return int(p["max_kernel_args"]), int(p["max_kernel_buffers"])
+
+
+# --- scheduling ----------------------------------------------------------------------------
+
+
+class MtiaScheduling(BaseScheduling):
+    """Generates one C kernel for the PEs per (fused) scheduler node."""
+
+    def __init__(self, scheduler):
+        super().__init__(scheduler)
+        self.max_args, self.max_buffers = device_limits()
+
+    def get_backend_features(self, device):
+        return OrderedSet()
+
+    def group_fn(self, sizes):
+        return tuple(V.graph.sizevars.simplify(numel(s)) for s in sizes)
+
+    def _fusable(self, node1, node2) -> bool:
+        nodes = list(node1.get_nodes()) + list(node2.get_nodes())
+        if any(n.is_reduction() or n.is_template() or not hasattr(n, "_body") for n in nodes):
+            return False
+        space = space_of(nodes[0])
+        if any(space_of(n) != space for n in nodes[1:]):
+            return False
+        # The fused kernel stays within the device's launch limits: its buffers, and its
+        # arguments (buffers plus the size symbols).
+        names = OrderedSet()
+        symbols = OrderedSet()
+        for n in nodes:
+            for dep in itertools.chain(n.read_writes.reads, n.read_writes.writes):
+                names.add(dep.name)
+        for s in space[0]:
+            symbols |= sympy.sympify(s).free_symbols
+        limit = self.max_buffers
+        if config.max_fusion_unique_io_buffers is not None:
+            limit = min(limit, config.max_fusion_unique_io_buffers)
+        return len(names) <= limit and len(names) + 2 * len(symbols) + 8 <= self.max_args
+
+    def can_fuse_vertical(self, node1, node2) -> bool:
+        return self._fusable(node1, node2)
+
+    def can_fuse_horizontal(self, node1, node2) -> bool:
+        return self._fusable(node1, node2)
+
+    def codegen_node(self, node) -> None:
+        nodes = list(node.get_nodes())
+        sizes, nred = space_of(nodes[0])
+        kb = KernelBuilder(sizes, nred)
+        fused = OrderedSet(n.get_name() for n in nodes)
+        outputs = OrderedSet(V.graph.get_output_names())
+        if len(nodes) > 1:
+            for n in nodes:
+                for buf in n.get_outputs():
+                    name = buf.get_name()
+                    if name not in outputs and self.scheduler.can_buffer_be_removed_through_fusion(
+                            name, fused):
+                        kb.removed.add(name)
+        try:
+            with V.set_ops_handler(kb):
+                for n in nodes:
+                    psizes, rsizes = n.get_ranges()
+                    n._body(kb.vars[:len(psizes)], kb.vars[len(psizes):len(psizes) + len(rsizes)])
+        except Unsupported as e:
+            raise RuntimeError(f"torch_mtia_emu: cannot generate an mtia kernel for "
+                               f"{', '.join(n.get_name() for n in nodes)}: {e}") from e
+        for name in kb.removed:
+            V.graph.removed_buffers.add(name)
+        for n in nodes:
+            n.mark_run()  # allocates the node's output buffers in the wrapper
+        self._emit(nodes, kb, sizes)
+        self.free_buffers_in_scheduler()
+
+    def _emit(self, nodes, kb: KernelBuilder, sizes) -> None:
+        wrapper = V.graph.wrapper_code
+        base = get_fused_kernel_name(nodes, "original_aten") or "kernel"
+        kind = "red" if kb.has_reduction else "poi"
+        src, buffers, symbols = render("KERNEL_NAME", kb)
+        digest = hashlib.sha256(src.encode()).hexdigest()[:10]
+        name = f"mtia_{kind}_{base}_{digest}"[:60]
+        src = src.replace("KERNEL_NAME", name)
+        if src in wrapper.src_to_kernel:
+            var = wrapper.src_to_kernel[src]
+        else:
+            var = f"mtia_{kind}_{base}_{wrapper.next_kernel_suffix()}"
+            wrapper.src_to_kernel[src] = var
+            wrapper.add_import_once("from torch_mtia_emu._compiler import GeneratedKernel")
+            body = f"GeneratedKernel({name!r}, '''\n{src}''')"
+            origins = "\n".join(f"# {n.get_name()}: {n.node.get_origins()}"[:200]
+                                for n in nodes if n.node is not None)
+            wrapper.define_kernel(var, body, origins, gpu=False)
+        real = self.scheduler.mutation_real_name
+        args = [real.get(b, b) for b in buffers]
+        args += [wrapper.codegen_python_sizevar(s) for s in symbols]
+        args.append(wrapper.codegen_python_sizevar(V.graph.sizevars.simplify(numel(sizes))))
+        wrapper.writeline(f"{var}({', '.join(args)})")
+
+    def codegen_template(self, *args, **kwargs):
+        raise NotImplementedError("mtia has no kernel templates")
+
+    def codegen_sync(self) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def ready_to_flush(self) -> bool:
+        return False
+
+    def benchmark_fused_nodes(self, nodes):
+        raise NotImplementedError("mtia does not benchmark fusions")
+
+
+# --- wrapper code --------------------------------------------------------------------------
+
+
+class MtiaWrapperCodegen(PythonWrapperCodegen):
+    """Inductor's Python wrapper code; generated kernels are GeneratedKernel objects."""
+
+    @staticmethod
+    def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+        if is_subgraph:
+            return PythonWrapperCodegen.create(is_subgraph, subgraph_name, parent_wrapper,
+                                               partition_signatures)
+        return MtiaWrapperCodegen()
+
+    def write_header(self) -> None:
+        super().write_header()
+        # PyTorch's own empty_strided_mtia is compiled only into PyTorch builds with MTIA;
+        # this one allocates through the device's caching allocator like any mtia tensor.
+        self.header.splice("from torch_mtia_emu._compiler import empty_strided_mtia")
+
+
+class MtiaDeviceOpOverrides(DeviceOpOverrides):
+    def import_get_raw_stream_as(self, name):
+        return f"from torch._C import _mtia_getCurrentRawStream as {name}"
+
+    def set_device(self, device_idx):
+        return f"torch.mtia.set_device({device_idx})"
+
+    def synchronize(self):
+        return "torch.mtia.synchronize()"
+
+    def device_guard(self, device_idx):
+        return f"torch.mtia.device({device_idx})"
+
+    def current_stream(self):
+        return "torch.mtia.current_stream()"
+
+
+# --- the lowering check --------------------------------------------------------------------
+
+
+def check_loops(node) -> None:
+    """Raises Unsupported when the code generator cannot express this loop body."""
+    if not isinstance(node, (ir.Pointwise, ir.Reduction)) or isinstance(
+            node, (ir.Scatter, ir.Scan, ir.Sort)) or type(node).__name__ in ("Scatter", "Scan",
+                                                                           "Sort"):
+        raise Unsupported(f"{type(node).__name__} nodes")
+    sizes = list(node.get_size())
+    rsizes = list(node.get_reduction_size()) if isinstance(node, ir.Reduction) else []
+    kb = KernelBuilder(sizes + rsizes, len(rsizes), check_only=True)
+    if len(kb.sizes) > 8 or len(rsizes) > 4:
+        raise Unsupported("more than 8 loop dimensions")
+    with V.set_ops_handler(kb):
+        idx = kb.vars[:len(sizes)] if sizes else []
+        if isinstance(node, ir.Reduction):
+            rtype = node.reduction_type
+            if rtype in WHOLE_ROW_REDUCTIONS:
+                r = V.graph.sizevars.simplify(numel(rsizes))
+                if not r.is_number or int(r) > MAX_WHOLE_ROW:
+                    raise Unsupported(f"{rtype} over rows longer than {MAX_WHOLE_ROW}")
+            value = node.inner_fn(idx, kb.vars[len(sizes):])
+            kb.reduction(node.get_dtype(), node.src_dtype, rtype, value)
+        else:
+            node.inner_fn(idx)
+
+
+def _unwrap(x):
+    while isinstance(x, (ir.TensorBox, ir.StorageBox)):
+        x = x.data
+    return x
+
+
+def _on_mtia(args, kwargs) -> bool:
+    for a in itertools.chain(args, kwargs.values()):
+        for t in (a if isinstance(a, (list, tuple)) else [a]):
+            if isinstance(t, ir.IRNode):
+                try:
+                    d = t.get_device()
+                except Exception:
+                    continue
+                if d is not None and d.type == "mtia":
+                    return True
+    return False
+
+
+def _check_result(result, new_buffers) -> None:
+    for r in (result if isinstance(result, (list, tuple)) else [result]):
+        data = _unwrap(r) if isinstance(r, ir.IRNode) else None
+        if isinstance(data, ir.Loops):
+            check_loops(data)
+        elif isinstance(data, ir.ComputedBuffer):
+            check_loops(data.data)
+    for buf in new_buffers:
+        if isinstance(buf, ir.ComputedBuffer):
+            check_loops(buf.data)
+
+
+def _checked(op, lowering):
+    @functools.wraps(lowering)
+    def wrapped(*args, **kwargs):
+        if V.graph is None or not _on_mtia(args, kwargs):
+            return lowering(*args, **kwargs)
+        nbuf = len(V.graph.buffers)
+        result = lowering(*args, **kwargs)
+        try:
+            _check_result(result, V.graph.buffers[nbuf:])
+            return result
+        except Unsupported:
+            pass
+        if not isinstance(op, torch._ops.OpOverload):
+            raise RuntimeError(f"torch_mtia_emu: no mtia kernel can be generated for {op}")
+        # The device's own ATen kernel instead. Buffers the discarded lowering made stay
+        # unused, and the scheduler drops them.
+        return L.fallback_handler(op, add_to_fallback_set=False)(*args, **kwargs)
+
+    wrapped._mtia_checked = True
+    return wrapped
+
+
+def install_lowering_checks() -> None:
+    """Wraps every registered lowering (once) in the mtia check; cheap when already done."""
+    for op, lowering in list(L.lowerings.items()):
+        if not getattr(lowering, "_mtia_checked", False):
+            L.lowerings[op] = _checked(op, lowering)
+
+
+def register_op_overrides() -> None:
+    register_device_op_overrides("mtia", MtiaDeviceOpOverrides())
