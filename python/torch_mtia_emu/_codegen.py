@@ -74,6 +74,19 @@ WHOLE_ROW_REDUCTIONS = ("argmax", "argmin", "welford_reduce")
 MAX_WHOLE_ROW = 2048
 
 
+def _is_cpu_scalar(name: str) -> bool:
+    """A 0-d CPU tensor read by a device kernel (an optimizer's step count, say)."""
+    if name in V.graph.zero_dim_cpu_tensor_list:
+        return True
+    buf = V.graph.graph_inputs.get(name) or V.graph.name_to_buffer.get(name)
+    if buf is None:
+        return False
+    try:
+        return buf.get_device().type == "cpu" and len(buf.get_size()) == 0
+    except Exception:
+        return False
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """fp16 and bf16 values are computed in fp32 (rounded once at the store)."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
@@ -188,6 +201,7 @@ class KernelBuilder:
         self.lines: List[str] = []  # the box loop's body
         self.tiles: List[Tuple[str, int, str]] = []  # (name, element bytes, shape)
         self.buffers: Dict[str, str] = {}  # buffer name -> C pointer name
+        self.scalars: Dict[str, str] = {}  # 0-d CPU tensors, passed by value -> C name
         self.stored: Dict[Tuple[str, str], Value] = {}  # (buffer, index) -> value stored
         self.loaded: Dict[Tuple[str, str], Value] = {}
         self.symbols: Dict[sympy.Symbol, str] = {}  # size symbols -> C names (kernel args)
@@ -224,6 +238,13 @@ class KernelBuilder:
         if name not in self.buffers:
             self.buffers[name] = f"p{len(self.buffers)}"
         return self.buffers[name]
+
+    @staticmethod
+    def _real(name: str) -> str:
+        """The buffer a name stands for in memory: a mutation's output is its input's buffer,
+        and a load after a store to it (in this kernel) must see the store."""
+        sched = getattr(V.graph, "scheduler", None)
+        return sched.mutation_real_name.get(name, name) if sched is not None else name
 
     def _simplify(self, index):
         return V.graph.sizevars.simplify_with_ranges(sympy.sympify(index), self.var_ranges)
@@ -298,6 +319,15 @@ class KernelBuilder:
         dtype = V.graph.get_dtype(name)
         check_dtype(dtype, f"buffer {name}")
         index = self._simplify(index)
+        if _is_cpu_scalar(name):
+            # A 0-d CPU tensor (an optimizer's step count): its value is a kernel argument.
+            if name not in self.scalars:
+                self.scalars[name] = f"sc{len(self.scalars)}"
+            t = self._tile(dtype)
+            self.lines.append(f"kgen_fill(MTIA_PE_DT_{DTYPES[dtype][0]}, {t.ref}, "
+                              f"(uint64_t){self.scalars[name]}, (uint32_t)n);")
+            return self._cast(t, compute_dtype(dtype))
+        name = self._real(name)
         key = (name, str(index))
         if key in self.stored and self.mask is None:
             return self.stored[key]
@@ -389,8 +419,12 @@ class KernelBuilder:
         if aff is None:
             raise Unsupported(f"a store to {name} at a non-affine index {index}")
         value = self._materialize(value, "elem")
+        removed = name in self.removed
+        name = self._real(name)
         self.stored[(name, str(index))] = value
-        if name in self.removed:
+        # Loads of this buffer made before the store are stale now.
+        self.loaded = {k: v for k, v in self.loaded.items() if k[0] != name}
+        if removed:
             return None
         out = self._cast(value, dtype)
         coeffs, off = aff
@@ -459,8 +493,10 @@ class KernelBuilder:
         if any(c != 0 for c in coeffs[self.n - self.nred:]):
             raise Unsupported("a reduction stored at an index of the reduced dimensions")
         value = self._materialize(value, "row")
+        removed = name in self.removed
+        name = self._real(name)
         self.stored[(name, str(index))] = value
-        if name in self.removed:
+        if removed:
             return None
         self.lines.append("if (b.last) {")
         out = self._cast(value, dtype)
@@ -569,11 +605,15 @@ _install_ops()
 
 def render(name: str, kb: KernelBuilder) -> Tuple[str, List[str], List[sympy.Symbol]]:
     """The C source of a kernel from a builder that ran its bodies; returns the source, the
-    buffer names (pointer arguments, in order) and the size symbols (i64 arguments after)."""
+    buffer names (pointer arguments, then 0-d CPU tensors passed by value, in order) and the
+    size symbols (i64 arguments after them)."""
+    size_exprs = [kb._sym(s) for s in kb.sizes]  # may add size symbols: first
     buffers = list(kb.buffers.items())
+    scalars = list(kb.scalars.items())
     symbols = list(kb.symbols.items())
-    sig = " ".join([f"{c}:ptr" for _, c in buffers] + [f"{c}:i64" for _, c in symbols])
-    nargs = len(buffers) + len(symbols)
+    sig = " ".join([f"{c}:ptr" for _, c in buffers] + [f"{c}:i64" for _, c in scalars] +
+                   [f"{c}:i64" for _, c in symbols])
+    nargs = len(buffers) + len(scalars) + len(symbols)
     elem_bytes = sum(es for _, es, shape in kb.tiles if shape == "elem")
     row_bytes = sum(es for _, es, shape in kb.tiles if shape == "row")
     # Each tile buffer is 64-byte aligned: budget the padding.
@@ -585,13 +625,15 @@ def render(name: str, kb: KernelBuilder) -> Tuple[str, List[str], List[sympy.Sym
            "  (void)args;"]
     for i, (_, c) in enumerate(buffers):
         out.append(f"  const uint64_t {c} = args[{i}];")
+    for j, (_, c) in enumerate(scalars):
+        out.append(f"  const uint64_t {c} = args[{len(buffers) + j}];")
     for j, (_, c) in enumerate(symbols):
-        out.append(f"  const int64_t {c} = (int64_t)args[{len(buffers) + j}];")
+        out.append(f"  const int64_t {c} = (int64_t)args[{len(buffers) + len(scalars) + j}];")
     out.append("  kgen_plan pl;")
     out.append(f"  pl.n = {kb.n};")
     out.append(f"  pl.nred = {kb.nred};")
-    for i, s in enumerate(kb.sizes):
-        out.append(f"  pl.size[{i}] = {kb._sym(s)};")
+    for i, e in enumerate(size_exprs):
+        out.append(f"  pl.size[{i}] = {e};")
     out.append("  karena ar;")
     out.append("  karena_init(&ar);")
     out.append(f"  const uint64_t budget = karena_left(&ar) > {pad}u ? karena_left(&ar) - {pad}u "
@@ -614,7 +656,8 @@ def render(name: str, kb: KernelBuilder) -> Tuple[str, List[str], List[sympy.Sym
     out.append("  mtia_wait_all();")
     out.append("  return MTIA_KSTATUS_OK;")
     out.append("}")
-    return "\n".join(out) + "\n", [b for b, _ in buffers], [s for s, _ in symbols]
+    return ("\n".join(out) + "\n", [b for b, _ in buffers] + [c for c, _ in scalars],
+            [s for s, _ in symbols])
 
 
 def space_of(node) -> Tuple[List, int]:

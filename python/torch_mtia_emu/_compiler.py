@@ -21,7 +21,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -73,7 +72,7 @@ def register() -> None:
 
     def backend():
         from torch._inductor.codegen import common
-        common.register_backend_for_device("mtia", _make_scheduling, _WrapperShim,
+        common.register_backend_for_device("mtia", _SchedulingShim, _WrapperShim,
                                            device_custom_pass=_backend_version_pass())
 
     def op_overrides():
@@ -139,18 +138,28 @@ def _backend_version_pass():
     return BackendVersion()
 
 
-def _make_scheduling(scheduler):
-    from . import _inductor_backend
-    return _inductor_backend.MtiaScheduling(scheduler)
+class _SchedulingType(type):
+    def __getattr__(cls, name):
+        from . import _inductor_backend
+        return getattr(_inductor_backend.MtiaScheduling, name)
 
 
-class _DelegatingType(type):
+class _SchedulingShim(metaclass=_SchedulingType):
+    """Stands for MtiaScheduling until Inductor is fully loaded: creating one creates the real
+    scheduling, and class attributes are the real class's."""
+
+    def __new__(cls, scheduler):
+        from . import _inductor_backend
+        return _inductor_backend.MtiaScheduling(scheduler)
+
+
+class _WrapperType(type):
     def __getattr__(cls, name):
         from . import _inductor_backend
         return getattr(_inductor_backend.MtiaWrapperCodegen, name)
 
 
-class _WrapperShim(metaclass=_DelegatingType):
+class _WrapperShim(metaclass=_WrapperType):
     """Stands for the wrapper codegen class until Inductor is fully loaded: Inductor reads
     class attributes of the registered wrapper (create, supports_caching, ...), and each is the
     real class's, imported on first use."""
@@ -274,6 +283,26 @@ def _all_kernels() -> List["GeneratedKernel"]:
     return list(_kernels)
 
 
+def _build(batch: List["GeneratedKernel"]) -> None:
+    """Compiles the kernels into one module (or finds it in the cache)."""
+    tk = _get_toolkit()
+    source = "\n".join(k.source for k in batch)
+    key = hashlib.sha256((tk.fingerprint + source).encode()).hexdigest()[:40]
+    path = os.path.join(kernel_cache_dir(), key + ".elf")
+    if os.path.exists(path):
+        _count("cache_hits", len(batch))
+    else:
+        t = time.perf_counter()
+        tk.compile(source, path, [k.name for k in batch])
+        _count("compile_seconds", time.perf_counter() - t)
+        _count("kernels_compiled", len(batch))
+        _count("modules_compiled")
+    with open(path, "rb") as f:
+        elf = f.read()
+    for k in batch:
+        k.key, k.elf = key, elf
+
+
 class GeneratedKernel:
     """One generated kernel, as a compiled graph's wrapper defines it: called with its tensor
     and integer arguments (the kernel's signature order) and, last, the number of elements of
@@ -297,33 +326,31 @@ class GeneratedKernel:
             if self not in batch:
                 batch.append(self)
             _pending.clear()
-            tk = _get_toolkit()
-            source = "\n".join(k.source for k in batch)
-            key = hashlib.sha256((tk.fingerprint + source).encode()).hexdigest()[:40]
-            path = os.path.join(kernel_cache_dir(), key + ".elf")
-            if os.path.exists(path):
-                _count("cache_hits", len(batch))
-            else:
-                t = time.perf_counter()
-                try:
-                    tk.compile(source, path, [k.name for k in batch])
-                except Exception:
-                    _pending.extend(k for k in batch if k is not self)
+            try:
+                _build(batch)
+            except RuntimeError:
+                if len(batch) == 1:
                     raise
-                _count("compile_seconds", time.perf_counter() - t)
-                _count("kernels_compiled", len(batch))
-                _count("modules_compiled")
-            with open(path, "rb") as f:
-                elf = f.read()
-            for k in batch:
-                k.key, k.elf = key, elf
+                # Each kernel on its own, so that one broken kernel fails only itself.
+                for k in batch:
+                    if k is not self:
+                        try:
+                            _build([k])
+                        except RuntimeError:
+                            pass
+                _build([self])
 
     def __call__(self, *args) -> None:
         import torch
         *kargs, work = args
         packed = []
         for a in kargs:
-            if isinstance(a, torch.Tensor):
+            if isinstance(a, torch.Tensor) and a.device.type == "cpu":
+                # A 0-d CPU tensor goes by value: its element's bits.
+                raw = a.detach().reshape(1).view(torch.uint8).tolist()
+                packed.append(("i64", int.from_bytes(bytes(raw), "little", signed=False)
+                               - (1 << 64 if len(raw) == 8 and raw[-1] >= 128 else 0)))
+            elif isinstance(a, torch.Tensor):
                 packed.append(("ptr", a.data_ptr()))
             else:
                 packed.append(("i64", int(a)))

@@ -1,0 +1,269 @@
+"""torch.compile on mtia with the default backend (Inductor): generated PE kernels for fused
+pointwise and reduction work, extern calls to the device's ATen kernels for the rest, checked
+against eager PyTorch on the CPU."""
+import os
+
+import pytest
+import torch
+import torch._dynamo
+import torch_mtia_emu
+
+from conftest import DEVICE, run_child
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def generated_launches(fn, *args):
+    """Runs fn(*args) and returns (result, launches of generated kernels)."""
+    before = torch_mtia_emu.compile_stats()["launches"]
+    out = fn(*args)
+    torch.mtia.synchronize()
+    return out, torch_mtia_emu.compile_stats()["launches"] - before
+
+
+def cpu_and_device(fn, *cpu_args, rtol=1e-5, atol=1e-5):
+    want = fn(*cpu_args)
+    got, launches = generated_launches(torch.compile(fn), *(a.to(DEVICE) for a in cpu_args))
+    torch.testing.assert_close(got, want, rtol=rtol, atol=atol, check_device=False)
+    return launches
+
+
+def rand(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+def test_fused_pointwise_is_one_generated_kernel(no_fallback):
+    def f(x, y):
+        return torch.sin(torch.relu(x * y + 1.0)) - y.exp() / 3
+
+    launches = cpu_and_device(f, rand(37, 53), rand(37, 53, seed=1))
+    assert launches == 1  # the whole expression fused into one kernel
+
+
+def test_views_broadcasts_and_transposes_need_no_copies(no_fallback):
+    def f(x, b):
+        return (x.t() + b).tanh() * x.t()
+
+    assert cpu_and_device(f, rand(64, 48), rand(64)) == 1
+
+
+def test_reshape_of_a_transpose_takes_the_gather_path(no_fallback):
+    def f(x):
+        return (x.t() * 2).reshape(-1)[3:100] + 1
+
+    assert cpu_and_device(f, rand(12, 10)) >= 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_computes_in_fp32(dtype, no_fallback):
+    def f(x, y):
+        return torch.sigmoid(x) * y + x
+
+    x, y = rand(300, dtype=dtype), rand(300, dtype=dtype, seed=2)
+    want = f(x.float(), y.float()).to(dtype)
+    got = torch.compile(f)(x.to(DEVICE), y.to(DEVICE))
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-2, atol=1e-2)
+
+
+def test_integer_and_bool_math(no_fallback):
+    def f(a, b):
+        return (a * 3 - b) // 2, (a > b) & (b != 0), torch.where(a > 0, a, -b)
+
+    a = torch.randint(-50, 50, (97,), generator=torch.Generator().manual_seed(3))
+    b = torch.randint(-50, 50, (97,), generator=torch.Generator().manual_seed(4))
+    cpu_and_device(f, a, b)
+
+
+@pytest.mark.parametrize("op", ["sum", "amax", "amin", "mean"])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_reductions_against_the_cpu(op, dim, no_fallback):
+    def f(x):
+        return getattr(torch, op)(x * 2 + 1, dim=dim)
+
+    x = rand(33, 70) if dim != -1 else rand(5, 7, 300)
+    cpu_and_device(f, x, rtol=1e-4, atol=1e-4)
+
+
+def test_reduction_longer_than_a_tile_accumulates(no_fallback):
+    def f(x):
+        return x.abs().sum(), x.max()
+
+    cpu_and_device(f, rand(1 << 18), rtol=1e-4, atol=1e-2)
+
+
+def test_argmax_var_mean_softmax_and_layer_norm(no_fallback):
+    def f(x, w, b):
+        return (x.argmax(dim=1), torch.var_mean(x, dim=1), torch.softmax(x, dim=-1),
+                torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b))
+
+    cpu_and_device(f, rand(16, 200), rand(200, seed=5), rand(200, seed=6), rtol=1e-4,
+                   atol=1e-4)
+
+
+def test_index_expressions_and_masks(no_fallback):
+    def f(x):
+        return torch.tril(x) + torch.arange(x.shape[1], device=x.device), torch.nn.functional.pad(
+            x, (2, 3, 1, 0), value=-1.0)
+
+    cpu_and_device(f, rand(9, 13))
+
+
+def test_embedding_is_an_indirect_gather(no_fallback):
+    def f(w, i):
+        return w[i] * 2
+
+    w = rand(50, 8)
+    i = torch.tensor([[3, 7, 49], [0, 0, 1]])
+    cpu_and_device(f, w, i)
+
+
+def test_dtypes_the_units_lack_stay_extern():
+    # float64 has no device kernels in eager mode either: the compiled graph uses the same
+    # (CPU fallback) path, and agrees with the CPU.
+    def f(x):
+        return (x * 2).sum()
+
+    x = torch.arange(10, dtype=torch.float64)
+    torch.testing.assert_close(torch.compile(f)(x.to(DEVICE)).cpu(), f(x))
+
+
+def test_dynamic_shapes_recompile_a_bounded_number_of_times(no_fallback):
+    def f(x):
+        return (x.relu() * 3).sum(dim=-1)
+
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    g = torch.compile(f, backend=counter, dynamic=True)
+    for n in (5, 17, 33, 64, 100):
+        x = rand(4, n, seed=n)
+        torch.testing.assert_close(g(x.to(DEVICE)).cpu(), f(x), rtol=1e-5, atol=1e-5)
+    assert counter.frame_count == 1
+
+
+def test_training_step_forward_backward_and_optimizer(no_fallback):
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                   torch.nn.LayerNorm(32), torch.nn.Linear(32, 4))
+
+    x, y = rand(64, 16, seed=7), torch.randint(0, 4, (64,), generator=torch.Generator().manual_seed(8))
+
+    def run(device, compiled):
+        model = make().to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+        def step(xb, yb):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(xb), yb)
+            loss.backward()
+            return loss
+
+        opt_step = torch.compile(opt.step) if compiled else opt.step
+        step_fn = torch.compile(step) if compiled else step
+        losses = []
+        for _ in range(4):
+            losses.append(step_fn(x.to(device), y.to(device)).item())
+            opt_step()
+        return losses, [p.detach().cpu() for p in model.parameters()]
+
+    cpu_losses, cpu_params = run("cpu", False)
+    dev_losses, dev_params = run(DEVICE, True)
+    assert dev_losses == pytest.approx(cpu_losses, rel=1e-4, abs=1e-5)
+    for c, d in zip(cpu_params, dev_params):
+        torch.testing.assert_close(d, c, rtol=1e-3, atol=1e-4)
+
+
+def test_modes(no_fallback):
+    def f(x, w):
+        return torch.relu(x @ w + 1).sum(dim=0)
+
+    x, w = rand(32, 24), rand(24, 16, seed=9)
+    for mode in ("max-autotune-no-cudagraphs", "reduce-overhead", None):
+        torch._dynamo.reset()
+        got = torch.compile(f, mode=mode)(x.to(DEVICE), w.to(DEVICE))
+        torch.testing.assert_close(got.cpu(), f(x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_fusion_stays_within_the_device_buffer_limit(no_fallback):
+    limit = torch_mtia_emu.inductor_config()["max_fusion_unique_io_buffers"]
+    n = limit + 8
+
+    def f(*xs):
+        acc = xs[0]
+        for x in xs[1:]:
+            acc = acc * 0.5 + x.sin()
+        return acc
+
+    xs = [rand(64, seed=i) for i in range(n)]
+    launches = cpu_and_device(f, *xs)
+    assert launches >= 2  # split, rather than one kernel over too many buffers
+
+
+def test_generated_kernels_are_cached_on_disk(tmp_path):
+    code = f"""
+        import torch, torch_mtia_emu
+        def f(x):
+            return (x * 3).exp().sum(dim=0)
+        x = torch.arange(12., device="mtia").reshape(3, 4) / 10
+        y = torch.compile(f)(x)
+        torch.testing.assert_close(y.cpu(), f(x.cpu()))
+        s = torch_mtia_emu.compile_stats()
+        print("STATS", s["kernels_compiled"], s["cache_hits"])
+    """
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "MTIA_EMU_KERNEL_CACHE": str(tmp_path / "kernels")}
+    first = run_child(code, env=env, timeout=300)
+    assert first.returncode == 0, first.stderr
+    second = run_child(code, env=env, timeout=300)
+    assert second.returncode == 0, second.stderr
+    compiled1, hits1 = map(int, first.stdout.split("STATS")[1].split())
+    compiled2, hits2 = map(int, second.stdout.split("STATS")[1].split())
+    assert compiled1 >= 1 and hits1 == 0
+    assert compiled2 == 0 and hits2 == compiled1
+    changed = run_child(code.replace("x * 3", "x * 4"), env=env, timeout=300)
+    assert changed.returncode == 0, changed.stderr
+    assert int(changed.stdout.split("STATS")[1].split()[0]) >= 1
+
+
+def test_output_code_shows_the_generated_c():
+    r = run_child("""
+        import torch
+        f = torch.compile(lambda x: (x + 1).relu())
+        f(torch.ones(8, device="mtia"))
+    """, env={"TORCH_LOGS": "output_code"}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "MTIA_KERNEL(" in r.stderr + r.stdout
+    assert "kgen_se(MTIA_PE_SE_" in r.stderr + r.stdout
+
+
+def test_a_kernel_that_fails_to_compile_names_itself(monkeypatch):
+    from torch_mtia_emu import _compiler
+    k = _compiler.GeneratedKernel("mtia_poi_broken_0", "this is not C;\n")
+    with pytest.raises(RuntimeError, match=r"mtia_poi_broken_0.*the source is .*\.c"):
+        k(torch.ones(1, device=DEVICE), 1)
+    # The device is still usable, and so is the compiler.
+    assert torch.compile(lambda x: x + 1)(torch.ones(2, device=DEVICE)).cpu().tolist() == [2, 2]
+
+
+def test_a_device_fault_in_a_generated_kernel_is_an_error_for_that_launch():
+    def f(x):
+        return x * 2 + 1
+
+    x = torch.ones(1000, device=DEVICE)
+    g = torch.compile(f)
+    torch.testing.assert_close(g(x).cpu(), torch.full((1000,), 3.0))
+    from torch_mtia_emu import _compiler
+    kernel = next(k for k in _compiler._all_kernels() if "mul" in k.name or "add" in k.name)
+    bad = torch.empty(0, device=DEVICE)
+    with pytest.raises(RuntimeError):
+        # A pointer far outside device memory: the DMA faults on the device.
+        kernel.launch_raw([("ptr", 1 << 60), ("ptr", 1 << 60)], 1000)
+        torch.mtia.synchronize()
+    del bad
+    torch.testing.assert_close(g(x).cpu(), torch.full((1000,), 3.0))
