@@ -654,13 +654,15 @@ Tensor silu_backward_device(const Tensor& grad, const Tensor& x) {
 // The functional form has a CompositeImplicitAutograd kernel (six ops) that PyTorch 2.13 also
 // uses as the autograd kernel of every device but the CPU, so a kernel under MTIA alone is
 // never reached. Under AutogradMTIA: the one-launch kernel when no gradient of it is wanted,
-// the differentiable composition (double backward) when one is.
+// the differentiable composition (double backward) when one is. Through the dispatcher, not
+// a direct call: under torch.compile's tracing the tensors are fake and must reach their
+// handler, not the device.
 Tensor silu_backward_autograd(const Tensor& grad, const Tensor& x) {
   if (at::GradMode::is_enabled() && (grad.requires_grad() || x.requires_grad())) {
     return at::native::math_silu_backward(grad, x);
   }
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return silu_backward_device(grad, x);
+  return at::silu_backward(grad, x);
 }
 
 Tensor& threshold_backward_out(const Tensor& grad, const Tensor& self, const c10::Scalar& threshold,
