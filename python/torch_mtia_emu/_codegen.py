@@ -518,6 +518,7 @@ class KernelBuilder:
             result = body()
         finally:
             self.mask = None
+        result = getattr(result, "value", result)  # ops.* results are wrapped (OpsValue)
         if isinstance(result, tuple):
             raise Unsupported("a masked body with several results")
         other_v = self.constant(other, result.dtype) if not isinstance(other, Value) else other

@@ -109,11 +109,52 @@ def register() -> None:
         from . import _dynamo_interface
         _dynamo_interface.register()
 
+    after_import("torch._subclasses.fake_impls", _register_fake_convolution)
     after_import("torch._inductor.codegen.common", backend)
     after_import("torch._inductor.codegen.mtia.device_op_overrides", op_overrides)
     after_import("torch._inductor.graph", lowering_checks)
     after_import("torch._inductor.scheduler", scheduler)
     after_import("torch._dynamo.device_interface", dynamo)
+
+
+def _register_fake_convolution() -> None:
+    """Fake tensors (what torch.compile traces with) of mtia convolutions get the memory format
+    the device's kernels give: channels-last outputs for channels-last inputs, as on the CPU.
+    PyTorch's own rule for an out-of-tree ("overrideable") convolution says contiguous, and a
+    compiled graph checks its extern kernels' strides against the fake ones."""
+    import torch
+    from torch._subclasses import fake_impls
+
+    aten = torch.ops.aten
+    ops = (aten.convolution.default, aten.convolution_backward.default)
+    original = fake_impls.op_implementations_dict.get(ops[0])
+    if original is None or getattr(original, "_mtia", False):
+        return
+
+    def fmt(t):
+        f = torch._prims_common.suggest_memory_format(t)
+        if (f is torch.channels_last and t.dim() == 4) or (
+                f is torch.channels_last_3d and t.dim() == 5):
+            return f
+        return torch.contiguous_format
+
+    def conv(fake_mode, func, *args, **kwargs):
+        out = original(fake_mode, func, *args, **kwargs)
+        _, kw = fake_impls._normalize_function_or_error(
+            func, args=args, kwargs=kwargs, normalize_to_only_use_kwargs=True)
+        x, w = kw["input"], kw["weight"]
+        if x.fake_device.type != "mtia":
+            return out
+        with fake_mode:
+            if func is aten.convolution.default:
+                return out.contiguous(memory_format=fmt(x))
+            gi, gw, gb = out
+            return (gi.contiguous(memory_format=fmt(x)) if gi is not None else None,
+                    gw.contiguous(memory_format=fmt(w)) if gw is not None else None, gb)
+
+    conv._mtia = True
+    for op in ops:
+        fake_impls.op_implementations_dict[op] = conv
 
 
 def _backend_version_pass():

@@ -83,7 +83,19 @@ class MtiaScheduling(BaseScheduling):
         return self._fusable(node1, node2)
 
     def codegen_node(self, node) -> None:
-        nodes = list(node.get_nodes())
+        # Inductor may reorder a fused node's loops after it fused them; nodes whose loops no
+        # longer agree become kernels of their own, in order.
+        runs = []
+        for n in node.get_nodes():
+            if runs and space_of(runs[-1][0]) == space_of(n):
+                runs[-1].append(n)
+            else:
+                runs.append([n])
+        for run in runs:
+            self._codegen_run(run)
+        self.free_buffers_in_scheduler()
+
+    def _codegen_run(self, nodes) -> None:
         sizes, nred = space_of(nodes[0])
         kb = KernelBuilder(sizes, nred)
         fused = OrderedSet(n.get_name() for n in nodes)
@@ -108,7 +120,6 @@ class MtiaScheduling(BaseScheduling):
         for n in nodes:
             n.mark_run()  # allocates the node's output buffers in the wrapper
         self._emit(nodes, kb, sizes)
-        self.free_buffers_in_scheduler()
 
     def _emit(self, nodes, kb: KernelBuilder, sizes) -> None:
         wrapper = V.graph.wrapper_code
@@ -207,6 +218,10 @@ def check_loops(node) -> None:
     ir.FlexibleLayout.allow_indexing = True
     try:
         _run_check(node, kb, sizes, rsizes)
+    except Unsupported:
+        raise
+    except Exception as e:  # anything the generator trips on is not generated
+        raise Unsupported(f"{type(e).__name__}: {e}") from e
     finally:
         ir.FlexibleLayout.allow_indexing = allow
 
@@ -258,11 +273,28 @@ def _check_result(result, new_buffers) -> None:
             check_loops(buf.data)
 
 
+# Ops whose lowerings build scatter, sort or scan nodes (the generator has none) and register
+# them as mutations, which a discarded lowering would leave behind: these take the device's
+# kernel without being lowered first. The *_scatter ops that are pointwise are not among them.
+_ALWAYS_EXTERN = ("scatter_add", "scatter_reduce", "index_put", "index_add", "index_copy",
+                  "index_reduce", "masked_scatter", "sort", "cumsum", "cumprod", "logcumsumexp",
+                  "cummax", "cummin", "searchsorted", "bucketize", "histc", "bincount")
+
+
+def _always_extern(op) -> bool:
+    name = getattr(op, "__name__", str(op)).split(".")[0]
+    if name in ("scatter", "scatter_"):
+        return True
+    return any(key in name for key in _ALWAYS_EXTERN)
+
+
 def _checked(op, lowering):
     @functools.wraps(lowering)
     def wrapped(*args, **kwargs):
         if V.graph is None or not _on_mtia(args, kwargs):
             return lowering(*args, **kwargs)
+        if isinstance(op, torch._ops.OpOverload) and _always_extern(op):
+            return L.fallback_handler(op, add_to_fallback_set=False)(*args, **kwargs)
         nbuf = len(V.graph.buffers)
         result = lowering(*args, **kwargs)
         try:
