@@ -199,6 +199,8 @@ class KernelBuilder:
                      for i in range(self.n)]
         self.check_only = check_only
         self.lines: List[str] = []  # the box loop's body
+        # DMA loads issued together at the start of a box (one wait for all of them).
+        self.prologue: List[str] = []
         self.tiles: List[Tuple[str, int, str]] = []  # (name, element bytes, shape)
         self.buffers: Dict[str, str] = {}  # buffer name -> C pointer name
         self.scalars: Dict[str, str] = {}  # 0-d CPU tensors, passed by value -> C name
@@ -340,9 +342,13 @@ class KernelBuilder:
         if aff is not None:
             coeffs, off = aff
             st = ", ".join(self._sym(c) for c in coeffs)
-            self.lines.append(f"{{ const int64_t st[{self.n}] = {{{st}}}; mtia_wait(kgen_load("
-                              f"&pl, &b, {t.ref}, {ptr}, st, {self._sym(off)}, {es}, "
-                              f"{self.n})); }}")
+            issue = (f"{{ const int64_t st[{self.n}] = {{{st}}}; (void)kgen_load(&pl, &b, "
+                     f"{t.ref}, {ptr}, st, {self._sym(off)}, {es}, {self.n}); }}")
+            if any(k[0] == name for k in self.stored):
+                # After a store to the same buffer in this box: in order, and waited for.
+                self.lines += ["mtia_wait_all();", issue, "mtia_wait_all();"]
+            else:
+                self.prologue.append(issue)
         else:
             self._gather(t, ptr, index, es)
         out = self._cast(t, compute_dtype(dtype))
@@ -429,9 +435,9 @@ class KernelBuilder:
         out = self._cast(value, dtype)
         coeffs, off = aff
         st = ", ".join(self._sym(c) for c in coeffs)
-        self.lines.append(f"{{ const int64_t st[{self.n}] = {{{st}}}; mtia_wait(kgen_store(&pl, "
+        self.lines.append(f"{{ const int64_t st[{self.n}] = {{{st}}}; (void)kgen_store(&pl, "
                           f"&b, {self._ptr(name)}, st, {self._sym(off)}, {out.ref}, "
-                          f"{DTYPES[dtype][1]}, {self.n})); }}")
+                          f"{DTYPES[dtype][1]}, {self.n}); }}")
         return None
 
     def reduction(self, dtype, src_dtype, reduction_type, value: Value):
@@ -501,9 +507,9 @@ class KernelBuilder:
         self.lines.append("if (b.last) {")
         out = self._cast(value, dtype)
         st = ", ".join(self._sym(c) for c in coeffs)
-        self.lines.append(f"  const int64_t st[{self.n}] = {{{st}}}; mtia_wait(kgen_store(&pl, "
+        self.lines.append(f"  const int64_t st[{self.n}] = {{{st}}}; (void)kgen_store(&pl, "
                           f"&b, {self._ptr(name)}, st, {self._sym(off)}, {out.ref}, "
-                          f"{DTYPES[dtype][1]}, {self.n - self.nred}));")
+                          f"{DTYPES[dtype][1]}, {self.n - self.nred});")
         self.lines.append("}")
         return None
 
@@ -652,6 +658,11 @@ def render(name: str, kb: KernelBuilder) -> Tuple[str, List[str], List[sympy.Sym
     out.append("    const uint64_t rows = b.rows;")
     out.append("    (void)n;")
     out.append("    (void)rows;")
+    # Stores of the previous box read their tiles until they complete: wait before this box's
+    # loads overwrite any of them; then every load in flight at once, and one wait.
+    out.append("    mtia_wait_all();")
+    out += ["    " + line for line in kb.prologue]
+    out.append("    mtia_wait_all();")
     out += ["    " + line for line in kb.lines]
     out.append("  }")
     out.append("  mtia_wait_all();")

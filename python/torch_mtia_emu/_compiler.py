@@ -325,23 +325,50 @@ def _all_kernels() -> List["GeneratedKernel"]:
 
 
 def _build(batch: List["GeneratedKernel"]) -> None:
-    """Compiles the kernels into one module (or finds it in the cache)."""
+    """Gives each kernel its module: from the disk cache, where each kernel's entry names the
+    module that holds it, or compiled now, all the missing ones in one module (one clang run).
+    Kernels with the same name have the same source (the name ends in its hash): one copy."""
     tk = _get_toolkit()
-    source = "\n".join(k.source for k in batch)
-    key = hashlib.sha256((tk.fingerprint + source).encode()).hexdigest()[:40]
-    path = os.path.join(kernel_cache_dir(), key + ".elf")
-    if os.path.exists(path):
-        _count("cache_hits", len(batch))
-    else:
-        t = time.perf_counter()
-        tk.compile(source, path, [k.name for k in batch])
-        _count("compile_seconds", time.perf_counter() - t)
-        _count("kernels_compiled", len(batch))
-        _count("modules_compiled")
-    with open(path, "rb") as f:
-        elf = f.read()
+    cache = kernel_cache_dir()
+    unique: Dict[str, "GeneratedKernel"] = {}
     for k in batch:
-        k.key, k.elf = key, elf
+        unique.setdefault(k.name, k)
+    missing = []
+    for k in unique.values():
+        entry = os.path.join(cache, _kernel_key(tk, k) + ".kernel")
+        module = None
+        if os.path.exists(entry):
+            with open(entry) as f:
+                module = f.read().strip()
+        if module and os.path.exists(os.path.join(cache, module + ".elf")):
+            _count("cache_hits")
+            k.key = module
+        else:
+            missing.append(k)
+    if missing:
+        source = "\n".join(k.source for k in missing)
+        key = hashlib.sha256((tk.fingerprint + source).encode()).hexdigest()[:40]
+        path = os.path.join(cache, key + ".elf")
+        if not os.path.exists(path):
+            t = time.perf_counter()
+            tk.compile(source, path, [k.name for k in missing])
+            _count("compile_seconds", time.perf_counter() - t)
+            _count("kernels_compiled", len(missing))
+            _count("modules_compiled")
+        for k in missing:
+            k.key = key
+            entry = os.path.join(cache, _kernel_key(tk, k) + ".kernel")
+            with open(entry + ".tmp", "w") as f:
+                f.write(key)
+            os.replace(entry + ".tmp", entry)
+    for k in batch:
+        k.key = unique[k.name].key
+        with open(os.path.join(cache, k.key + ".elf"), "rb") as f:
+            k.elf = f.read()
+
+
+def _kernel_key(tk: "_Toolkit", k: "GeneratedKernel") -> str:
+    return hashlib.sha256((tk.fingerprint + k.source).encode()).hexdigest()[:40]
 
 
 class GeneratedKernel:
