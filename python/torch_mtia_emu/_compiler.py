@@ -83,12 +83,24 @@ def register() -> None:
     def lowering_checks():
         from torch._inductor.graph import GraphLowering
         run = GraphLowering.run
+        update_scheduler = GraphLowering._update_scheduler
 
         def checked_run(self, *args, **kwargs):
             from . import _inductor_backend
             _inductor_backend.install_lowering_checks()
             return run(self, *args, **kwargs)
+
+        def scheduler_with_limits(self):
+            # A graph with mtia work fuses within the device's launch limits: Inductor's
+            # guardrails for MTIA, set from the open device while this graph is scheduled.
+            if "mtia" not in self.device_types:
+                return update_scheduler(self)
+            from torch._inductor import config
+            from ._inductor import inductor_config
+            with config.patch(inductor_config()):
+                return update_scheduler(self)
         GraphLowering.run = checked_run
+        GraphLowering._update_scheduler = scheduler_with_limits
 
     def scheduler():
         # Inductor asks for Triton before it creates any "GPU" backend, mtia included; the

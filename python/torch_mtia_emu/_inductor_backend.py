@@ -13,6 +13,7 @@ own (Triton) scheduling for "mtia":
   eager mode would not send there.
 """
 
+import collections
 import functools
 import hashlib
 import itertools
@@ -288,20 +289,33 @@ def _always_extern(op) -> bool:
     return any(key in name for key in _ALWAYS_EXTERN)
 
 
+# How often each ATen op that Inductor lowers was made an extern call instead, and the first
+# reason (for docs/compiler.md's table and the OpInfo sweep).
+check_fallbacks: "collections.Counter[str]" = collections.Counter()
+check_reasons: dict = {}
+
+
+def _note_fallback(op, reason: str) -> None:
+    name = str(op)
+    check_fallbacks[name] += 1
+    check_reasons.setdefault(name, reason)
+
+
 def _checked(op, lowering):
     @functools.wraps(lowering)
     def wrapped(*args, **kwargs):
         if V.graph is None or not _on_mtia(args, kwargs):
             return lowering(*args, **kwargs)
         if isinstance(op, torch._ops.OpOverload) and _always_extern(op):
+            _note_fallback(op, "scatter, sort or scan")
             return L.fallback_handler(op, add_to_fallback_set=False)(*args, **kwargs)
         nbuf = len(V.graph.buffers)
         result = lowering(*args, **kwargs)
         try:
             _check_result(result, V.graph.buffers[nbuf:])
             return result
-        except Unsupported:
-            pass
+        except Unsupported as e:
+            _note_fallback(op, str(e))
         if not isinstance(op, torch._ops.OpOverload):
             raise RuntimeError(f"torch_mtia_emu: no mtia kernel can be generated for {op}")
         # The device's own ATen kernel instead. Buffers the discarded lowering made stay

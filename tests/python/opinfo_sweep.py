@@ -48,6 +48,10 @@ from torch.testing._internal.common_methods_invocations import op_db
 
 cfg = json.loads(sys.argv[1])
 dtype = getattr(torch, cfg["dtype"])
+compiling = cfg.get("compile", False)
+if compiling:
+    import torch._dynamo
+    from torch_mtia_emu import _inductor_backend
 unchecked = __import__("re").compile(cfg["unchecked"])
 torch_mtia_emu.set_fallback_mode("silent")
 dev = torch.device("mtia")
@@ -115,8 +119,14 @@ for index in cfg["ops"]:
         except Exception:
             continue
         torch_mtia_emu.reset_fallback_counts()
+        launches = torch_mtia_emu.compile_stats()["launches"]
+        checked = sum(_inductor_backend.check_fallbacks.values()) if compiling else 0
+        run = op
+        if compiling:
+            torch._dynamo.reset()
+            run = torch.compile(lambda *a, **k: op(*a, **k))
         try:
-            got = op(*fresh(args, dev), **fresh(s.kwargs, dev))
+            got = run(*fresh(args, dev), **fresh(s.kwargs, dev))
             got = tree_map(got, lambda t: t.cpu())
         except Exception as e:
             statuses.append("raised")
@@ -129,11 +139,21 @@ for index in cfg["ops"]:
             statuses.append("wrong")
             result["detail"] = f"{s}: {e}"[:600]
             continue
+        if compiling:
+            if torch_mtia_emu.compile_stats()["launches"] > launches:
+                statuses.append("generated")
+            else:
+                statuses.append("extern")
+                if sum(_inductor_backend.check_fallbacks.values()) > checked:
+                    result["lowered"] = True  # Inductor lowers it; the check sent it extern
+            continue
         statuses.append("fallback" if fell_back else "device")
         if fell_back:
             result.setdefault("fallbacks", sorted(fell_back))
     result["samples"] = len(statuses)
-    for status in ("wrong", "raised", "fallback", "device"):
+    order = (("wrong", "raised", "generated", "extern") if compiling else
+             ("wrong", "raised", "fallback", "device"))
+    for status in order:
         if status in statuses:
             result["status"] = status
             break
@@ -197,6 +217,9 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--timeout", type=int, default=120, help="seconds an op may take")
     ap.add_argument("--json", help="write every op's result to this file")
+    ap.add_argument("--compile", action="store_true",
+                    help="run each op compiled (torch.compile, Inductor) instead of eagerly: "
+                         "an op ends 'generated' (a generated kernel ran) or 'extern'")
     args = ap.parse_args(argv)
     if args.samples < 1 or args.jobs < 1 or args.chunk < 1:
         ap.error("--samples, --jobs and --chunk must be at least 1")
@@ -205,7 +228,7 @@ def main(argv=None):
     ops = op_list(args.dtype, args.ops)
     names = dict(ops)
     cfg = {"samples": args.samples, "dtype": args.dtype, "timeout": args.timeout,
-           "unchecked": UNCHECKED_VALUES.pattern}
+           "unchecked": UNCHECKED_VALUES.pattern, "compile": args.compile}
     chunks = [[i for i, _ in ops[k:k + args.chunk]] for k in range(0, len(ops), args.chunk)]
     with ThreadPoolExecutor(args.jobs) as pool:
         results = [r for rs in pool.map(lambda c: run_chunk(c, names, cfg), chunks) for r in rs]
@@ -214,15 +237,25 @@ def main(argv=None):
     counts = {}
     for r in results:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    compared = sum(counts.get(s, 0) for s in ("device", "fallback", "raised", "wrong", "crashed"))
+    ran = ("generated", "extern") if args.compile else ("device", "fallback")
+    compared = sum(counts.get(s, 0) for s in ran + ("raised", "wrong", "crashed"))
     for r in results:
         if r["status"] in ("wrong", "crashed"):
             print(f"{r['status'].upper()}: {r['op']}: {r.get('detail', '')}")
     print(f"opinfo sweep ({args.dtype}, {args.samples} samples an op, "
-          f"{time.time() - t0:.0f} s): {len(results)} ops; " +
-          ", ".join(f"{counts.get(s, 0)} {s}" for s in
-                    ("device", "fallback", "raised", "cpu-only", "wrong", "crashed")))
-    if compared:
+          f"{'compiled, ' if args.compile else ''}{time.time() - t0:.0f} s): {len(results)} "
+          "ops; " + ", ".join(f"{counts.get(s, 0)} {s}" for s in
+                              ran + ("raised", "cpu-only", "wrong", "crashed")))
+    if args.compile and compared:
+        generated = counts.get("generated", 0)
+        lowered = generated + sum(1 for r in results if r["status"] == "extern" and
+                                  r.get("lowered"))
+        print(f"in generated kernels: {generated} of {compared} ops that ran "
+              f"({100.0 * generated / compared:.1f}%)")
+        if lowered:
+            print(f"of the ops Inductor lowers itself: {generated} of {lowered} "
+                  f"({100.0 * generated / lowered:.1f}%) in generated kernels")
+    elif compared:
         print(f"on device kernels: {counts.get('device', 0)} of {compared} ops that ran "
               f"({100.0 * counts.get('device', 0) / compared:.1f}%)")
     if args.json:

@@ -2,6 +2,7 @@
 pointwise and reduction work, extern calls to the device's ATen kernels for the rest, checked
 against eager PyTorch on the CPU."""
 import os
+import re
 
 import pytest
 import torch
@@ -203,6 +204,30 @@ def test_fusion_stays_within_the_device_buffer_limit(no_fallback):
     xs = [rand(64, seed=i) for i in range(n)]
     launches = cpu_and_device(f, *xs)
     assert launches >= 2  # split, rather than one kernel over too many buffers
+    props = torch_mtia_emu._C._properties()
+    from torch_mtia_emu import _compiler
+    for k in _compiler._all_kernels():
+        sig = k.source.split('MTIA_KERNEL(')[1].split('"')[1].split()
+        assert sum(a.endswith(":ptr") for a in sig) <= props["max_kernel_buffers"], k.name
+        assert len(sig) <= props["max_kernel_args"], k.name
+
+
+def test_opinfo_sweep_compiled(capsys):
+    """A slice of PyTorch's OpInfo database compiled on the device (tests/python/opinfo_sweep.py
+    --compile): no op wrong or crashed, and of the ops Inductor lowers, at least 80% in
+    generated kernels. `opinfo_sweep.py --compile` without --ops runs every op."""
+    import opinfo_sweep
+    ops = ("^(abs|add|addcmul|atan2|ceil|clamp|cos|div.no_rounding_mode|eq|erf|exp|floor|"
+           "fmod|ge|hypot|isnan|log1p|logical_and|lerp|maximum|mean|mul|neg|pow|reciprocal|"
+           "remainder|round|rsqrt|sigmoid|sign|sin|sqrt|square|sub|sum|amax|argmax|tanh|tril|"
+           "var_mean|where|nn.functional.gelu|nn.functional.silu|nn.functional.relu|softmax|"
+           "log_softmax|nn.functional.layer_norm|nn.functional.embedding|erfinv|sort|cumsum)$")
+    status = opinfo_sweep.main(["--compile", "--ops", ops, "--samples", "1"])
+    out = capsys.readouterr().out
+    print(out)
+    assert status == 0 and "0 wrong, 0 crashed" in out, out
+    share = re.search(r"of the ops Inductor lowers itself: \d+ of \d+ \(([\d.]+)%\)", out)
+    assert share and float(share.group(1)) >= 80.0, out
 
 
 def test_generated_kernels_are_cached_on_disk(tmp_path):
