@@ -28,15 +28,15 @@ typedef struct kgen_plan {
   int nred; /* the last nred of them are reduced */
   int64_t size[KGEN_MAX_DIMS];
   /* Set by kgen_plan_init. */
-  int k;            /* dimensions after k are whole in a box */
-  int64_t bk;       /* box extent along k */
-  int64_t chunks_k; /* boxes along k */
-  uint64_t cap;     /* elements of the largest box */
-  uint64_t rows_cap; /* outputs of the largest box (reductions) */
-  int row_chunked;  /* 1: a box is a chunk of one reduced row */
-  uint64_t nrows;   /* rows of the space (product of the kept dimensions) */
+  int k;                  /* dimensions after k are whole in a box */
+  int64_t bk;             /* box extent along k */
+  int64_t chunks_k;       /* boxes along k */
+  uint64_t cap;           /* elements of the largest box */
+  uint64_t rows_cap;      /* outputs of the largest box (reductions) */
+  int row_chunked;        /* 1: a box is a chunk of one reduced row */
+  uint64_t nrows;         /* rows of the space (product of the kept dimensions) */
   uint64_t boxes_per_row; /* row_chunked: boxes of one row */
-  uint64_t nboxes;  /* boxes in the space */
+  uint64_t nboxes;        /* boxes in the space */
 } kgen_plan;
 
 typedef struct kgen_box {
@@ -193,9 +193,8 @@ static inline int64_t kgen_offset(const kgen_plan* p, const kgen_box* b, const i
 }
 
 /* Device -> tile: the box dimensions from k on (dims [k, upto)), contiguous in the tile. */
-static inline mtia_tag_t kgen_load(const kgen_plan* p, const kgen_box* b, void* tile,
-                                   uint64_t base, const int64_t* st, int64_t off, unsigned es,
-                                   int upto) {
+static inline mtia_tag_t kgen_load(const kgen_plan* p, const kgen_box* b, void* tile, uint64_t base,
+                                   const int64_t* st, int64_t off, unsigned es, int upto) {
   const int64_t o = kgen_offset(p, b, st, off);
   const int k = p->k < upto ? p->k : upto - 1;
   if (upto <= 0 || k < 0) return mtia_dma_in(tile, base + (uint64_t)(o * (int64_t)es), es);
@@ -214,8 +213,8 @@ static inline mtia_tag_t kgen_store(const kgen_plan* p, const kgen_box* b, uint6
 
 /* An SE operation with each operand a vector (mode 0), a broadcast element (1) or an immediate
  * bit pattern (2). */
-static inline void kgen_se(uint8_t op, uint8_t in_dt, uint8_t out_dt, void* out, uint32_t n,
-                           int m0, uint64_t a, int m1, uint64_t b, int m2, uint64_t c) {
+static inline void kgen_se(uint8_t op, uint8_t in_dt, uint8_t out_dt, void* out, uint32_t n, int m0,
+                           uint64_t a, int m1, uint64_t b, int m2, uint64_t c) {
   mtia_pe_se_desc d;
   MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
