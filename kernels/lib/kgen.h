@@ -192,6 +192,15 @@ static inline int64_t kgen_offset(const kgen_plan* p, const kgen_box* b, const i
   return off;
 }
 
+/* 1 when every element offset of the box for this access lies in [0, extent) (strides >= 0). */
+static inline int kgen_box_inside(const kgen_plan* p, const kgen_box* b, const int64_t* st,
+                                  int64_t off, int64_t extent) {
+  const int64_t lo = kgen_offset(p, b, st, off);
+  int64_t hi = lo;
+  for (int i = 0; i < p->n; ++i) hi += st[i] * (int64_t)(b->ext[i] - 1);
+  return lo >= 0 && hi < extent;
+}
+
 /* Device -> tile: the box dimensions from k on (dims [k, upto)), contiguous in the tile. */
 static inline mtia_tag_t kgen_load(const kgen_plan* p, const kgen_box* b, void* tile, uint64_t base,
                                    const int64_t* st, int64_t off, unsigned es, int upto) {
@@ -237,6 +246,41 @@ static inline void kgen_se(uint8_t op, uint8_t in_dt, uint8_t out_dt, void* out,
   }
   d.dst = kaddr(out);
   mtia_wait(mtia_se_op(&d));
+}
+
+/* iota[e] = e for e < n (int64), on the SE: log2(n) doubling steps. */
+static inline void kgen_iota(int64_t* iota, uint64_t n) {
+  if (n == 0) return;
+  iota[0] = 0;
+  for (uint64_t len = 1; len < n; len *= 2) {
+    const uint64_t m = len < n - len ? len : n - len;
+    kgen_se(MTIA_PE_SE_ADD, MTIA_PE_DT_INT64, MTIA_PE_DT_INT64, iota + len, (uint32_t)m, 0,
+            kaddr(iota), 2, len, 0, 0);
+  }
+}
+
+/* out[e] = the access's element offset (strides st, any sign; offset off) of box element e,
+ * on the SE from an iota tile: the index values of an affine index expression. */
+static inline void kgen_affine_index(const kgen_plan* p, const kgen_box* b, int64_t* out,
+                                     const int64_t* iota, int64_t* tmp, const int64_t* st,
+                                     int64_t off) {
+  const uint32_t n = (uint32_t)b->count;
+  kse_fill(MTIA_PE_DT_INT64, out, (uint64_t)kgen_offset(p, b, st, off), n);
+  uint64_t inner = 1;
+  for (int i = p->n - 1; i >= 0; --i) {
+    const uint64_t ext = b->ext[i];
+    if (ext > 1 && st[i] != 0) {
+      kgen_se(MTIA_PE_SE_FLOOR_DIV, MTIA_PE_DT_INT64, MTIA_PE_DT_INT64, tmp, n, 0, kaddr(iota), 2,
+              inner, 0, 0);
+      kgen_se(MTIA_PE_SE_REMAINDER, MTIA_PE_DT_INT64, MTIA_PE_DT_INT64, tmp, n, 0, kaddr(tmp), 2,
+              ext, 0, 0);
+      kgen_se(MTIA_PE_SE_MUL, MTIA_PE_DT_INT64, MTIA_PE_DT_INT64, tmp, n, 0, kaddr(tmp), 2,
+              (uint64_t)st[i], 0, 0);
+      kgen_se(MTIA_PE_SE_ADD, MTIA_PE_DT_INT64, MTIA_PE_DT_INT64, out, n, 0, kaddr(out), 0,
+              kaddr(tmp), 0, 0);
+    }
+    inner *= ext;
+  }
 }
 
 /* Fills n elements of dtype `dt` with the bit pattern `bits`. */

@@ -87,6 +87,14 @@ def _is_cpu_scalar(name: str) -> bool:
         return False
 
 
+def _storage_elements(name: str):
+    """The elements a buffer's layout spans (what a kernel may read of it), or None."""
+    try:
+        return sympy.sympify(V.graph.get_buffer(name).get_layout().storage_size())
+    except Exception:
+        return None
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """fp16 and bf16 values are computed in fp32 (rounded once at the store)."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
@@ -106,6 +114,9 @@ class Value:
         self.dtype = dtype
         self.ref = ref  # C name of the tile, or the immediate's bits as C text
         self.shape = shape
+        # Known to be the same along the innermost loop dimension (a load with stride 0 there,
+        # and math on such values): an indirect index from it addresses whole rows.
+        self.const_last = kind == "imm"
 
     def __repr__(self):
         return f"Value({self.kind}, {self.dtype}, {self.ref}, {self.shape})"
@@ -160,9 +171,10 @@ class CPrinter:
         raise Unsupported(f"index expression {e} ({type(e).__name__}) has no C form here")
 
 
-def affine(expr, variables: Sequence[sympy.Symbol]) -> Optional[Tuple[List, sympy.Expr]]:
+def affine(expr, variables: Sequence[sympy.Symbol],
+           negative: bool = False) -> Optional[Tuple[List, sympy.Expr]]:
     """(coefficients per variable, offset) when expr is affine in the variables with
-    non-negative coefficients, else None."""
+    non-negative coefficients (any sign with `negative`), else None."""
     expr = sympy.expand(expr)
     coeffs = [sympy.Integer(0)] * len(variables)
     offset = sympy.Integer(0)
@@ -182,7 +194,7 @@ def affine(expr, variables: Sequence[sympy.Symbol]) -> Optional[Tuple[List, symp
             return None
         coeffs[hits[0]] += c
     for c in coeffs:
-        if c.is_number and c < 0:
+        if c.is_number and c < 0 and not negative:
             return None
     return coeffs, offset
 
@@ -211,6 +223,8 @@ class KernelBuilder:
         self.need_rows = False
         self.has_reduction = False
         self.mask: Optional[Value] = None
+        self.iota: Optional[Value] = None  # 0, 1, ... (int64), for affine index values
+        self.iota_tmp: Optional[Value] = None
         self.removed: set = set()  # stores to skip (buffers that live only in this kernel)
         self.counter = itertools.count()
         self.var_ranges = dict(zip(self.vars, self.sizes))
@@ -279,6 +293,7 @@ class KernelBuilder:
         if all(a.kind == "imm" for a in args):
             args = [self._materialize(args[0], shape)] + list(args[1:])
         out = self._tile(out_dt, shape)
+        out.const_last = all(a.const_last for a in args)
         ops = [self._operand(a) for a in args] + [(0, "0")] * (3 - len(args))
         flat = ", ".join(f"{m}, {r}" for m, r in ops)
         self.lines.append(f"kgen_se(MTIA_PE_SE_{op}, MTIA_PE_DT_{DTYPES[in_dt][0]}, "
@@ -333,7 +348,9 @@ class KernelBuilder:
         key = (name, str(index))
         if key in self.stored and self.mask is None:
             return self.stored[key]
-        if key in self.loaded and self.mask is None:
+        if self.mask is not None:
+            key = key + (self.mask.ref,)
+        if key in self.loaded:
             return self.loaded[key]
         es = DTYPES[dtype][1]
         ptr = self._ptr(name)
@@ -349,11 +366,24 @@ class KernelBuilder:
                 self.lines += ["mtia_wait_all();", issue, "mtia_wait_all();"]
             else:
                 self.prologue.append(issue)
+            t.const_last = coeffs[-1] == 0
+        elif self.mask is not None and (aff := affine(index, self.vars)) is not None and (
+                extent := _storage_elements(name)) is not None:
+            # A masked load at an affine index (padding, concatenation): one DMA of the box
+            # when every address of the box lies inside the tensor (the masked-out lanes
+            # read bytes that the select discards), else element by element.
+            coeffs, off = aff
+            st = ", ".join(self._sym(c) for c in coeffs)
+            self.lines.append(f"{{ const int64_t st[{self.n}] = {{{st}}}; if (kgen_box_inside(&pl, "
+                              f"&b, st, {self._sym(off)}, {self._sym(extent)})) {{ mtia_wait("
+                              f"kgen_load(&pl, &b, {t.ref}, {ptr}, st, {self._sym(off)}, {es}, "
+                              f"{self.n})); }} else {{")
+            self._gather(t, ptr, index, es)
+            self.lines.append("} }")
         else:
             self._gather(t, ptr, index, es)
         out = self._cast(t, compute_dtype(dtype))
-        if self.mask is None:
-            self.loaded[key] = out
+        self.loaded[key] = out
         return out
 
     def _element_loop(self, body: List[str], pre: Sequence[str] = ()) -> None:
@@ -381,12 +411,93 @@ class KernelBuilder:
         self.lines += lines
 
     def _gather(self, t: Value, ptr: str, index, es: int) -> None:
+        step = self._row_step(index)
+        if step is not None:
+            self._gather_rows(t, ptr, index, es, step)
+            return
         pre = []
         if self.mask is not None:
             pre.append(f"if (!((const uint8_t*){self.mask.ref})[e]) {{ for (unsigned z = 0; "
                        f"z < {es}u; ++z) ((uint8_t*){t.ref})[e * {es}u + z] = 0; continue; }}")
         self._element_loop([f"mtia_wait(mtia_dma_in((uint8_t*){t.ref} + e * {es}u, {ptr} + "
                             f"(uint64_t)({self._sym(index)} * {es}), {es}u));"], pre)
+
+    def _row_step(self, index):
+        """The element step of `index` along the innermost loop dimension when the rest of
+        the index does not change along it (so a row of the box is one strided DMA), else
+        None."""
+        if self.n < 2:
+            return None
+        last = self.vars[-1]
+        index = sympy.expand(sympy.sympify(index))
+        step = sympy.Integer(0)
+        for term in sympy.Add.make_args(index):
+            if not term.has(last):
+                for sym in term.free_symbols:
+                    if sym in self.indirect and not self.indirect[sym][0].const_last:
+                        return None
+                continue
+            c = sympy.cancel(term / last)
+            if c.has(last) or any(v in c.free_symbols for v in self.vars) or any(
+                    sym in self.indirect for sym in c.free_symbols):
+                return None
+            step += c
+        if step.is_number and step < 0:
+            return None
+        return step
+
+    def _gather_rows(self, t: Value, ptr: str, index, es: int, step) -> None:
+        """A gather whose index moves by `step` elements along the innermost dimension: one
+        strided DMA per row of the box (a stride of 0 repeats one element). A masked row is
+        read whole when none of its lanes is masked, skipped when all are, and element by
+        element otherwise (a masked lane's address may be outside the tensor)."""
+        n = self.n
+        lines = [f"{{ const uint64_t il = b.ext[{n - 1}]; const uint64_t nr = b.count / il;",
+                 f"  const int64_t step = {self._sym(step)};",
+                 "  for (uint64_t row = 0; row < nr; ++row) {",
+                 "    const uint64_t e = row * il;",
+                 "    uint64_t r_ = e;"]
+        for i in reversed(range(n)):
+            lines.append(f"    const int64_t v{i} = b.start[{i}] + (int64_t)(r_ % b.ext[{i}]);"
+                         f" r_ /= b.ext[{i}];")
+        lines += [f"    (void)v{i};" for i in range(n)]
+        mask = self.mask.ref if self.mask is not None else None
+        if mask is not None:
+            lines += ["    uint64_t on = 0;",
+                      f"    for (uint64_t z = 0; z < il; ++z) on += ((const uint8_t*){mask})[e + z] "
+                      "!= 0;",
+                      f"    if (on == 0) {{ for (uint64_t q = 0; q < il * {es}u; ++q) "
+                      f"((uint8_t*){t.ref})[e * {es}u + q] = 0; continue; }}"]
+        # The indirect indices of the row's first element (the same along the row).
+        for sym, (src, size, wrap) in self.indirect.items():
+            ctype = {torch.int64: "int64_t", torch.int32: "int32_t", torch.int8: "int8_t"}[
+                src.dtype]
+            lines.append(f"    int64_t ind_{sym.name} = ((const {ctype}*){src.ref})[e];")
+            if wrap:
+                lines.append(f"    if (ind_{sym.name} < 0) ind_{sym.name} += {self._sym(size)};")
+            lines.append(f"    if (ind_{sym.name} < 0 || ind_{sym.name} >= {self._sym(size)}) "
+                         "return MTIA_KSTATUS_BAD_SHAPE;")
+            lines.append(f"    (void)ind_{sym.name};")
+        lines.append(f"    const int64_t base = {self._sym(index)};")
+        full = ("    if (on == il) {" if mask is not None else "    {")
+        lines += [full,
+                  f"      const int64_t ds[1] = {{{es}}}; const int64_t ss[1] = {{step * {es}}};",
+                  "      const uint64_t sz[1] = {il};",
+                  f"      mtia_wait(kdma(kaddr({t.ref}) + e * {es}u, MTIA_PE_SPACE_LOCAL, ds, "
+                  f"{ptr} + (uint64_t)(base * {es}), MTIA_PE_SPACE_DEVICE, ss, sz, 1, {es}u));",
+                  "    }"]
+        if mask is not None:
+            lines += ["    else {",
+                      "      for (uint64_t z = 0; z < il; ++z) {",
+                      f"        if (((const uint8_t*){mask})[e + z]) mtia_wait(mtia_dma_in("
+                      f"(uint8_t*){t.ref} + (e + z) * {es}u, {ptr} + (uint64_t)((base + "
+                      f"(int64_t)z * step) * {es}), {es}u));",
+                      f"        else for (unsigned q = 0; q < {es}u; ++q) ((uint8_t*){t.ref})"
+                      f"[(e + z) * {es}u + q] = 0;",
+                      "      }",
+                      "    }"]
+        lines += ["  }", "}"]
+        self.lines += lines
 
     def indirect_indexing(self, x: Value, size, check=True, wrap_neg=True):
         if x.kind == "imm":
@@ -406,8 +517,22 @@ class KernelBuilder:
         if isinstance(index, (int, sympy.Integer)):
             return self.constant(int(index), dtype)
         t = self._tile(torch.int64)
-        self._element_loop([f"((int64_t*){t.ref})[e] = {self._sym(index)};"])
+        aff = affine(index, self.vars, negative=True)
+        if aff is not None and not self.indirect_in(index):
+            # On the SE from an iota tile (a few vector ops per dimension).
+            if self.iota is None:
+                self.iota, self.iota_tmp = self._tile(torch.int64), self._tile(torch.int64)
+            coeffs, off = aff
+            st = ", ".join(self._sym(c) for c in coeffs)
+            self.lines.append(f"{{ const int64_t st[{self.n}] = {{{st}}}; kgen_affine_index(&pl, "
+                              f"&b, (int64_t*){t.ref}, (const int64_t*){self.iota.ref}, "
+                              f"(int64_t*){self.iota_tmp.ref}, st, {self._sym(off)}); }}")
+        else:
+            self._element_loop([f"((int64_t*){t.ref})[e] = {self._sym(index)};"])
         return self._cast(t, compute_dtype(dtype))
+
+    def indirect_in(self, index) -> bool:
+        return any(s in self.indirect for s in sympy.sympify(index).free_symbols)
 
     def to_dtype(self, x: Value, dtype, src_dtype=None, use_compute_types=True):
         return self._cast(x, compute_dtype(dtype))
@@ -652,6 +777,8 @@ def render(name: str, kb: KernelBuilder) -> Tuple[str, List[str], List[sympy.Sym
         count = "pl.cap" if shape == "elem" else "pl.rows_cap"
         out.append(f"  void* {t} = kalloc(&ar, {count} * {es}u);")
         out.append(f"  if ({t} == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;")
+    if kb.iota is not None:
+        out.append(f"  kgen_iota((int64_t*){kb.iota.ref}, pl.cap);")
     out.append("  kgen_box b;")
     out.append("  for (int more = kgen_first(&pl, &b); more; more = kgen_next(&pl, &b)) {")
     out.append("    const uint64_t n = b.count;")

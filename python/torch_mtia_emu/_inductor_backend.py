@@ -98,7 +98,12 @@ class MtiaScheduling(BaseScheduling):
 
     def _codegen_run(self, nodes) -> None:
         sizes, nred = space_of(nodes[0])
-        kb = KernelBuilder(sizes, nred)
+        # Views that merge dimensions index with FloorDiv/ModularIndexing of a loop variable;
+        # splitting the variable at those divisors makes the indices affine again (DMA boxes
+        # instead of element gathers).
+        sub_sizes, nred_split, expand = split_loops(nodes, sizes, nred)
+        kb = KernelBuilder(sub_sizes, nred_split)
+        loop_vars = expand(kb.vars)
         fused = OrderedSet(n.get_name() for n in nodes)
         outputs = OrderedSet(V.graph.get_output_names())
         if len(nodes) > 1:
@@ -112,7 +117,8 @@ class MtiaScheduling(BaseScheduling):
             with V.set_ops_handler(kb):
                 for n in nodes:
                     psizes, rsizes = n.get_ranges()
-                    n._body(kb.vars[:len(psizes)], kb.vars[len(psizes):len(psizes) + len(rsizes)])
+                    n._body(loop_vars[:len(psizes)],
+                            loop_vars[len(psizes):len(psizes) + len(rsizes)])
         except Unsupported as e:
             raise RuntimeError(f"torch_mtia_emu: cannot generate an mtia kernel for "
                                f"{', '.join(n.get_name() for n in nodes)}: {e}") from e
@@ -160,6 +166,64 @@ class MtiaScheduling(BaseScheduling):
 
     def benchmark_fused_nodes(self, nodes):
         raise NotImplementedError("mtia does not benchmark fusions")
+
+
+def split_loops(nodes, sizes, nred):
+    """(sizes, nred) of the space with each loop variable split at the divisors its indices
+    take it by, and a function from the new variables to expressions for the old ones."""
+    from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+    n = len(sizes)
+    points = [set() for _ in range(n)]
+    for node in nodes:
+        body = node._body
+        old_vars = list(body.var_ranges.keys())
+        if len(old_vars) != n:
+            return sizes, nred, lambda vs: vs
+        for expr in body.indexing_exprs.values():
+            expr = sympy.sympify(expr)
+            for f in expr.atoms(FloorDiv, ModularIndexing):
+                arg = f.args[0]
+                if arg not in old_vars:
+                    continue
+                i = old_vars.index(arg)
+                d = f.args[1]
+                if isinstance(f, ModularIndexing):
+                    cands = [d, d * f.args[2]]
+                else:
+                    cands = [d]
+                for c in cands:
+                    if isinstance(c, sympy.Integer):
+                        points[i].add(int(c))
+    new_sizes, groups = [], []
+    new_nred = 0
+    for i, size in enumerate(sizes):
+        size = sympy.sympify(size)
+        chain = []
+        if size.is_number:
+            r = int(size)
+            for p in sorted(points[i]):
+                if 1 < p < r and r % p == 0 and all(p % q == 0 for q in chain):
+                    chain.append(p)
+        # outermost first: r / p_k, p_k / p_(k-1), ..., p_1
+        parts, strides, prev = [], [], 1
+        for p in chain:
+            parts.insert(0, sympy.Integer(p // prev))
+            strides.insert(0, prev)
+            prev = p
+        parts.insert(0, size if not chain else sympy.Integer(int(size) // prev))
+        strides.insert(0, prev)
+        groups.append((len(new_sizes), strides))
+        new_sizes += parts
+        if i >= n - nred:
+            new_nred += len(parts)
+    if len(new_sizes) == n or len(new_sizes) > 8:
+        return sizes, nred, lambda vs: vs
+
+    def expand(new_vars):
+        return [sum((new_vars[start + j] * st for j, st in enumerate(strides)), sympy.Integer(0))
+                for start, strides in groups]
+
+    return new_sizes, new_nred, expand
 
 
 # --- wrapper code --------------------------------------------------------------------------
