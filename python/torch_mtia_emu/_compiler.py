@@ -122,6 +122,7 @@ def register() -> None:
         _dynamo_interface.register()
 
     after_import("torch._subclasses.fake_impls", _register_fake_convolution)
+    after_import("torch._inductor.decomposition", _keep_pooling_whole)
     after_import("torch._inductor.codegen.common", backend)
     after_import("torch._inductor.codegen.mtia.device_op_overrides", op_overrides)
     after_import("torch._inductor.graph", lowering_checks)
@@ -167,6 +168,27 @@ def _register_fake_convolution() -> None:
     conv._mtia = True
     for op in ops:
         fake_impls.op_implementations_dict[op] = conv
+
+
+def _keep_pooling_whole() -> None:
+    """Inductor decomposes max pooling into window loads (a generated loop per window
+    element); on mtia the library's pool2d kernel does it faster, so the op stays whole and
+    runs as an extern call (the lowering check sends it there)."""
+    import torch
+    from torch._inductor import decomposition
+
+    op = torch.ops.aten.max_pool2d_with_indices.default
+    original = decomposition.decompositions.get(op)
+    if original is None or getattr(original, "_mtia", False):
+        return
+
+    def decompose(x, *args, **kwargs):
+        if x.device.type == "mtia":
+            return NotImplemented
+        return original(x, *args, **kwargs)
+
+    decompose._mtia = True
+    decomposition.decompositions[op] = decompose
 
 
 def _backend_version_pass():
