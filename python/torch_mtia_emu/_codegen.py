@@ -223,6 +223,9 @@ class KernelBuilder:
         self.need_rows = False
         self.has_reduction = False
         self.mask: Optional[Value] = None
+        # Inside a reduction's epilogue (pointwise nodes over its output rows, fused after it):
+        # values are rows, loads and stores cover the box's unreduced dimensions.
+        self.epilogue = False
         self.iota: Optional[Value] = None  # 0, 1, ... (int64), for affine index values
         self.iota_tmp: Optional[Value] = None
         self.removed: set = set()  # stores to skip (buffers that live only in this kernel)
@@ -354,6 +357,8 @@ class KernelBuilder:
             return self.loaded[key]
         es = DTYPES[dtype][1]
         ptr = self._ptr(name)
+        if self.epilogue:
+            return self._load_rows(name, index, dtype, ptr, key)
         t = self._tile(dtype)
         aff = affine(index, self.vars) if self.mask is None else None
         if aff is not None:
@@ -385,6 +390,34 @@ class KernelBuilder:
         out = self._cast(t, compute_dtype(dtype))
         self.loaded[key] = out
         return out
+
+    def _load_rows(self, name, index, dtype, ptr, key) -> Value:
+        """An epilogue's load: the rows of the box, like a reduction's output."""
+        aff = affine(index, self.vars) if self.mask is None else None
+        if aff is None or any(c != 0 for c in aff[0][self.n - self.nred:]):
+            raise Unsupported("an epilogue load that is not affine in the output rows")
+        coeffs, off = aff
+        t = self._tile(dtype, "row")
+        st = ", ".join(self._sym(c) for c in coeffs)
+        self.lines.append(f"{{ const int64_t st[{self.n}] = {{{st}}}; mtia_wait(kgen_load(&pl, &b, "
+                          f"{t.ref}, {ptr}, st, {self._sym(off)}, {DTYPES[dtype][1]}, "
+                          f"{self.n - self.nred})); }}")
+        out = self._cast(t, compute_dtype(dtype))
+        self.loaded[key] = out
+        return out
+
+    def begin_epilogue(self) -> None:
+        if self.epilogue:
+            return
+        if not self.has_reduction:
+            raise Unsupported("an epilogue without a reduction before it")
+        self.epilogue = True
+        self.lines.append("if (b.last) {")
+
+    def end_epilogue(self) -> None:
+        if self.epilogue:
+            self.lines.append("}")
+            self.epilogue = False
 
     def _element_loop(self, body: List[str], pre: Sequence[str] = ()) -> None:
         """C that runs `body` for each element e of the box with v0.. set to its indices and
@@ -500,6 +533,8 @@ class KernelBuilder:
         self.lines += lines
 
     def indirect_indexing(self, x: Value, size, check=True, wrap_neg=True):
+        if self.epilogue:
+            raise Unsupported("an indirect index in an epilogue")
         if x.kind == "imm":
             return sympy.Integer(self._imm_value(x))
         if x.dtype not in INTS or x.shape != "elem":
@@ -516,6 +551,8 @@ class KernelBuilder:
         index = self._simplify(index)
         if isinstance(index, (int, sympy.Integer)):
             return self.constant(int(index), dtype)
+        if self.epilogue:
+            raise Unsupported("index values in an epilogue")
         t = self._tile(torch.int64)
         aff = affine(index, self.vars, negative=True)
         if aff is not None and not self.indirect_in(index):
@@ -543,6 +580,8 @@ class KernelBuilder:
     def store(self, name: str, index, value: Value, mode=None):
         if mode is not None:
             raise Unsupported(f"stores with mode {mode}")
+        if self.epilogue:
+            return self._store_rows(name, index, value)
         dtype = V.graph.get_dtype(name)
         check_dtype(dtype, f"buffer {name}")
         index = self._simplify(index)
@@ -568,6 +607,8 @@ class KernelBuilder:
     def reduction(self, dtype, src_dtype, reduction_type, value: Value):
         if reduction_type not in REDUCTIONS:
             raise Unsupported(f"reduction '{reduction_type}'")
+        if self.epilogue:
+            raise Unsupported("a reduction after an epilogue")
         if self.nred == 0:
             raise Unsupported("a reduction outside a reduction kernel")
         self.has_reduction = True
@@ -613,6 +654,28 @@ class KernelBuilder:
                           f"(uint32_t)b.rows, (uint32_t)b.cols, (uint32_t)b.cols));")
         return out
 
+    def _store_rows(self, name: str, index, value: Value):
+        dtype = V.graph.get_dtype(name)
+        check_dtype(dtype, f"buffer {name}")
+        index = self._simplify(index)
+        aff = affine(index, self.vars)
+        if aff is None or any(c != 0 for c in aff[0][self.n - self.nred:]):
+            raise Unsupported(f"an epilogue store to {name} at {index}")
+        value = self._materialize(value, "row")
+        removed = name in self.removed
+        name = self._real(name)
+        self.stored[(name, str(index))] = value
+        self.loaded = {k: v for k, v in self.loaded.items() if k[0] != name}
+        if removed:
+            return None
+        out = self._cast(value, dtype)
+        coeffs, off = aff
+        st = ", ".join(self._sym(c) for c in coeffs)
+        self.lines.append(f"{{ const int64_t st[{self.n}] = {{{st}}}; (void)kgen_store(&pl, &b, "
+                          f"{self._ptr(name)}, st, {self._sym(off)}, {out.ref}, "
+                          f"{DTYPES[dtype][1]}, {self.n - self.nred}); }}")
+        return None
+
     def store_reduction(self, name: str, index, value: Value):
         dtype = V.graph.get_dtype(name)
         check_dtype(dtype, f"buffer {name}")
@@ -639,6 +702,8 @@ class KernelBuilder:
         return None
 
     def masked(self, mask: Value, body, other):
+        if self.epilogue:
+            raise Unsupported("a masked load in an epilogue")
         if mask.kind == "imm":
             raise Unsupported("a constant mask")
         if self.mask is not None:

@@ -58,10 +58,15 @@ class MtiaScheduling(BaseScheduling):
 
     def _fusable(self, node1, node2) -> bool:
         nodes = list(node1.get_nodes()) + list(node2.get_nodes())
-        if any(n.is_reduction() or n.is_template() or not hasattr(n, "_body") for n in nodes):
+        if any(n.is_template() or not hasattr(n, "_body") for n in nodes):
             return False
         space = space_of(nodes[0])
-        if any(space_of(n) != space for n in nodes[1:]):
+        if nodes[0].is_reduction():
+            # A reduction and its epilogue: pointwise nodes over its output rows.
+            rows = list(nodes[0].get_ranges()[0])
+            if any(n.is_reduction() or space_of(n) != (rows, 0) for n in nodes[1:]):
+                return False
+        elif any(n.is_reduction() or space_of(n) != space for n in nodes[1:]):
             return False
         # The fused kernel stays within the device's launch limits: its buffers, and its
         # arguments (buffers plus the size symbols).
@@ -85,16 +90,29 @@ class MtiaScheduling(BaseScheduling):
 
     def codegen_node(self, node) -> None:
         # Inductor may reorder a fused node's loops after it fused them; nodes whose loops no
-        # longer agree become kernels of their own, in order.
+        # longer agree become kernels of their own, in order (a reduction keeps its epilogue).
         runs = []
         for n in node.get_nodes():
-            if runs and space_of(runs[-1][0]) == space_of(n):
+            if runs and (space_of(runs[-1][0]) == space_of(n) and not n.is_reduction() and
+                         not runs[-1][0].is_reduction() or self._epilogue_of(runs[-1][0], n)):
                 runs[-1].append(n)
             else:
                 runs.append([n])
         for run in runs:
-            self._codegen_run(run)
+            try:
+                self._codegen_run(run)
+            except Unsupported:
+                if len(run) == 1:
+                    raise
+                # What the fused kernel cannot express, kernels of their own can.
+                for n in run:
+                    self._codegen_run([n])
         self.free_buffers_in_scheduler()
+
+    @staticmethod
+    def _epilogue_of(first, n) -> bool:
+        return (first.is_reduction() and not n.is_reduction() and
+                space_of(n) == (list(first.get_ranges()[0]), 0))
 
     def _codegen_run(self, nodes) -> None:
         sizes, nred = space_of(nodes[0])
@@ -117,9 +135,14 @@ class MtiaScheduling(BaseScheduling):
             with V.set_ops_handler(kb):
                 for n in nodes:
                     psizes, rsizes = n.get_ranges()
+                    if n is not nodes[0] and nodes[0].is_reduction():
+                        kb.begin_epilogue()
                     n._body(loop_vars[:len(psizes)],
                             loop_vars[len(psizes):len(psizes) + len(rsizes)])
+                kb.end_epilogue()
         except Unsupported as e:
+            if len(nodes) > 1:
+                raise
             raise RuntimeError(f"torch_mtia_emu: cannot generate an mtia kernel for "
                                f"{', '.join(n.get_name() for n in nodes)}: {e}") from e
         for name in kb.removed:
