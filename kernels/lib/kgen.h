@@ -283,11 +283,6 @@ static inline void kgen_affine_index(const kgen_plan* p, const kgen_box* b, int6
   }
 }
 
-/* Fills n elements of dtype `dt` with the bit pattern `bits`. */
-static inline void kgen_fill(uint8_t dt, void* out, uint64_t bits, uint32_t n) {
-  kse_fill(dt, out, bits, n);
-}
-
 /* Floor division and modulo of integers as Python (and sympy's FloorDiv, ModularIndexing)
  * define them. */
 static inline int64_t kgen_floordiv(int64_t a, int64_t b) {

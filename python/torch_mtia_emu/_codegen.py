@@ -203,13 +203,12 @@ class KernelBuilder:
     """The ops handler that turns loop bodies over one iteration space into the C body of a
     kernel. ``sizes``: the space's dimensions (sympy), the last ``nred`` reduced."""
 
-    def __init__(self, sizes: Sequence, nred: int, check_only: bool = False):
+    def __init__(self, sizes: Sequence, nred: int):
         self.sizes = list(sizes) or [sympy.Integer(1)]
         self.n = len(self.sizes)
         self.nred = nred if sizes else 0
         self.vars = [sympy.Symbol(f"v{i}", integer=True, nonnegative=True)
                      for i in range(self.n)]
-        self.check_only = check_only
         self.lines: List[str] = []  # the box loop's body
         # DMA loads issued together at the start of a box (one wait for all of them).
         self.prologue: List[str] = []
@@ -275,7 +274,7 @@ class KernelBuilder:
                 raise Unsupported("a reduced value used inside the reduction")
             return v
         t = self._tile(v.dtype, shape)
-        self.lines.append(f"kgen_fill(MTIA_PE_DT_{DTYPES[v.dtype][0]}, {t.ref}, {v.ref}u, "
+        self.lines.append(f"kse_fill(MTIA_PE_DT_{DTYPES[v.dtype][0]}, {t.ref}, {v.ref}u, "
                           f"(uint32_t){self._count(shape)});")
         return t
 
@@ -344,7 +343,7 @@ class KernelBuilder:
             if name not in self.scalars:
                 self.scalars[name] = f"sc{len(self.scalars)}"
             t = self._tile(dtype)
-            self.lines.append(f"kgen_fill(MTIA_PE_DT_{DTYPES[dtype][0]}, {t.ref}, "
+            self.lines.append(f"kse_fill(MTIA_PE_DT_{DTYPES[dtype][0]}, {t.ref}, "
                               f"(uint64_t){self.scalars[name]}, (uint32_t)n);")
             return self._cast(t, compute_dtype(dtype))
         name = self._real(name)
@@ -429,19 +428,24 @@ class KernelBuilder:
         lines.append("  (void)r_;")
         lines += [f"  (void)v{i};" for i in range(self.n)]
         lines += ["  " + x for x in pre]
-        for s, (src, size, wrap) in self.indirect.items():
-            ctype = {torch.int64: "int64_t", torch.int32: "int32_t", torch.int8: "int8_t"}[
-                src.dtype]
-            lines.append(f"  int64_t ind_{s.name} = ((const {ctype}*){src.ref})[e];")
-            if wrap:
-                lines.append(f"  if (ind_{s.name} < 0) ind_{s.name} += {self._sym(size)};")
-            # An index out of range ends the kernel with status BAD_SHAPE (nothing read).
-            lines.append(f"  if (ind_{s.name} < 0 || ind_{s.name} >= {self._sym(size)}) "
-                         f"return MTIA_KSTATUS_BAD_SHAPE;")
-            lines.append(f"  (void)ind_{s.name};")
+        lines += self._read_indirect("  ")
         lines += ["  " + x for x in body]
         lines.append("}")
         self.lines += lines
+
+    def _read_indirect(self, indent: str) -> List[str]:
+        """C that reads every indirect index at element e (wrapped if negative); an index out
+        of range ends the kernel with status BAD_SHAPE before anything is read with it."""
+        ctypes = {torch.int64: "int64_t", torch.int32: "int32_t", torch.int8: "int8_t"}
+        lines = []
+        for sym, (src, size, wrap) in self.indirect.items():
+            v, bound = f"ind_{sym.name}", self._sym(size)
+            lines.append(f"int64_t {v} = ((const {ctypes[src.dtype]}*){src.ref})[e];")
+            if wrap:
+                lines.append(f"if ({v} < 0) {v} += {bound};")
+            lines += [f"if ({v} < 0 || {v} >= {bound}) return MTIA_KSTATUS_BAD_SHAPE;",
+                      f"(void){v};"]
+        return [indent + x for x in lines]
 
     def _gather(self, t: Value, ptr: str, index, es: int) -> None:
         step = self._row_step(index)
@@ -502,15 +506,7 @@ class KernelBuilder:
                       f"    if (on == 0) {{ for (uint64_t q = 0; q < il * {es}u; ++q) "
                       f"((uint8_t*){t.ref})[e * {es}u + q] = 0; continue; }}"]
         # The indirect indices of the row's first element (the same along the row).
-        for sym, (src, size, wrap) in self.indirect.items():
-            ctype = {torch.int64: "int64_t", torch.int32: "int32_t", torch.int8: "int8_t"}[
-                src.dtype]
-            lines.append(f"    int64_t ind_{sym.name} = ((const {ctype}*){src.ref})[e];")
-            if wrap:
-                lines.append(f"    if (ind_{sym.name} < 0) ind_{sym.name} += {self._sym(size)};")
-            lines.append(f"    if (ind_{sym.name} < 0 || ind_{sym.name} >= {self._sym(size)}) "
-                         "return MTIA_KSTATUS_BAD_SHAPE;")
-            lines.append(f"    (void)ind_{sym.name};")
+        lines += self._read_indirect("    ")
         lines.append(f"    const int64_t base = {self._sym(index)};")
         full = ("    if (on == il) {" if mask is not None else "    {")
         lines += [full,
@@ -636,7 +632,7 @@ class KernelBuilder:
             value = self._cast(value, torch.float32)
         total = self._re("SUM", value, torch.float32, "0")
         count = self._tile(torch.float32, "row")
-        self.lines.append(f"kgen_fill(MTIA_PE_DT_FP32, {count.ref}, ku64_to_f32_bits(b.cols), "
+        self.lines.append(f"kse_fill(MTIA_PE_DT_FP32, {count.ref}, ku64_to_f32_bits(b.cols), "
                           "(uint32_t)rows);")
         mean = self._se("DIV", torch.float32, torch.float32, [total, count])
         spread = self._tile(torch.float32)
@@ -654,52 +650,33 @@ class KernelBuilder:
                           f"(uint32_t)b.rows, (uint32_t)b.cols, (uint32_t)b.cols));")
         return out
 
-    def _store_rows(self, name: str, index, value: Value):
+    def _store_rows(self, name: str, index, value: Value) -> None:
+        """Stores a row tile (a reduction's result, an epilogue's value): the box's unreduced
+        dimensions, once its rows are complete (b.last)."""
         dtype = V.graph.get_dtype(name)
         check_dtype(dtype, f"buffer {name}")
         index = self._simplify(index)
         aff = affine(index, self.vars)
         if aff is None or any(c != 0 for c in aff[0][self.n - self.nred:]):
-            raise Unsupported(f"an epilogue store to {name} at {index}")
+            raise Unsupported(f"a row store to {name} at {index}")
         value = self._materialize(value, "row")
         removed = name in self.removed
         name = self._real(name)
         self.stored[(name, str(index))] = value
         self.loaded = {k: v for k, v in self.loaded.items() if k[0] != name}
         if removed:
-            return None
+            return
         out = self._cast(value, dtype)
         coeffs, off = aff
         st = ", ".join(self._sym(c) for c in coeffs)
-        self.lines.append(f"{{ const int64_t st[{self.n}] = {{{st}}}; (void)kgen_store(&pl, &b, "
-                          f"{self._ptr(name)}, st, {self._sym(off)}, {out.ref}, "
-                          f"{DTYPES[dtype][1]}, {self.n - self.nred}); }}")
-        return None
+        store = (f"{{ const int64_t st[{self.n}] = {{{st}}}; (void)kgen_store(&pl, &b, "
+                 f"{self._ptr(name)}, st, {self._sym(off)}, {out.ref}, {DTYPES[dtype][1]}, "
+                 f"{self.n - self.nred}); }}")
+        # Inside an epilogue the whole block is already under b.last.
+        self.lines += [store] if self.epilogue else ["if (b.last) {", "  " + store, "}"]
 
     def store_reduction(self, name: str, index, value: Value):
-        dtype = V.graph.get_dtype(name)
-        check_dtype(dtype, f"buffer {name}")
-        index = self._simplify(index)
-        aff = affine(index, self.vars)
-        if aff is None:
-            raise Unsupported(f"a reduction stored at a non-affine index {index}")
-        coeffs, off = aff
-        if any(c != 0 for c in coeffs[self.n - self.nred:]):
-            raise Unsupported("a reduction stored at an index of the reduced dimensions")
-        value = self._materialize(value, "row")
-        removed = name in self.removed
-        name = self._real(name)
-        self.stored[(name, str(index))] = value
-        if removed:
-            return None
-        self.lines.append("if (b.last) {")
-        out = self._cast(value, dtype)
-        st = ", ".join(self._sym(c) for c in coeffs)
-        self.lines.append(f"  const int64_t st[{self.n}] = {{{st}}}; (void)kgen_store(&pl, "
-                          f"&b, {self._ptr(name)}, st, {self._sym(off)}, {out.ref}, "
-                          f"{DTYPES[dtype][1]}, {self.n - self.nred});")
-        self.lines.append("}")
-        return None
+        self._store_rows(name, index, value)
 
     def masked(self, mask: Value, body, other):
         if self.epilogue:

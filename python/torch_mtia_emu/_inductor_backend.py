@@ -297,7 +297,7 @@ def check_loops(node) -> None:
         raise Unsupported(f"{type(node).__name__} nodes")
     sizes = list(node.get_size())
     rsizes = list(node.get_reduction_size()) if isinstance(node, ir.Reduction) else []
-    kb = KernelBuilder(sizes + rsizes, len(rsizes), check_only=True)
+    kb = KernelBuilder(sizes + rsizes, len(rsizes))
     if len(kb.sizes) > 8 or len(rsizes) > 4:
         raise Unsupported("more than 8 loop dimensions")
     # Inputs whose layout is not fixed yet are indexed as their current strides say: any
