@@ -97,6 +97,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   dev = std::move(opened).value();
   memory = std::make_unique<DeviceMemory>(dev->allocator());
   trace = std::make_unique<HostTrace>(dev->trace(), trace_level);
+  trace->device_index = options.index;
   const driver::DeviceInfo& info = dev->info();
   props.backend = choice.backend;
   props.name = info.preset_name;

@@ -240,8 +240,9 @@ void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& arg
                     uint64_t watchdog_cycles) {
   Impl& d = *impl_;
   ApiCall call(*d.trace, "launch");
+  // Names the launch in the trace, its summary and activities.
+  if (call.labelled()) call.set_label(kernel.name);
   if (call.active()) {
-    call.set_label(kernel.name);  // names the launch in the trace and its summary
     call.set_detail(
         fmt::format("{} on {}x{} PEs, stream {}", kernel.name, grid.rows, grid.cols, stream.id));
   }

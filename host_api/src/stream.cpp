@@ -7,9 +7,12 @@
 // graph capture, records and waits are the graph's instead (graph.cpp).
 #include <spdlog/fmt/fmt.h>
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "device_impl.h"
+#include "mtia/activity.h"
 #include "mtia/raw_packet.h"
 
 namespace mtia {
@@ -48,6 +51,49 @@ std::shared_ptr<EventState> Device::Impl::event_state(Event e) const {
 
 // --- submission and waiting ---------------------------------------------------------------
 
+namespace {
+
+uint64_t region_bytes(uint8_t ndims, const uint64_t* sizes, uint64_t elem) {
+  uint64_t n = elem;
+  for (uint8_t i = 0; i < ndims && i < isa::kMaxDims; ++i) n *= sizes[i];
+  return n;
+}
+
+// What an activity observer is told about a packet, before it runs; nullopt for the fences and
+// waits the runtime queues for its own bookkeeping.
+std::optional<DeviceActivity> describe_activity(const isa::Packet& packet) {
+  DeviceActivity a;
+  if (const auto* p = std::get_if<isa::LaunchPacket>(&packet)) {
+    a.kind = ActivityKind::kLaunch;
+    a.name = fmt::format("kernel@0x{:x}+0x{:x}", p->image_addr, p->entry_offset);
+  } else if (const auto* p = std::get_if<isa::DmaCopyPacket>(&packet)) {
+    a.kind = ActivityKind::kCopy;
+    a.bytes = region_bytes(p->ndims, p->sizes, p->elem_size);
+    const bool from_host = p->src.space != static_cast<uint8_t>(isa::AddressSpace::kDevice);
+    const bool to_host = p->dst.space != static_cast<uint8_t>(isa::AddressSpace::kDevice);
+    a.name = from_host ? "copy host to device"
+             : to_host ? "copy device to host"
+                       : "copy device to device";
+  } else if (const auto* p = std::get_if<isa::FillPacket>(&packet)) {
+    a.kind = ActivityKind::kFill;
+    a.bytes = region_bytes(p->ndims, p->sizes, p->pattern_size);
+    a.name = "fill";
+  } else if (std::holds_alternative<isa::ExecBufferPacket>(packet)) {
+    a.kind = ActivityKind::kGraph;
+    a.name = "graph replay";
+  } else if (const auto* p = std::get_if<isa::LinkTransferPacket>(&packet)) {
+    a.kind = ActivityKind::kLink;
+    a.bytes = p->bytes;
+    a.name = p->direction == static_cast<uint8_t>(isa::LinkDirection::kSend) ? "link send"
+                                                                             : "link receive";
+  } else {
+    return std::nullopt;
+  }
+  return a;
+}
+
+}  // namespace
+
 uint64_t Device::Impl::submit(const std::shared_ptr<StreamState>& s, const isa::Packet& packet,
                               std::function<void(const driver::Completion&)> extra) {
   auto on_complete = [s, extra = std::move(extra)](const driver::Completion& c) {
@@ -63,13 +109,40 @@ uint64_t Device::Impl::submit(const std::shared_ptr<StreamState>& s, const isa::
   };
   check_lost();
   if (capture_packet(*s, packet)) return 0;  // recorded into the stream's graph, not queued
-  isa::Result<uint64_t> submitted = dev->submit(s->queue, packet, std::move(on_complete));
+  std::function<void(const driver::Completion&)> done = std::move(on_complete);
+  std::shared_ptr<ActivityObserver> counted;  // told of the submission once it is queued
+  if (std::shared_ptr<ActivityObserver> observer = trace->observer()) {
+    if (std::optional<DeviceActivity> a = describe_activity(packet)) {
+      const ApiCall::Observed call = ApiCall::observed_call();
+      a->device = options.index;
+      a->stream = s->id;
+      a->queue = s->queue;
+      a->call = call.id;
+      a->tag = activity_tag();
+      if (call.label != nullptr && !call.label->empty() && a->kind != ActivityKind::kGraph) {
+        a->name = *call.label;
+      }
+      a->submit_ns = wall_clock_ns();
+      counted = observer;
+      done = [observer = std::move(observer), a = std::move(*a),
+              inner = std::move(done)](const driver::Completion& c) mutable {
+        inner(c);
+        a.seq = c.seq;
+        a.start_ps = c.start_ps;
+        a.end_ps = std::max(c.start_ps, c.end_ps);
+        a.ok = c.ok && !c.aborted && !c.lost;
+        observer->on_device_activity(a);
+      };
+    }
+  }
+  isa::Result<uint64_t> submitted = dev->submit(s->queue, packet, std::move(done));
   if (!submitted) {
     check_lost();
     throw Error(ErrorKind::kDeviceUnavailable, fmt::format("cannot submit to hardware queue {}: {}",
                                                            s->queue, submitted.error().reason));
   }
   const uint64_t seq = submitted.value();
+  if (counted != nullptr) counted->on_device_submitted();
   ApiCall::submitted(*trace, s->queue, seq);
   s->note_submitted(seq);
   return seq;
@@ -460,6 +533,10 @@ struct DeviceAccess {
 void submit_raw_packet(Device& device, Stream stream, const isa::Packet& packet) {
   Device::Impl& d = detail::DeviceAccess::impl(device);
   d.submit(d.stream_state(stream), packet);
+}
+
+void set_activity_observer(Device& device, std::shared_ptr<ActivityObserver> observer) {
+  detail::DeviceAccess::impl(device).trace->set_observer(std::move(observer));
 }
 
 }  // namespace mtia

@@ -19,7 +19,34 @@ namespace mtia {
 
 namespace {
 thread_local ApiCall* t_innermost = nullptr;  // innermost active ApiCall of this thread
+thread_local ApiCall* t_observed = nullptr;   // outermost ApiCall an activity observer sees
+thread_local uint64_t t_activity_tag = 0;     // set_activity_tag
+std::atomic<uint64_t> g_next_call_id{1};
 }  // namespace
+
+void set_activity_tag(uint64_t tag) {
+  t_activity_tag = tag;
+}
+
+uint64_t activity_tag() {
+  return t_activity_tag;
+}
+
+const char* activity_kind_name(ActivityKind kind) {
+  switch (kind) {
+    case ActivityKind::kLaunch:
+      return "launch";
+    case ActivityKind::kCopy:
+      return "copy";
+    case ActivityKind::kFill:
+      return "fill";
+    case ActivityKind::kGraph:
+      return "graph";
+    case ActivityKind::kLink:
+      return "link";
+  }
+  return "unknown";
+}
 
 HostTrace::HostTrace(driver::TraceChannel& channel, TraceLevel level)
     : channel_(channel), level_(level) {}
@@ -48,6 +75,18 @@ double HostTrace::wall_us() const {
 }
 
 ApiCall::ApiCall(HostTrace& trace, const char* name) {
+  if (t_observed == nullptr) {
+    if (std::shared_ptr<ActivityObserver> observer = trace.observer()) {
+      observer_ = std::move(observer);
+      t_observed = this;
+      exceptions_ = std::uncaught_exceptions();
+      runtime_.id = g_next_call_id.fetch_add(1, std::memory_order_relaxed);
+      runtime_.device = trace.device_index;
+      runtime_.tag = t_activity_tag;
+      runtime_.name = name;
+      runtime_.start_ns = wall_clock_ns();
+    }
+  }
   if (!trace.on()) return;
   trace_ = &trace;
   parent_ = t_innermost;
@@ -63,6 +102,13 @@ ApiCall::ApiCall(HostTrace& trace, const char* name) {
 }
 
 ApiCall::~ApiCall() {
+  if (observer_ != nullptr) {
+    t_observed = nullptr;
+    runtime_.end_ns = wall_clock_ns();
+    runtime_.threw = std::uncaught_exceptions() > exceptions_;
+    runtime_.label = std::move(label_);
+    observer_->on_runtime_call(runtime_);
+  }
   if (trace_ == nullptr) return;
   t_innermost = parent_;
   call_.end_ps = std::max(call_.start_ps, trace_->clock().now_ps);
@@ -86,6 +132,12 @@ void ApiCall::submitted(HostTrace& trace, uint32_t queue, uint64_t seq) {
   p.submit_ps = trace.clock().now_ps;
   p.label = call->label_.empty() ? call->call_.name : call->label_;
   call->call_.packets.push_back(std::move(p));
+}
+
+ApiCall::Observed ApiCall::observed_call() {
+  const ApiCall* call = t_observed;
+  if (call == nullptr) return {};
+  return {call->runtime_.id, &call->label_, call->runtime_.name};
 }
 
 // ---- summary ---------------------------------------------------------------------------------

@@ -67,6 +67,16 @@ void CachingAllocator::record_locked(TraceEntry::Action action, uint64_t address
                                      uint32_t stream,
                                      const std::shared_ptr<c10::GatheredContext>& stack,
                                      uint64_t device_free) {
+  // torch.profiler(profile_memory=True) records each tensor's allocation and free (a no-op
+  // unless this thread profiles memory).
+  if (action == TraceEntry::Action::kAlloc || action == TraceEntry::Action::kFreeRequested) {
+    const auto bytes = static_cast<int64_t>(size);
+    c10::reportMemoryUsageToProfiler(data_pointer(mtia::DevicePtr(address)),
+                                     action == TraceEntry::Action::kAlloc ? bytes : -bytes,
+                                     static_cast<size_t>(stats_.allocated_bytes.current),
+                                     static_cast<size_t>(stats_.reserved_bytes.current),
+                                     c10::Device(kDeviceType, index_));
+  }
   if (mode_.load() != HistoryMode::kAll) return;
   if (max_entries_ > 0 && history_.size() >= max_entries_) history_.pop_front();
   history_.push_back(TraceEntry{action, address, size, stream, now_us(), device_free, stack});

@@ -19,6 +19,7 @@
 #include "hooks.h"
 #include "install_location.h"
 #include "launch.h"
+#include "profiler.h"
 #include "random.h"
 #include "runtime.h"
 
@@ -74,6 +75,7 @@ PYBIND11_MODULE(_C, m) {
   using release = py::call_guard<py::gil_scoped_release>;
   m.doc() = "mtia-emu PyTorch backend (the MTIA device): the native half of torch_mtia_emu";
   register_allocator();
+  register_profiler();  // torch.profiler's ProfilerActivity.MTIA (docs/profiling.md)
   g_previous_terminate = std::set_terminate(terminate_with_stack);
 
   // c10 errors keep their Python meaning, without the C++ backtrace in the message.
@@ -211,6 +213,10 @@ PYBIND11_MODULE(_C, m) {
         });
       },
       release());
+  m.def("_profiler_counts", [] {
+    const ProfilerCounts c = profiler_counts();
+    return py::make_tuple(c.recording, c.device_activities, c.runtime_calls, c.dropped);
+  });
   m.def("_config_json", [] { return dev().config_json(); });
   m.def("_trace_level", [] { return std::string(mtia::trace_level_name(dev().trace_level())); });
   m.def("_set_trace_level", [](const std::string& level) {

@@ -12,6 +12,7 @@
 #include "log.h"
 #include "mtia/runtime.h"
 #include "mtia/trace.h"
+#include "profiler.h"
 
 #ifndef MTIA_KERNEL_LIBRARY_ELF
 #error "MTIA_KERNEL_LIBRARY_ELF must be defined by the build (python/CMakeLists.txt)"
@@ -276,6 +277,7 @@ DeviceContext& Runtime::open(c10::DeviceIndex index) {
   std::atomic<DeviceContext*>& slot = contexts_[size_t(index)];
   if (DeviceContext* c = slot.load()) return *c;
   auto* c = new DeviceContext(index, options_, kernel_path_);
+  profiler_device_opened(c->device());  // a profile in progress observes it too
   slot.store(c, std::memory_order_release);
   any_open_.store(true);
   return *c;

@@ -25,6 +25,8 @@ from . import _C
 from ._compiler import compile_stats, kernel_cache_dir, reset_compile_stats
 from ._compiler import register as _register_compiler
 from ._inductor import inductor_config
+from ._profiler import _install as _install_profiler
+from ._profiler import profiler_counts
 from ._serialization import register as _register_serialization
 
 __all__ = [
@@ -319,6 +321,7 @@ def _register() -> None:
     _C._set_fallback_mode(os.environ.get("MTIA_EMU_FALLBACK", "warn") or "warn")
     _register_serialization()
     _install_quiet_printing()
+    _install_profiler()  # torch.profiler: device time and memory per op (docs/profiling.md)
     _register_distributed()  # the c10d backend "mtia_emu"
     _register_compiler()  # torch.compile: Inductor's backend and Dynamo's device interface
     atexit.register(_C._shutdown)
