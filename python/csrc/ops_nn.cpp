@@ -4,6 +4,7 @@
 #include <ATen/Functions.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/native/Resize.h>
 #include <ATen/native/layer_norm.h>
 #include <ATen/ops/_log_softmax_backward_data_meta.h>
 #include <ATen/ops/_log_softmax_meta.h>
@@ -13,8 +14,14 @@
 #include <ATen/ops/nll_loss_forward_meta.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "elementwise.h"
 #include "fallback.h"
@@ -392,11 +399,268 @@ Tensor& nll_loss_backward_out(const Tensor& grad_output, const Tensor& self, con
   return grad_input;
 }
 
+// --- nll_loss2d ----------------------------------------------------------------------------
+// On the nll_loss and nll_loss_backward kernels (kernels/lib/loss.c) over [N, C, S] views,
+// S = H * W: the kernel picks each position's element, weighs it and, for the mean and the sum,
+// leaves one (loss, weight) pair of fp32 sums per PE, which one `sum` launch adds up.
+
+// Kernel flags (kernels/lib/loss.c).
+constexpr int64_t kNllWeight = 1, kNllPerPos = 2, kNllSums = 4, kNllCheck = 8, kNllMean = 16;
+// The kernels' status for a target out of range (the index kernels' own).
+constexpr int64_t kNllBadTarget = 16;
+
+// The sizes and element strides of `t` with its dims from `from` on folded into one (sizes
+// multiplied), or nullopt when they do not fold. A tensor of `from` dims gets a last dim of 1.
+std::optional<std::pair<std::vector<int64_t>, std::vector<int64_t>>> fold_tail(const Tensor& t,
+                                                                               int64_t from) {
+  std::vector<int64_t> size(t.sizes().begin(), t.sizes().begin() + from);
+  std::vector<int64_t> stride(t.strides().begin(), t.strides().begin() + from);
+  int64_t n = 1, st = 1;
+  bool any = false;
+  for (int64_t d = t.dim() - 1; d >= from; --d) {
+    if (t.size(d) == 1) continue;
+    if (!any) {
+      st = t.stride(d);
+      any = true;
+    } else if (t.stride(d) != st * n) {
+      return std::nullopt;
+    }
+    n *= t.size(d);
+  }
+  if (t.numel() == 0) {
+    n = 1;
+    for (int64_t d = from; d < t.dim(); ++d) n *= t.size(d);
+  }
+  size.push_back(n);
+  stride.push_back(st);
+  return std::make_pair(size, stride);
+}
+
+// `t` folded from dim `from` on, contiguous first when its layout does not fold.
+std::pair<Tensor, std::pair<std::vector<int64_t>, std::vector<int64_t>>> folded(const Tensor& t,
+                                                                                int64_t from) {
+  if (auto f = fold_tail(t, from)) return {t, *f};
+  Tensor c = t.contiguous();
+  return {c, *fold_tail(c, from)};
+}
+
+void check_nll2d_args(const Tensor& self, const Tensor& target, const Tensor& weight) {
+  TORCH_CHECK(target.dim() == 3,
+              "only batches of spatial targets supported (3D tensors) but got targets of "
+              "dimension: ",
+              target.dim());
+  TORCH_CHECK(self.dim() == 4,
+              "only batches of spatial inputs supported (4D tensors), but got input of "
+              "dimension: ",
+              self.dim());
+  TORCH_CHECK(!weight.defined() || weight.numel() == self.size(1),
+              "weight tensor should be defined either for all or no classes");
+  TORCH_CHECK(self.size(0) == target.size(0) && self.size(2) == target.size(1) &&
+                  self.size(3) == target.size(2),
+              "input and target batch or spatial sizes don't match: target ", target.sizes(),
+              ", input ", self.sizes());
+}
+
+bool nll2d_ok(const Tensor& self, const Tensor& target, const Tensor& weight) {
+  return is_kernel_float(self.scalar_type()) && target.scalar_type() == at::kLong &&
+         (!weight.defined() || weight.scalar_type() == self.scalar_type());
+}
+
+// The first target outside [0, C) that is not ignore_index, as PyTorch's CPU kernel words it.
+std::string bad_target_message(const Tensor& target, int64_t C, int64_t ignore_index) {
+  const Tensor h = target.cpu().contiguous();
+  const int64_t* p = h.data_ptr<int64_t>();
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    if (p[i] != ignore_index && (p[i] < 0 || p[i] >= C)) {
+      return c10::str("Target ", p[i], " is out of bounds.");
+    }
+  }
+  return "a target is out of bounds.";
+}
+
+std::tuple<Tensor&, Tensor&> nll_loss2d_forward_out(const Tensor& self, const Tensor& target,
+                                                    const c10::optional<Tensor>& weight_opt,
+                                                    int64_t reduction, int64_t ignore_index,
+                                                    Tensor& output, Tensor& total_weight) {
+  check_device(self, "nll_loss2d_forward");
+  check_device(target, "nll_loss2d_forward");
+  const Tensor weight = weight_opt.value_or(Tensor());
+  if (weight.defined()) check_device(weight, "nll_loss2d_forward");
+  check_nll2d_args(self, target, weight);
+  if (!nll2d_ok(self, target, weight) || output.scalar_type() != self.scalar_type() ||
+      total_weight.scalar_type() != self.scalar_type()) {
+    return run_on_cpu<ATEN_OP2(nll_loss2d_forward, output)>(dtype_reason(self.scalar_type()), self,
+                                                            target, weight_opt, reduction,
+                                                            ignore_index, output, total_weight);
+  }
+  const auto f32 = at::kFloat;
+  const at::ScalarType dt = self.scalar_type();
+  const int64_t N = self.size(0), C = self.size(1);
+  const bool none = reduction == at::Reduction::None;
+  at::native::resize_output(output, none ? at::IntArrayRef(target.sizes()) : at::IntArrayRef{});
+  at::native::resize_output(total_weight, {});
+  if (target.numel() == 0) {
+    // Nothing picked: an empty output, a zero sum, a mean of 0 / 0.
+    if (!none) {
+      launch_fill(output, scalar_bits(reduction == at::Reduction::Mean ? NAN : 0., dt));
+    }
+    launch_fill(total_weight, scalar_bits(0, dt));
+    return {output, total_weight};
+  }
+  const auto [x, xv] = folded(self, 2);
+  const auto [t, tv] = folded(target, 1);
+  const int64_t S = xv.first[2];
+  Tensor out = output;
+  std::optional<std::pair<std::vector<int64_t>, std::vector<int64_t>>> ov;
+  if (none) {
+    ov = fold_tail(output, 1);
+    if (!ov) {
+      out = empty_device(target.sizes(), dt);
+      ov = fold_tail(out, 1);
+    }
+  }
+  const mtia::Grid grid = grid_for(N * S, 16384);
+  const int64_t pes = int64_t(grid.rows) * grid.cols;
+  Tensor sums = none ? Tensor() : empty_device({pes, 2}, f32);
+  const bool check = !Runtime::get().device().is_capturing(current_stream());
+  const int64_t flags = (weight.defined() ? kNllWeight : 0) | (none ? kNllPerPos : kNllSums) |
+                        (check ? kNllCheck : 0);
+  const mtia::DevicePtr xp = tensor_address(x);
+  std::vector<mtia::Arg> args{none ? tensor_address(out) : xp,
+                              none ? xp : tensor_address(sums),
+                              xp,
+                              tensor_address(t),
+                              weight.defined() ? tensor_address(weight) : xp,
+                              mtia::Arg::dtype(*kernel_dtype(dt)),
+                              flags,
+                              ignore_index,
+                              N,
+                              C,
+                              S,
+                              xv.second[0],
+                              xv.second[1],
+                              xv.second[2],
+                              tv.second[0],
+                              tv.second[1],
+                              none ? ov->second[0] : int64_t{0},
+                              none ? ov->second[1] : int64_t{0},
+                              weight.defined() ? weight.stride(0) : int64_t{0}};
+  launch("nll_loss", grid, args);
+  if (check) {
+    try {
+      Runtime::get().device().synchronize(current_stream());
+    } catch (const mtia::Error& e) {
+      const std::string what = e.what();
+      const bool ours = what.find("kernel 'nll_loss'") != std::string::npos &&
+                        what.find(c10::str("returned status ", kNllBadTarget)) != std::string::npos;
+      TORCH_CHECK(!ours, bad_target_message(target, C, ignore_index));
+      rethrow(e, "running kernel 'nll_loss'");
+    }
+  }
+  if (none) {
+    if (!out.is_same(output)) write_into(output, out);
+    launch_fill(total_weight, scalar_bits(0, dt));
+    return {output, total_weight};
+  }
+  Tensor total = empty_device({2}, f32);
+  reduce_into(ReduceOp::kSum, total, sums, {0}, false);
+  const Tensor loss = total.select(0, 0), tw = total.select(0, 1);
+  write_into(total_weight, tw);
+  if (reduction == at::Reduction::Mean) {
+    Tensor mean = empty_device({}, f32);
+    apply_binary(MTIA_PE_SE_DIV, mean, loss, tw, f32, f32);
+    write_into(output, mean);
+  } else {
+    write_into(output, loss);
+  }
+  return {output, total_weight};
+}
+
+std::tuple<Tensor, Tensor> nll_loss2d_forward(const Tensor& self, const Tensor& target,
+                                              const c10::optional<Tensor>& weight_opt,
+                                              int64_t reduction, int64_t ignore_index) {
+  Tensor output = at::empty({0}, self.options());
+  Tensor total_weight = at::empty({}, self.options());
+  nll_loss2d_forward_out(self, target, weight_opt, reduction, ignore_index, output, total_weight);
+  return {output, total_weight};
+}
+
+Tensor& nll_loss2d_backward_out(const Tensor& grad_output, const Tensor& self, const Tensor& target,
+                                const c10::optional<Tensor>& weight_opt, int64_t reduction,
+                                int64_t ignore_index, const Tensor& total_weight,
+                                Tensor& grad_input) {
+  check_device(grad_output, "nll_loss2d_backward");
+  check_device(self, "nll_loss2d_backward");
+  check_device(target, "nll_loss2d_backward");
+  const Tensor weight = weight_opt.value_or(Tensor());
+  if (weight.defined()) check_device(weight, "nll_loss2d_backward");
+  check_nll2d_args(self, target, weight);
+  TORCH_CHECK(total_weight.numel() == 1,
+              "expected total_weight to be a single element tensor, got: ", total_weight.sizes(),
+              " (", total_weight.numel(), " elements)");
+  const bool none = reduction == at::Reduction::None;
+  if (none) {
+    TORCH_CHECK(grad_output.dim() == 3 && grad_output.sizes() == target.sizes(),
+                "grad_output must have the size of target ", target.sizes(), ", got ",
+                grad_output.sizes());
+  } else {
+    TORCH_CHECK(grad_output.numel() == 1,
+                "Expected a single element grad_output tensor, but got: ", grad_output.sizes());
+  }
+  const at::ScalarType dt = self.scalar_type();
+  if (!nll2d_ok(self, target, weight) || grad_output.scalar_type() != dt ||
+      total_weight.scalar_type() != dt || grad_input.scalar_type() != dt) {
+    return run_on_cpu<ATEN_OP2(nll_loss2d_backward, grad_input)>(
+        dtype_reason(dt), grad_output, self, target, weight_opt, reduction, ignore_index,
+        total_weight, grad_input);
+  }
+  at::native::resize_output(grad_input, self.sizes());
+  if (grad_input.numel() == 0) return grad_input;
+  launch_fill(grad_input, scalar_bits(0, dt));
+  if (target.numel() == 0) return grad_input;
+  Tensor gi = grad_input;
+  auto gv = fold_tail(gi, 2);
+  if (!gv) {
+    gi = empty_device(self.sizes(), dt);
+    launch_fill(gi, scalar_bits(0, dt));
+    gv = fold_tail(gi, 2);
+  }
+  const auto [t, tv] = folded(target, 1);
+  const Tensor go = none ? grad_output : grad_output.reshape({});
+  std::pair<std::vector<int64_t>, std::vector<int64_t>> gov{{1, 1}, {0, 0}};
+  Tensor g = go;
+  if (none) std::tie(g, gov) = folded(go, 1);
+  const int64_t N = self.size(0), C = self.size(1), S = gv->first[2];
+  const int64_t flags = (weight.defined() ? kNllWeight : 0) | (none ? kNllPerPos : 0) |
+                        (reduction == at::Reduction::Mean ? kNllMean : 0);
+  const mtia::DevicePtr gp = tensor_address(gi);
+  launch("nll_loss_backward", grid_for(N * S, 16384),
+         {gp, tensor_address(g), tensor_address(t), weight.defined() ? tensor_address(weight) : gp,
+          tensor_address(total_weight), mtia::Arg::dtype(*kernel_dtype(dt)), flags, ignore_index, N,
+          C, S, gv->second[0], gv->second[1], gv->second[2], gov.second[0], gov.second[1],
+          tv.second[0], tv.second[1], weight.defined() ? weight.stride(0) : int64_t{0}});
+  if (!gi.is_same(grad_input)) write_into(grad_input, gi);
+  return grad_input;
+}
+
+Tensor nll_loss2d_backward(const Tensor& grad_output, const Tensor& self, const Tensor& target,
+                           const c10::optional<Tensor>& weight_opt, int64_t reduction,
+                           int64_t ignore_index, const Tensor& total_weight) {
+  Tensor grad_input = at::empty(self.sizes(), self.options());
+  nll_loss2d_backward_out(grad_output, self, target, weight_opt, reduction, ignore_index,
+                          total_weight, grad_input);
+  return grad_input;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("nll_loss_forward.output", MTIA_FN(nll_loss_forward_out));
   m.impl("nll_loss_backward.grad_input", MTIA_FN(nll_loss_backward_out));
+  m.impl("nll_loss2d_forward", MTIA_FN(nll_loss2d_forward));
+  m.impl("nll_loss2d_forward.output", MTIA_FN(nll_loss2d_forward_out));
+  m.impl("nll_loss2d_backward", MTIA_FN(nll_loss2d_backward));
+  m.impl("nll_loss2d_backward.grad_input", MTIA_FN(nll_loss2d_backward_out));
   m.impl("_softmax.out", MTIA_FN(softmax_out));
   m.impl("_log_softmax.out", MTIA_FN(log_softmax_out));
   m.impl("_softmax_backward_data.out", MTIA_FN(softmax_backward_out));
