@@ -65,6 +65,21 @@ static inline int kgen_plan_init(kgen_plan* p, uint64_t budget, uint64_t elem_by
   uint64_t cap = budget / (elem_bytes + row_bytes);
   if (cap == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
   const int first_red = p->n - p->nred;
+  /* No box larger than a PE's share of the space (whole reduced rows), so that every PE of
+   * the launch has work. */
+  const uint64_t pes = mtia_num_pes();
+  if (pes > 1) {
+    uint64_t rows = 1, row = 1;
+    for (int i = 0; i < p->n; ++i) {
+      const uint64_t s = p->size[i] > 0 ? (uint64_t)p->size[i] : 1;
+      if (i < first_red)
+        rows *= s;
+      else
+        row *= s;
+    }
+    const uint64_t share = (rows + pes - 1) / pes * row;
+    if (share < cap) cap = share;
+  }
   /* Whole dimensions from the inside while they fit, at most KGEN_DMA_DIMS in a box. */
   uint64_t inner = 1;
   int k = p->n - 1;

@@ -217,6 +217,10 @@ class KernelBuilder:
         self.scalars: Dict[str, str] = {}  # 0-d CPU tensors, passed by value -> C name
         self.stored: Dict[Tuple[str, str], Value] = {}  # (buffer, index) -> value stored
         self.loaded: Dict[Tuple[str, str], Value] = {}
+        # Values already computed, by (op, dtypes, shape, operands): Inductor's bodies repeat
+        # subexpressions (a backward recomputes its forward's), and each would be an SE pass.
+        self.computed: Dict[tuple, Value] = {}
+        self.computed_in_epilogue: List[tuple] = []
         self.symbols: Dict[sympy.Symbol, str] = {}  # size symbols -> C names (kernel args)
         self.indirect: Dict[sympy.Symbol, Tuple[Value, sympy.Expr, bool]] = {}
         self.need_rows = False
@@ -230,6 +234,13 @@ class KernelBuilder:
         self.removed: set = set()  # stores to skip (buffers that live only in this kernel)
         self.counter = itertools.count()
         self.var_ranges = dict(zip(self.vars, self.sizes))
+
+    def cost_per_element(self) -> int:
+        """The kernel's work per element of its space, in units of one SE pass (what the
+        launch's PE count is chosen for): a fused body of many operations is spread over more
+        PEs than one operation on the same elements."""
+        ops = sum(line.count("kgen_se(") + line.count("mtia_reduce(") for line in self.lines)
+        return max(1, (ops + 3) // 4)
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -292,6 +303,9 @@ class KernelBuilder:
     def _se(self, op: str, in_dt: torch.dtype, out_dt: torch.dtype, args: Sequence[Value],
             shape: Optional[str] = None) -> Value:
         shape = shape or self._shape_of(*args)
+        key = (op, in_dt, out_dt, shape, tuple((a.kind, a.dtype, a.ref, a.shape) for a in args))
+        if key in self.computed:
+            return self.computed[key]
         if all(a.kind == "imm" for a in args):
             args = [self._materialize(args[0], shape)] + list(args[1:])
         out = self._tile(out_dt, shape)
@@ -301,6 +315,9 @@ class KernelBuilder:
         self.lines.append(f"kgen_se(MTIA_PE_SE_{op}, MTIA_PE_DT_{DTYPES[in_dt][0]}, "
                           f"MTIA_PE_DT_{DTYPES[out_dt][0]}, {out.ref}, "
                           f"(uint32_t){self._count(shape)}, {flat});")
+        self.computed[key] = out
+        if self.epilogue:
+            self.computed_in_epilogue.append(key)
         return out
 
     def _cast(self, v: Value, dtype: torch.dtype) -> Value:
@@ -417,6 +434,10 @@ class KernelBuilder:
         if self.epilogue:
             self.lines.append("}")
             self.epilogue = False
+            # Computed only in the last box of each row: not a value after the epilogue.
+            for key in self.computed_in_epilogue:
+                self.computed.pop(key, None)
+            self.computed_in_epilogue.clear()
 
     def _element_loop(self, body: List[str], pre: Sequence[str] = ()) -> None:
         """C that runs `body` for each element e of the box with v0.. set to its indices and
@@ -443,7 +464,9 @@ class KernelBuilder:
             lines.append(f"int64_t {v} = ((const {ctypes[src.dtype]}*){src.ref})[e];")
             if wrap:
                 lines.append(f"if ({v} < 0) {v} += {bound};")
-            lines += [f"if ({v} < 0 || {v} >= {bound}) return MTIA_KSTATUS_BAD_SHAPE;",
+            # DMAs of earlier elements may be in flight: they complete before the kernel ends.
+            lines += [f"if ({v} < 0 || {v} >= {bound}) {{ mtia_wait_all(); "
+                      "return MTIA_KSTATUS_BAD_SHAPE; }",
                       f"(void){v};"]
         return [indent + x for x in lines]
 
@@ -456,8 +479,10 @@ class KernelBuilder:
         if self.mask is not None:
             pre.append(f"if (!((const uint8_t*){self.mask.ref})[e]) {{ for (unsigned z = 0; "
                        f"z < {es}u; ++z) ((uint8_t*){t.ref})[e * {es}u + z] = 0; continue; }}")
-        self._element_loop([f"mtia_wait(mtia_dma_in((uint8_t*){t.ref} + e * {es}u, {ptr} + "
-                            f"(uint64_t)({self._sym(index)} * {es}), {es}u));"], pre)
+        # Every element's DMA in flight at once, and one wait.
+        self._element_loop([f"(void)mtia_dma_in((uint8_t*){t.ref} + e * {es}u, {ptr} + "
+                            f"(uint64_t)({self._sym(index)} * {es}), {es}u);"], pre)
+        self.lines.append("mtia_wait_all();")
 
     def _row_step(self, index):
         """The element step of `index` along the innermost loop dimension when the rest of
@@ -485,47 +510,52 @@ class KernelBuilder:
 
     def _gather_rows(self, t: Value, ptr: str, index, es: int, step) -> None:
         """A gather whose index moves by `step` elements along the innermost dimension: one
-        strided DMA per row of the box (a stride of 0 repeats one element). A masked row is
-        read whole when none of its lanes is masked, skipped when all are, and element by
-        element otherwise (a masked lane's address may be outside the tensor)."""
+        strided DMA per row of the box (a stride of 0 repeats one element), all in flight at
+        once. A masked row is read whole when none of its lanes is masked, zeroed when all
+        are, and element by element otherwise (a masked lane's address may be outside the
+        tensor); which rows are which, the RE finds (the min and max of each mask row)."""
         n = self.n
         lines = [f"{{ const uint64_t il = b.ext[{n - 1}]; const uint64_t nr = b.count / il;",
-                 f"  const int64_t step = {self._sym(step)};",
-                 "  for (uint64_t row = 0; row < nr; ++row) {",
-                 "    const uint64_t e = row * il;",
-                 "    uint64_t r_ = e;"]
+                 f"  const int64_t step = {self._sym(step)};"]
+        mask = self.mask.ref if self.mask is not None else None
+        if mask is not None:
+            lo, hi = self._tile(torch.bool), self._tile(torch.bool)
+            for op, out in (("MIN", lo), ("MAX", hi)):
+                lines.append(f"  mtia_wait(mtia_reduce(MTIA_PE_RE_{op}, MTIA_PE_DT_BOOL, "
+                             f"MTIA_PE_DT_BOOL, 1, 0, {out.ref}, {mask}, (uint32_t)nr, "
+                             "(uint32_t)il, (uint32_t)il));")
+        lines += ["  for (uint64_t row = 0; row < nr; ++row) {",
+                  "    const uint64_t e = row * il;",
+                  "    uint64_t r_ = e;"]
         for i in reversed(range(n)):
             lines.append(f"    const int64_t v{i} = b.start[{i}] + (int64_t)(r_ % b.ext[{i}]);"
                          f" r_ /= b.ext[{i}];")
         lines += [f"    (void)v{i};" for i in range(n)]
-        mask = self.mask.ref if self.mask is not None else None
         if mask is not None:
-            lines += ["    uint64_t on = 0;",
-                      f"    for (uint64_t z = 0; z < il; ++z) on += ((const uint8_t*){mask})[e + z] "
-                      "!= 0;",
-                      f"    if (on == 0) {{ for (uint64_t q = 0; q < il * {es}u; ++q) "
-                      f"((uint8_t*){t.ref})[e * {es}u + q] = 0; continue; }}"]
+            zero_dt = {1: "INT8", 2: "FP16", 4: "INT32", 8: "INT64"}[es]
+            lines += [f"    if (!((const uint8_t*){hi.ref})[row]) {{ kse_fill(MTIA_PE_DT_"
+                      f"{zero_dt}, (uint8_t*){t.ref} + e * {es}u, 0, (uint32_t)il); continue; }}"]
         # The indirect indices of the row's first element (the same along the row).
         lines += self._read_indirect("    ")
         lines.append(f"    const int64_t base = {self._sym(index)};")
-        full = ("    if (on == il) {" if mask is not None else "    {")
+        full = (f"    if (((const uint8_t*){lo.ref})[row]) {{" if mask is not None else "    {")
         lines += [full,
                   f"      const int64_t ds[1] = {{{es}}}; const int64_t ss[1] = {{step * {es}}};",
                   "      const uint64_t sz[1] = {il};",
-                  f"      mtia_wait(kdma(kaddr({t.ref}) + e * {es}u, MTIA_PE_SPACE_LOCAL, ds, "
-                  f"{ptr} + (uint64_t)(base * {es}), MTIA_PE_SPACE_DEVICE, ss, sz, 1, {es}u));",
+                  f"      (void)kdma(kaddr({t.ref}) + e * {es}u, MTIA_PE_SPACE_LOCAL, ds, "
+                  f"{ptr} + (uint64_t)(base * {es}), MTIA_PE_SPACE_DEVICE, ss, sz, 1, {es}u);",
                   "    }"]
         if mask is not None:
             lines += ["    else {",
                       "      for (uint64_t z = 0; z < il; ++z) {",
-                      f"        if (((const uint8_t*){mask})[e + z]) mtia_wait(mtia_dma_in("
+                      f"        if (((const uint8_t*){mask})[e + z]) (void)mtia_dma_in("
                       f"(uint8_t*){t.ref} + (e + z) * {es}u, {ptr} + (uint64_t)((base + "
-                      f"(int64_t)z * step) * {es}), {es}u));",
+                      f"(int64_t)z * step) * {es}), {es}u);",
                       f"        else for (unsigned q = 0; q < {es}u; ++q) ((uint8_t*){t.ref})"
                       f"[(e + z) * {es}u + q] = 0;",
                       "      }",
                       "    }"]
-        lines += ["  }", "}"]
+        lines += ["  }", "  mtia_wait_all();", "}"]
         self.lines += lines
 
     def indirect_indexing(self, x: Value, size, check=True, wrap_neg=True):
@@ -549,7 +579,11 @@ class KernelBuilder:
             return self.constant(int(index), dtype)
         if self.epilogue:
             raise Unsupported("index values in an epilogue")
+        key = ("index", str(index))
+        if key in self.computed:
+            return self._cast(self.computed[key], compute_dtype(dtype))
         t = self._tile(torch.int64)
+        self.computed[key] = t
         aff = affine(index, self.vars, negative=True)
         if aff is not None and not self.indirect_in(index):
             # On the SE from an iota tile (a few vector ops per dimension).

@@ -407,8 +407,8 @@ def _kernel_key(tk: "_Toolkit", k: "GeneratedKernel") -> str:
 
 class GeneratedKernel:
     """One generated kernel, as a compiled graph's wrapper defines it: called with its tensor
-    and integer arguments (the kernel's signature order) and, last, the number of elements of
-    its iteration space (which chooses the PE grid)."""
+    and integer arguments (the kernel's signature order) and, last, its work (the elements of
+    its iteration space times its cost per element), which chooses the PE grid."""
 
     def __init__(self, name: str, source: str):
         self.name = name
@@ -483,8 +483,9 @@ def empty_strided_mtia(size, stride, dtype):
 
 
 def _grid(work: int):
-    """PEs for `work` elements: one per 16384, at most the chip (or $MTIA_EMU_MAX_PES), as the
-    library's launches choose; every PE a launch starts costs host time."""
+    """PEs for `work` element-operations: one per 16384, at most the chip (or
+    $MTIA_EMU_MAX_PES), as the library's launches choose for one operation per element; every PE
+    a launch starts costs host time."""
     limit = max(1, min(64, int(os.environ.get("MTIA_EMU_MAX_PES", "64") or 64)))
     pes = max(1, min(limit, (work + 16383) // 16384))
     if pes <= 8:

@@ -172,7 +172,8 @@ class MtiaScheduling(BaseScheduling):
         real = self.scheduler.mutation_real_name
         args = [real.get(b, b) for b in buffers]
         args += [wrapper.codegen_python_sizevar(s) for s in symbols]
-        args.append(wrapper.codegen_python_sizevar(V.graph.sizevars.simplify(numel(sizes))))
+        elements = wrapper.codegen_python_sizevar(V.graph.sizevars.simplify(numel(sizes)))
+        args.append(f"{elements} * {kb.cost_per_element()}")
         wrapper.writeline(f"{var}({', '.join(args)})")
 
     def codegen_template(self, *args, **kwargs):
