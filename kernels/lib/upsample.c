@@ -6,7 +6,8 @@
  * Source positions follow PyTorch's definitions (ATen's UpSample.h), computed in fp32 by the SE
  * from the host's per-axis ratio (`scale_*`, the fp32 bits of what area_pixel_compute_scale or
  * compute_scales_value gives):
- *   nearest        src = min(floor(o * ratio), in - 1); o when out == in, o / 2 when out == 2 in
+ *   nearest        src = min(floor(o * ratio), in - 1); with flag SHORTCUTS, o when out == in
+ *                  and o / 2 when out == 2 in (PyTorch takes these for some ops, not all)
  *   nearest-exact  src = min(floor((o + 0.5) * ratio), in - 1)
  *   linear         r = ratio * o (align_corners) or max(ratio * (o + 0.5) - 0.5, 0);
  *                  i0 = min(floor(r), in - 1), i1 = min(i0 + 1, in - 1),
@@ -35,8 +36,9 @@
 #define UP_NEAREST_EXACT 2
 #define UP_LINEAR 3
 
-#define UP_ALIGN_CORNERS 1u
-#define UP_FLAGS_MASK 1u
+#define UP_ALIGN_CORNERS 1u /* linear */
+#define UP_SHORTCUTS 2u     /* nearest: equal and doubled extents map without arithmetic */
+#define UP_FLAGS_MASK 3u
 
 #define UP_MAX_EXTENT (1ll << 24) /* fp32 holds every output index exactly */
 
@@ -91,7 +93,8 @@ static int uax_build(uax* x, karena* ar, const upsample_args* A, int axis, int b
   int64_t* i0 = x->idx[0];
   if (!x->real || O == 0) {
     for (int64_t o = 0; o < O; ++o) i0[o] = 0;
-  } else if ((A->mode == UP_NEAREST || A->mode == UP_LINEAR) && O == I) {
+  } else if (O == I &&
+             (A->mode == UP_LINEAR || (A->mode == UP_NEAREST && (A->flags & UP_SHORTCUTS)))) {
     for (int64_t o = 0; o < O; ++o) i0[o] = o;
     if (A->mode == UP_LINEAR) {
       for (int64_t o = 0; o < O; ++o) {
@@ -100,7 +103,7 @@ static int uax_build(uax* x, karena* ar, const upsample_args* A, int axis, int b
         x->w[1][o] = 0;
       }
     }
-  } else if (A->mode == UP_NEAREST && O == 2 * I) {
+  } else if (A->mode == UP_NEAREST && (A->flags & UP_SHORTCUTS) && O == 2 * I) {
     for (int64_t o = 0; o < O; ++o) i0[o] = o >> 1;
   } else {
     /* fp32 arithmetic on the SE: r in a scratch vector borrowed from the arena's free space. */

@@ -48,7 +48,7 @@ using Scales = std::array<std::optional<double>, 3>;  // depth, height, width
 
 // Kernel modes (kernels/lib/upsample.c).
 constexpr int64_t kNearest = 1, kNearestExact = 2, kLinear = 3;
-constexpr int64_t kAlignCorners = 1;
+constexpr int64_t kAlignCorners = 1, kShortcuts = 2;
 constexpr int64_t kMaxExtent = int64_t{1} << 24;
 
 // PyTorch's ratio of input to output positions when no alignment is asked: 1 / scale when a
@@ -116,6 +116,15 @@ struct Plan {
   Scales scales;
 };
 
+// The kernel's flags. PyTorch 2.13's CPU kernels map equal and doubled extents of nearest
+// upsampling without arithmetic in the 2-D forward and in every backward, but not in the 1-D
+// and 3-D forward (a scale given with such sizes then picks other elements).
+int64_t plan_flags(bool backward, const Plan& p) {
+  if (p.mode == kLinear) return p.align_corners ? kAlignCorners : 0;
+  if (p.mode == kNearest && (backward || p.dims == 2)) return kShortcuts;
+  return 0;
+}
+
 // Why an upsampling runs on the CPU, or nullopt when the kernels take it. `in`/`out` are the
 // pooled input and output (forward) or grad_input and grad_output (backward).
 std::optional<std::string> refuse(bool backward, const Plan& p, const Tensor& in,
@@ -151,7 +160,7 @@ void launch_upsample(bool backward, const Plan& p, const Tensor& dst, const Tens
                               tensor_address(src),
                               mtia::Arg::dtype(*kernel_dtype(dst.scalar_type())),
                               p.mode,
-                              (p.mode == kLinear && p.align_corners) ? kAlignCorners : int64_t{0},
+                              plan_flags(backward, p),
                               int64_t{p.dims},
                               iv.size[0],
                               iv.size[1],
