@@ -36,6 +36,9 @@ DEVICE_OPS = {
     "mm": F, "addmm": F, "bmm": F, "baddbmm": F, "matmul": F,
     "softmax": F, "log_softmax": F, "nn.functional.layer_norm": F,
     "nn.functional.mse_loss": F, "nn.functional.nll_loss": F,
+    # upsampling (ops_upsample.cpp)
+    "nn.functional.interpolate": F, "nn.functional.upsample_nearest": F,
+    "nn.functional.upsample_bilinear": F,
     "isnan": ALL, "nan_to_num": ALL, "aminmax": ALL,
     "cat": ALL, "arange": NUM, "fill": ALL, "zero_": ALL,
     # the SE's function ops (ops_math.cpp)
@@ -59,8 +62,6 @@ DEVICE_OPS = {
 
 # Samples an op's device kernels do not cover by design (they take the CPU fallback).
 SKIP_SAMPLE = {
-    # images (N, C, H, W) go to nll_loss2d, which has no device kernel
-    "nn.functional.nll_loss": lambda s: s.input.dim() > 2,
     # PyTorch 1.13's CPU aminmax resizes a 0-dim input's keepdim result to [1] (with a
     # deprecation warning) although its meta function says []; the device follows the meta.
     "aminmax": lambda s: s.input.dim() == 0 and s.kwargs.get("keepdim", False),
@@ -88,9 +89,11 @@ OP_TOL = {
 
 # OpInfo variants left to other tests: rounded division (test_math.py: its narrow dtypes round
 # the quotient before trunc, as the CPU does, where this file's reference computes in float32;
-# bool takes the CPU), softmax with a dtype= argument (every sample asks for float64) and the
-# nuclear norm (an SVD, which has no device kernel).
+# bool takes the CPU), softmax with a dtype= argument (every sample asks for float64), the
+# nuclear norm (an SVD, which has no device kernel), and the interpolation modes without a
+# device kernel: bicubic, and area (its 3-D samples are adaptive_avg_pool3d).
 CPU_VARIANTS = {("div", "trunc_rounding"), ("div", "floor_rounding"),
+                ("nn.functional.interpolate", "bicubic"), ("nn.functional.interpolate", "area"),
                 ("softmax", "with_dtype"), ("log_softmax", "with_dtype"), ("norm", "nuc")}
 
 CASES = [(op, dt) for op in op_db
