@@ -50,6 +50,14 @@ size_t span_bytes(const at::Tensor& t) {
   return size_t(last + 1) * t.element_size();
 }
 
+// A non_blocking copy just queued on the current stream reads or writes `host` in place if it
+// is pinned: its block is not reused before the copy is done.
+void record_pinned_use(const at::Tensor& host) {
+  const c10::DataPtr& data = host.storage().data_ptr();
+  PinnedAllocator::instance().record_event(data.get(), data.get_context(),
+                                           to_c10(current_device(), current_stream()));
+}
+
 // host `src` (dst's dtype, dst's sizes after broadcast) -> device `dst`, on dst's device.
 void host_to_device(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
   const DeviceScope on(dst.device().index());
@@ -62,6 +70,7 @@ void host_to_device(const at::Tensor& dst, const at::Tensor& src, bool non_block
     // pageable memory is staged by copy_async before it returns.
     if (non_blocking) {
       dev.copy_async(tensor_address(dst), dl, src.data_ptr(), sl, current_stream());
+      record_pinned_use(src);
     } else {
       dev.copy(tensor_address(dst), dl, src.data_ptr(), sl, current_stream());
     }
@@ -78,6 +87,7 @@ void device_to_host(const at::Tensor& dst, const at::Tensor& src, bool non_block
   guarded("copying device to host", [&] {
     if (non_blocking && pinned) {
       dev.copy_async(dst.data_ptr(), dl, tensor_address(src), sl, current_stream());
+      record_pinned_use(dst);
     } else {
       dev.copy(dst.data_ptr(), dl, tensor_address(src), sl, current_stream());
     }

@@ -2,7 +2,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Functions.h>
+#include <ATen/core/GraphImplInterface.h>
 #include <c10/util/Exception.h>
+#include <pybind11/pybind11.h>
 
 #include <algorithm>
 #include <map>
@@ -14,6 +16,7 @@
 
 #include "allocator.h"
 #include "launch.h"
+#include "log.h"
 #include "runtime.h"
 
 namespace mtia::torch_backend::graphs {
@@ -48,7 +51,9 @@ std::mutex mu;
 std::map<int64_t, std::unique_ptr<TorchGraph>> registry;
 int64_t next_handle = 1;
 uint64_t next_pool = 1;
-std::map<c10::MempoolId_t, int> pool_users;  // graphs holding each pool
+// Graphs holding each pool, per device: a pool handle used on two devices is two pools, one in
+// each device's allocator.
+std::map<std::pair<c10::DeviceIndex, c10::MempoolId_t>, int> pool_users;
 
 TorchGraph& get(int64_t handle) {
   auto it = registry.find(handle);
@@ -71,11 +76,27 @@ void reset_locked(TorchGraph& g) {
   g.seeds.clear();  // before the pool goes: the slots are its blocks
   g.random_ops = 0;
   if (g.pool != c10::MempoolId_t{0, 0}) {
-    if (--pool_users[g.pool] == 0) {
-      pool_users.erase(g.pool);
+    const auto key = std::make_pair(g.device, g.pool);
+    if (--pool_users[key] == 0) {
+      pool_users.erase(key);
       g.allocator().release_pool(g.pool);
     }
     g.pool = {0, 0};
+  }
+}
+
+// Ends a capture in progress and discards it (the graph is being destroyed): the stream stops
+// capturing and the allocator stops serving it from the graph's pool. Caller holds mu.
+void abandon_capture_locked(TorchGraph& g) {
+  const mtia::Stream stream = *g.capturing;
+  g.capturing.reset();
+  g.allocator().end_pool_capture();
+  mtia::Device& dev = g.dev();
+  try {
+    if (dev.is_capturing(stream)) dev.destroy_graph(dev.end_capture(stream));
+  } catch (const std::exception& e) {
+    // end_capture discards what it refuses (unjoined work): the stream has stopped capturing.
+    log::warn(c10::str("discarding the capture of a destroyed MTIA graph: ", e.what()));
   }
 }
 
@@ -94,8 +115,15 @@ void destroy(int64_t handle) {
   std::lock_guard lock(mu);
   auto it = registry.find(handle);
   if (it == registry.end()) return;
-  if (!it->second->capturing && Runtime::is_initialized() && !Runtime::is_shut_down()) {
-    reset_locked(*it->second);
+  TorchGraph& g = *it->second;
+  if (Runtime::is_initialized() && !Runtime::is_shut_down()) {
+    // Called from destructors: what fails is reported, not raised.
+    try {
+      if (g.capturing) abandon_capture_locked(g);
+      reset_locked(g);
+    } catch (const std::exception& e) {
+      log::warn(c10::str("destroying an MTIA graph: ", e.what()));
+    }
   }
   registry.erase(it);
 }
@@ -118,7 +146,7 @@ void capture_begin(int64_t handle, c10::MempoolId_t pool) {
   }
   g.capturing = stream;
   g.pool = pool;
-  ++pool_users[pool];
+  ++pool_users[std::make_pair(g.device, pool)];
 }
 
 void capture_end(int64_t handle) {
@@ -238,4 +266,57 @@ std::optional<CapturedDraw> captured_draw(const at::Generator& host_generator) {
   return std::nullopt;
 }
 
+// torch.accelerator.Graph on MTIA: PyTorch's device-generic graph over the graphs above, found
+// in at::GraphImplRegistry by the device type's name.
+namespace {
+
+struct AcceleratorGraph final : public at::GraphImplInterface {
+  explicit AcceleratorGraph(const at::GraphImplArgs& args) : handle_(create(args.keep_graph)) {}
+  // A capture still in progress is ended and discarded.
+  ~AcceleratorGraph() override { destroy(handle_); }
+
+  // The emulator's captures behave as "global" ones: a synchronization of the capturing
+  // device from any thread ends the capture with an error. "default" is that mode.
+  void capture_begin(c10::MempoolId_t pool, at::GraphCaptureMode mode) override {
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        mode == at::GraphCaptureMode::Default || mode == at::GraphCaptureMode::Global,
+        "torch.accelerator.Graph on mtia: capture_error_mode=\"",
+        mode == at::GraphCaptureMode::ThreadLocal ? "thread_local" : "relaxed",
+        "\" is not supported; the emulator's captures refuse device-wide synchronization from "
+        "every thread, so use \"default\" or \"global\"");
+    graphs::capture_begin(handle_, pool);
+  }
+  void capture_end() override { graphs::capture_end(handle_); }
+  void instantiate() override { graphs::instantiate(handle_); }
+  // Replay and reset may wait for the device: without the GIL, when the caller holds it.
+  void replay() override {
+    std::optional<pybind11::gil_scoped_release> no_gil;
+    if (PyGILState_Check()) no_gil.emplace();
+    graphs::replay(handle_);
+  }
+  void reset() override {
+    std::optional<pybind11::gil_scoped_release> no_gil;
+    if (PyGILState_Check()) no_gil.emplace();
+    graphs::reset(handle_);
+  }
+  c10::MempoolId_t pool() const override { return graphs::pool(handle_); }
+  // The emulator checks captures fully in every mode; there is no extra debug behaviour.
+  void enable_debug_mode() override {}
+  void debug_dump(const std::string&) override {
+    TORCH_CHECK_NOT_IMPLEMENTED(false,
+                                "torch.accelerator.Graph.debug_dump is not supported on mtia; the "
+                                "emulator's trace (torch_mtia_emu.write_artifacts()) shows a "
+                                "replay's packets");
+  }
+
+ private:
+  int64_t handle_;
+};
+
+}  // namespace
+
 }  // namespace mtia::torch_backend::graphs
+
+namespace at {
+C10_REGISTER_CLASS(GraphImplRegistry, MTIA, mtia::torch_backend::graphs::AcceleratorGraph)
+}  // namespace at

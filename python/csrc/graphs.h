@@ -19,6 +19,8 @@
 namespace mtia::torch_backend::graphs {
 
 int64_t create(bool keep_graph);
+// Ends and discards a capture still in progress; reports failures in the log (it runs in
+// destructors).
 void destroy(int64_t handle);
 void capture_begin(int64_t handle, c10::MempoolId_t pool);
 void capture_end(int64_t handle);

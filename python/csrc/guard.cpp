@@ -180,6 +180,25 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
                    [&] { return Runtime::get().device(a.device).elapsed_ms(a.event, b.event); });
   }
 
+  // torch.accelerator.get_device_capability(): the dtypes whose tensors can be allocated on the
+  // device and converted to one another: the standard numeric dtypes, complex and float8. The
+  // device's kernels compute in float32, float16, bfloat16, int8, int32, int64 and bool; the
+  // others convert and compute through the CPU fallback. Quantized, bit-packed and sub-byte
+  // dtypes are not supported (they have no copy on the device).
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+    (void)resolve_device(d.index());  // an index out of range is an error
+    c10::DeviceCapability cap;
+    cap.capability_data.capability_bits = 0;
+    auto& has = cap.capability_data.supported_scalar_types;
+    has.has_Byte = has.has_Char = has.has_Short = has.has_Int = has.has_Long = 1;
+    has.has_UInt16 = has.has_UInt32 = has.has_UInt64 = 1;
+    has.has_Half = has.has_Float = has.has_Double = has.has_BFloat16 = has.has_Bool = 1;
+    has.has_ComplexHalf = has.has_ComplexFloat = has.has_ComplexDouble = 1;
+    has.has_Float8_e5m2 = has.has_Float8_e4m3fn = has.has_Float8_e5m2fnuz = 1;
+    has.has_Float8_e4m3fnuz = has.has_Float8_e8m0fnu = 1;
+    return cap;
+  }
+
   void recordDataPtrOnStream(const c10::DataPtr& data, const c10::Stream& stream) const override {
     DeviceAllocator::instance().record_stream(data.get_context(), stream);
   }
