@@ -17,8 +17,9 @@
  *
  * Forward: a unit of work is a block of output rows (an oh range times a channel range at fixed
  * n, od), with the whole width. For each depth and height corner the input rows are gathered by
- * the DMA (one box per output row), then each output column is one local DMA of the column of
- * its width corner, for every row of the block at once. Linear interpolation weighs the two
+ * the DMA (one box per output row), then the output columns are copied from their width
+ * corner's input columns by local DMAs, each moving a progression of columns (up_boxes) for
+ * every row of the block at once. Linear interpolation weighs the two
  * width corners with per-column weight tiles (fp32, SE), then the height corners and the depth
  * corners with per-row immediates, in PyTorch's order: ((x0 w0 + x1 w1) h0 + (...) h1) d0 + ...
  * Tiles run along the width, or along the channels when the input is channels_last.
@@ -218,6 +219,43 @@ static void up_caps(int64_t C, int64_t rows, int64_t total, uint64_t left, uint6
   *rcap = KMIN(rows, KMAX(cap / *ccap, 1));
 }
 
+/* ---- Gathers along the width ------------------------------------------------------------------
+ * Outputs o0 + q * ostep (q < count) whose source columns are i0 + q * istep: one DMA moves such
+ * a set of columns for a whole block. The columns of a corner are covered greedily, each box
+ * taking the longest such progression from the first column not yet covered (ostep up to
+ * UP_MAX_PERIOD), so regular patterns (integer factors, equal sizes) take a few DMAs a row. */
+#define UP_MAX_PERIOD 8
+
+typedef struct {
+  int64_t o0, count, ostep, i0, istep;
+} ubox;
+
+/* Fills boxes (room for O) for the source columns idx[0..O); returns how many. `seen` is
+ * scratch of O bytes. */
+static int64_t up_boxes(const int64_t* idx, int64_t O, ubox* boxes, uint8_t* seen) {
+  for (int64_t o = 0; o < O; ++o) seen[o] = 0;
+  int64_t nb = 0;
+  for (int64_t o = 0; o < O; ++o) {
+    if (seen[o]) continue;
+    ubox best = {o, 1, 1, idx[o], 0};
+    for (int64_t p = 1; p <= UP_MAX_PERIOD && o + p < O; ++p) {
+      if (seen[o + p]) continue;
+      const int64_t d = idx[o + p] - idx[o];
+      if (d < 0) continue;
+      int64_t len = 2;
+      while (o + len * p < O && !seen[o + len * p] && idx[o + len * p] == idx[o] + len * d) ++len;
+      if (len > best.count) {
+        best.count = len;
+        best.ostep = p;
+        best.istep = d;
+      }
+    }
+    for (int64_t q = 0; q < best.count; ++q) seen[o + q * best.ostep] = 1;
+    boxes[nb++] = best;
+  }
+  return nb;
+}
+
 /* ---- upsample: forward --------------------------------------------------------------------- */
 MTIA_KERNEL(upsample, "out:ptr in:ptr " KSIG_UP_PARAMS " " KSIG_ST5("out") " " KSIG_ST5("in"));
 int upsample(const uint64_t* args, uint64_t args_bytes) {
@@ -238,6 +276,21 @@ int upsample(const uint64_t* args, uint64_t args_bytes) {
   uax ax[3];
   for (int a = 0; a < 3; ++a) {
     if (!uax_build(&ax[a], &ar, A, a, 0)) return MTIA_KSTATUS_NO_LOCAL_STORE;
+  }
+  /* The width gathers of each corner. */
+  ubox* boxes[2] = {0, 0};
+  int64_t nbox[2] = {0, 0};
+  {
+    for (int e = 0; e < ax[UA_W].ncorner; ++e) {
+      boxes[e] = (ubox*)kalloc(&ar, (uint64_t)OW * sizeof(ubox));
+      if (!boxes[e]) return MTIA_KSTATUS_NO_LOCAL_STORE;
+    }
+    karena tmp = ar;
+    uint8_t* seen = (uint8_t*)kalloc(&tmp, (uint64_t)OW);
+    if (!seen) return MTIA_KSTATUS_NO_LOCAL_STORE;
+    for (int e = 0; e < ax[UA_W].ncorner; ++e) {
+      nbox[e] = up_boxes(ax[UA_W].idx[e], OW, boxes[e], seen);
+    }
   }
   /* Per (row, channel): the input row; the gathered row; linear: fp32 copy, width sum, height
    * sum, depth sum, two weight rows, the output stage. */
@@ -309,13 +362,13 @@ int upsample(const uint64_t* args, uint64_t args_bytes) {
         for (int e = 0; e < ax[UA_W].ncorner; ++e) {
           /* Column ow of every row and channel from its corner's input column. */
           uint8_t* gd = (linear && es == 4) ? (uint8_t*)f : g;
-          const int64_t cnt[3] = {nh, nc, 1};
-          const int64_t sst[3] = {ti.row, ti.ch, ti.col};
-          const int64_t dst[3] = {to.row, to.ch, to.col};
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            const int64_t iw = ax[UA_W].idx[e][ow];
-            udma3(cl, kaddr(gd) + (uint64_t)(ow * to.col), MTIA_PE_SPACE_LOCAL, dst,
-                  kaddr(in_t) + (uint64_t)(iw * ti.col), MTIA_PE_SPACE_LOCAL, sst, cnt, es);
+          for (int64_t k = 0; k < nbox[e]; ++k) {
+            const ubox* bx = &boxes[e][k];
+            const int64_t cnt[3] = {nh, nc, bx->count};
+            const int64_t sst[3] = {ti.row, ti.ch, bx->istep * ti.col};
+            const int64_t dst[3] = {to.row, to.ch, bx->ostep * to.col};
+            udma3(cl, kaddr(gd) + (uint64_t)(bx->o0 * to.col), MTIA_PE_SPACE_LOCAL, dst,
+                  kaddr(in_t) + (uint64_t)(bx->i0 * ti.col), MTIA_PE_SPACE_LOCAL, sst, cnt, es);
           }
           mtia_wait_all();
           if (!linear) break;
