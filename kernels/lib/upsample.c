@@ -25,11 +25,12 @@
  * Tiles run along the width, or along the channels when the input is channels_last.
  *
  * Backward: units are blocks of grad_input rows (an ih range times a channel range at fixed n,
- * id), so no two PEs write the same element. For every depth and height corner the grad_output
- * rows whose source row lands in the block are loaded and weighed (fp32), and each input
- * column receives the sum of the contiguous range of output columns whose corner is that
- * column: one RE reduction that accumulates into the block's fp32 accumulator. The source
- * positions are monotone in the output index, so those ranges come from the tables by one scan. */
+ * id), so no two PEs write the same element. For each output depth that reaches the block, the
+ * grad_output rows whose height corners land in the block are loaded and added, weighed, into
+ * per-input-row sums (fp32, SE); then each input column receives the sum of the contiguous
+ * range of output columns whose width corner it is, weighed: one RE reduction per column and
+ * row that accumulates into the block's fp32 accumulator. The source positions are monotone in
+ * the output index, so those ranges come from the tables by one scan. */
 #include "klib.h"
 #include "ksig.h"
 
@@ -452,30 +453,33 @@ int upsample_backward(const uint64_t* args, uint64_t args_bytes) {
   for (int a = 0; a < 3; ++a) {
     if (!uax_build(&ax[a], &ar, A, a, 1)) return MTIA_KSTATUS_NO_LOCAL_STORE;
   }
-  /* Per (row, channel): grad_input's accumulator and stage; grad_output's row, its fp32 copy,
-   * the weighted copy and (linear) two weight rows. */
-  const uint64_t per = (uint64_t)W * (4 + es) + (uint64_t)OW * (es + 8 + (linear ? 8 : 0)) + 64;
-  const uint64_t slack = 8 * 64;
+  /* Per (row, channel): grad_input's accumulator and stage; grad_output's row and its fp32 copy;
+   * the height sums, their weighted copy and (linear) two weight rows. */
+  const uint64_t per = (uint64_t)W * (4 + es) + (uint64_t)OW * (es + 4 + 8 + 8) + 64;
+  const uint64_t slack = 10 * 64;
   if (karena_left(&ar) < slack + per) return MTIA_KSTATUS_NO_LOCAL_STORE;
   int64_t ccap, k;
   up_caps(C, KMAX(IH, OH), N * C * ID * IH, karena_left(&ar) - slack, per, &ccap, &k);
   const int64_t icap = KMIN(IH, k), ocap = KMIN(OH, k);
   const int cl = os[US_C] < os[US_W];
   const uint64_t itile = (uint64_t)(icap * ccap * W), otile = (uint64_t)(ocap * ccap * OW);
+  const uint64_t qtile = (uint64_t)(icap * ccap * OW);
   float* acc = (float*)kalloc(&ar, itile * 4);
   uint8_t* stage = (uint8_t*)kalloc(&ar, itile * es);
   uint8_t* g = (uint8_t*)kalloc(&ar, otile * es);
   float* gf = (float*)kalloc(&ar, otile * 4);
-  float* p = (float*)kalloc(&ar, otile * 4);
+  float* q = (float*)kalloc(&ar, qtile * 4);
+  float* p = (float*)kalloc(&ar, qtile * 4);
+  uint8_t* touched = (uint8_t*)kalloc(&ar, (uint64_t)icap);
   float *wt0 = 0, *wt1 = 0;
   if (linear) {
-    wt0 = (float*)kalloc(&ar, otile * 4);
-    wt1 = (float*)kalloc(&ar, otile * 4);
+    wt0 = (float*)kalloc(&ar, qtile * 4);
+    wt1 = (float*)kalloc(&ar, qtile * 4);
   }
-  if (!p || (linear && !wt1)) return MTIA_KSTATUS_NO_LOCAL_STORE;
+  if (!touched || (linear && !wt1)) return MTIA_KSTATUS_NO_LOCAL_STORE;
   const utile to = utile_of(cl, ccap, OW, es), t4 = utile_of(cl, ccap, OW, 4);
   if (linear) {
-    const int64_t cnt[3] = {ocap, ccap, OW};
+    const int64_t cnt[3] = {icap, ccap, OW};
     const int64_t zst[3] = {0, 0, 4};
     const int64_t dst[3] = {t4.row, t4.ch, t4.col};
     mtia_wait(udma3(cl, kaddr(wt0), MTIA_PE_SPACE_LOCAL, dst, kaddr(ax[UA_W].w[0]),
@@ -485,6 +489,7 @@ int upsample_backward(const uint64_t* args, uint64_t args_bytes) {
   }
   /* The accumulator: rows x columns x channels (channels inner: one RE result run). */
   const int64_t acc_row = W * ccap * 4, acc_col = ccap * 4;
+  const uint32_t row_n = (uint32_t)(ccap * OW);
 
   const int64_t nib = (IH + icap - 1) / icap, ncb = (C + ccap - 1) / ccap;
   const uint64_t units = (uint64_t)(N * ID * nib * ncb);
@@ -499,15 +504,18 @@ int upsample_backward(const uint64_t* args, uint64_t args_bytes) {
     const int64_t n = (int64_t)(r / (uint64_t)ID);
     const int64_t c0 = cb * ccap, nc = KMIN(ccap, C - c0);
     const int64_t ih0 = ib * icap, nih = KMIN(icap, IH - ih0);
+    const uint32_t q_all = (uint32_t)(nih * ccap * OW);
     kse_fill(F, acc, 0, (uint32_t)(nih * W * ccap));
     for (int a = 0; a < ax[UA_D].ncorner; ++a) {
       const int64_t od0 = ax[UA_D].lo[a][id], od1 = ax[UA_D].lo[a][id + 1];
       for (int64_t od = od0; od < od1; ++od) {
+        /* q[ih] = sum of the weighted grad_output rows whose height corner is ih. */
+        kse_fill(F, q, 0, q_all);
+        for (int64_t i = 0; i < nih; ++i) touched[i] = 0;
         for (int b = 0; b < ax[UA_H].ncorner; ++b) {
           const int64_t oh_end = ax[UA_H].lo[b][ih0 + nih];
           for (int64_t oh0 = ax[UA_H].lo[b][ih0]; oh0 < oh_end; oh0 += ocap) {
             const int64_t nh = KMIN(ocap, oh_end - oh0);
-            const uint32_t cnt_all = (uint32_t)(nh * ccap * OW);
             const uint64_t src =
                 A->src +
                 (uint64_t)((n * os[US_N] + c0 * os[US_C] + od * os[US_D] + oh0 * os[US_H]) *
@@ -519,42 +527,46 @@ int upsample_backward(const uint64_t* args, uint64_t args_bytes) {
             uint8_t* gd = es == 4 ? (uint8_t*)gf : g;
             mtia_wait(udma3(cl, kaddr(gd), MTIA_PE_SPACE_LOCAL, dst, src, MTIA_PE_SPACE_DEVICE, sst,
                             cnt, es));
-            if (es != 4) kcast(dt, F, gf, g, cnt_all);
-            if (linear && ax[UA_D].real) {
-              kse_imm(MTIA_PE_SE_MUL, F, gf, gf, ax[UA_D].w[a][od], cnt_all);
-            }
-            for (int e = 0; e < ax[UA_W].ncorner; ++e) {
-              const float* pw = gf;
-              if (linear) {
-                kse(MTIA_PE_SE_MUL, F, F, p, gf, e == 0 ? wt0 : wt1, 0, cnt_all);
-                pw = p;
-                if (ax[UA_H].real) {
-                  for (int64_t i = 0; i < nh; ++i) {
-                    float* rp = p + i * ccap * OW;
-                    kse_imm(MTIA_PE_SE_MUL, F, rp, rp, ax[UA_H].w[b][oh0 + i],
-                            (uint32_t)(ccap * OW));
-                  }
-                }
+            if (es != 4) kcast(dt, F, gf, g, (uint32_t)(nh * ccap * OW));
+            for (int64_t i = 0; i < nh; ++i) {
+              const int64_t ir = ax[UA_H].idx[b][oh0 + i] - ih0;
+              float* qr = q + ir * ccap * OW;
+              float* gr = gf + i * ccap * OW;
+              touched[ir] = 1;
+              if (linear && ax[UA_H].real) {
+                kse_imm(MTIA_PE_SE_MUL, F, p, gr, ax[UA_H].w[b][oh0 + i], row_n);
+                gr = p;
               }
-              const int64_t* lw = ax[UA_W].lo[e];
-              for (int64_t i = 0; i < nh; ++i) {
-                const int64_t ir = ax[UA_H].idx[b][oh0 + i] - ih0;
-                const uint8_t* row = (const uint8_t*)pw + i * t4.row;
-                uint8_t* arow = (uint8_t*)acc + ir * acc_row;
-                for (int64_t iw = 0; iw < W; ++iw) {
-                  const int64_t o0 = lw[iw], o1 = lw[iw + 1];
-                  if (o1 <= o0) continue;
-                  /* sum over outputs [o0, o1) of every channel, added to the column. */
-                  if (cl) {
-                    mtia_wait(mtia_reduce(MTIA_PE_RE_SUM, F, F, 0, MTIA_PE_RE_ACCUMULATE,
-                                          arow + iw * acc_col, row + o0 * t4.col,
-                                          (uint32_t)(o1 - o0), (uint32_t)nc, (uint32_t)ccap));
-                  } else {
-                    mtia_wait(mtia_reduce(MTIA_PE_RE_SUM, F, F, 1, MTIA_PE_RE_ACCUMULATE,
-                                          arow + iw * acc_col, row + o0 * t4.col, (uint32_t)nc,
-                                          (uint32_t)(o1 - o0), (uint32_t)OW));
-                  }
-                }
+              kse(MTIA_PE_SE_ADD, F, F, qr, qr, gr, 0, row_n);
+            }
+          }
+        }
+        if (linear && ax[UA_D].real) {
+          kse_imm(MTIA_PE_SE_MUL, F, q, q, ax[UA_D].w[a][od], q_all);
+        }
+        /* Each input column: the sum of the outputs whose width corner it is. */
+        for (int e = 0; e < ax[UA_W].ncorner; ++e) {
+          const float* pw = q;
+          if (linear) {
+            kse(MTIA_PE_SE_MUL, F, F, p, q, e == 0 ? wt0 : wt1, 0, q_all);
+            pw = p;
+          }
+          const int64_t* lw = ax[UA_W].lo[e];
+          for (int64_t i = 0; i < nih; ++i) {
+            if (!touched[i]) continue;
+            const uint8_t* row = (const uint8_t*)pw + i * t4.row;
+            uint8_t* arow = (uint8_t*)acc + i * acc_row;
+            for (int64_t iw = 0; iw < W; ++iw) {
+              const int64_t o0 = lw[iw], o1 = lw[iw + 1];
+              if (o1 <= o0) continue;
+              if (cl) {
+                mtia_wait(mtia_reduce(MTIA_PE_RE_SUM, F, F, 0, MTIA_PE_RE_ACCUMULATE,
+                                      arow + iw * acc_col, row + o0 * t4.col, (uint32_t)(o1 - o0),
+                                      (uint32_t)nc, (uint32_t)ccap));
+              } else {
+                mtia_wait(mtia_reduce(MTIA_PE_RE_SUM, F, F, 1, MTIA_PE_RE_ACCUMULATE,
+                                      arow + iw * acc_col, row + o0 * t4.col, (uint32_t)nc,
+                                      (uint32_t)(o1 - o0), (uint32_t)OW));
               }
             }
           }

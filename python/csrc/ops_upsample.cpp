@@ -102,7 +102,7 @@ bool fits_local_store(bool backward, int64_t mode, int dims, const View5& in, co
   need += scratch;
   const uint64_t W = uint64_t(in.size[4]), OW = uint64_t(out.size[4]);
   if (backward) {
-    need += W * (4 + es) + OW * (es + 8 + (linear ? 8 : 0)) + 64 + 8 * 64;
+    need += W * (4 + es) + OW * (es + 20) + 64 + 10 * 64;
   } else {
     // The rows, and the width gathers' boxes (40 bytes per output column and corner).
     need += W * es + OW * (linear ? 2 * es + 24 : es) + 64 + 12 * 64;
