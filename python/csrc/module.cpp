@@ -213,6 +213,7 @@ PYBIND11_MODULE(_C, m) {
         });
       },
       release());
+  m.def("_profiler_synchronize", &synchronize_open_devices, release());
   m.def("_profiler_counts", [] {
     const ProfilerCounts c = profiler_counts();
     return py::make_tuple(c.recording, c.device_activities, c.runtime_calls, c.dropped);

@@ -168,13 +168,24 @@ class Collector final : public mtia::ActivityObserver {
   std::vector<RuntimeRecord> runtime_;
 };
 
-// The session that records now (at most one), and the latest one's counts.
-std::mutex g_mu;
-std::shared_ptr<Collector> g_active;
-ProfilerCounts g_last;
+// The session that records now (at most one), and the latest one's counts. Never destroyed:
+// Kineto may end a session from its own static destructors at exit.
+struct Global {
+  std::mutex mu;
+  std::shared_ptr<Collector> active;
+  ProfilerCounts last;
+};
+Global& global() {
+  static Global* g = new Global;
+  return *g;
+}
 
-// The calling thread's operator correlation ids, innermost last.
-thread_local std::vector<uint64_t> t_correlation;
+// The calling thread's operator correlation ids, innermost last (trivially destructible, so
+// that a session ending at exit never meets a destroyed one). Deeper nesting keeps the
+// innermost id that fits.
+constexpr int kMaxNesting = 256;
+thread_local std::array<uint64_t, kMaxNesting> t_correlation{};
+thread_local int t_depth = 0;
 
 // Sets `observer` on every device that is open now (null: removes it). Devices of a runtime
 // that is gone (shutdown, interpreter exit) are skipped.
@@ -228,27 +239,29 @@ class Session final : public libkineto::IActivityProfilerSession {
   ~Session() override { stop(); }
 
   void start() override {
-    std::lock_guard lock(g_mu);
-    if (g_active != nullptr) {
+    Global& g = global();
+    std::lock_guard lock(g.mu);
+    if (g.active != nullptr) {
       status_ = libkineto::TraceStatus::ERROR;
       errors_.push_back(already_recording_message());
       return;
     }
     collector_ = std::make_shared<Collector>(device_, runtime_);
-    g_active = collector_;
-    g_last = {};
-    g_last.recording = true;
+    g.active = collector_;
+    g.last = {};
+    g.last.recording = true;
     observe_open_devices(collector_);
     status_ = libkineto::TraceStatus::RECORDING;
   }
 
   void stop() override {
-    std::lock_guard lock(g_mu);
-    if (collector_ == nullptr || g_active != collector_) return;
+    Global& g = global();
+    std::lock_guard lock(g.mu);
+    if (collector_ == nullptr || g.active != collector_) return;
     observe_open_devices(nullptr);
-    g_active = nullptr;
-    g_last.recording = false;
-    t_correlation.clear();
+    g.active = nullptr;
+    g.last.recording = false;
+    t_depth = 0;
     mtia::set_activity_tag(0);
     if (status_ == libkineto::TraceStatus::RECORDING) status_ = libkineto::TraceStatus::PROCESSING;
   }
@@ -270,10 +283,11 @@ class Session final : public libkineto::IActivityProfilerSession {
     }
     Collector::Taken taken = collector_->take();
     {
-      std::lock_guard lock(g_mu);
-      g_last.device_activities = taken.devices.size();
-      g_last.runtime_calls = taken.runtime.size();
-      g_last.dropped = taken.dropped;
+      Global& g = global();
+      std::lock_guard lock(g.mu);
+      g.last.device_activities = taken.devices.size();
+      g.last.runtime_calls = taken.runtime.size();
+      g.last.dropped = taken.dropped;
     }
     if (taken.dropped > 0) {
       errors_.push_back("torch_mtia_emu: the profile kept at most " + std::to_string(kMaxRecords) +
@@ -285,6 +299,8 @@ class Session final : public libkineto::IActivityProfilerSession {
     buffer_->gpuOpCount = -1;
     const int32_t pid = static_cast<int32_t>(::getpid());
 
+    std::set<uint64_t> submitting;  // calls that queued device work: their flows start
+    for (const DeviceRecord& r : taken.devices) submitting.insert(r.activity.call);
     for (const RuntimeRecord& r : taken.runtime) {
       buffer_->emplace_activity(buffer_->span, ActivityType::MTIA_RUNTIME,
                                 std::string("mtia::") + r.call.name);
@@ -296,9 +312,12 @@ class Session final : public libkineto::IActivityProfilerSession {
       act.resource = r.thread;
       act.threadId = r.thread;
       act.linked = r.call.tag != 0 ? linked(static_cast<int32_t>(r.call.tag)) : nullptr;
-      act.flow.id = static_cast<uint32_t>(act.id);
-      act.flow.type = libkineto::kLinkAsyncCpuGpu;
-      act.flow.start = 1;
+      if (submitting.contains(r.call.id)) {
+        act.flow.id = static_cast<uint32_t>(act.id);
+        act.flow.type = libkineto::kLinkAsyncCpuGpu;
+        act.flow.start = 1;
+      }
+      act.addMetadataQuoted("correlation", std::to_string(act.id));
       act.addMetadataQuoted("device", std::to_string(r.call.device));
       if (!r.call.label.empty()) act.addMetadataQuoted("what", r.call.label);
       if (r.call.threw) act.addMetadataQuoted("threw", "true");
@@ -322,6 +341,7 @@ class Session final : public libkineto::IActivityProfilerSession {
         act.flow.start = 0;
       }
       act.addMetadataQuoted("kind", kind_category(a.kind));
+      if (a.call != 0) act.addMetadataQuoted("correlation", std::to_string(act.id));
       act.addMetadataQuoted("device", std::to_string(a.device));
       act.addMetadataQuoted("stream", std::to_string(a.stream));
       act.addMetadataQuoted("queue", std::to_string(a.queue));
@@ -360,13 +380,15 @@ class Session final : public libkineto::IActivityProfilerSession {
   }
 
   void pushCorrelationId(uint64_t id) override {
-    t_correlation.push_back(id);
-    mtia::set_activity_tag(id);
+    if (t_depth < kMaxNesting) t_correlation[size_t(t_depth)] = id;
+    ++t_depth;
+    mtia::set_activity_tag(t_correlation[size_t(std::min(t_depth, kMaxNesting) - 1)]);
   }
 
   void popCorrelationId() override {
-    if (!t_correlation.empty()) t_correlation.pop_back();
-    mtia::set_activity_tag(t_correlation.empty() ? 0 : t_correlation.back());
+    if (t_depth > 0) --t_depth;
+    mtia::set_activity_tag(
+        t_depth == 0 ? 0 : t_correlation[size_t(std::min(t_depth, kMaxNesting) - 1)]);
   }
 
  private:
@@ -422,15 +444,40 @@ void register_profiler() {
 }
 
 void profiler_device_opened(mtia::Device& device) {
-  std::lock_guard lock(g_mu);
-  if (g_active != nullptr) mtia::set_activity_observer(device, g_active);
+  Global& g = global();
+  std::lock_guard lock(g.mu);
+  if (g.active != nullptr) mtia::set_activity_observer(device, g.active);
+}
+
+std::string synchronize_open_devices() {
+  if (!Runtime::is_initialized() || Runtime::is_shut_down()) return {};
+  std::string first;
+  try {
+    Runtime& runtime = Runtime::get();
+    for (c10::DeviceIndex i = 0; i < kMaxDevices; ++i) {
+      DeviceContext* c = runtime.opened(i);
+      if (c == nullptr) continue;
+      try {
+        c->device().synchronize();
+      } catch (const std::exception& e) {
+        if (first.empty()) {
+          first = "torch_mtia_emu: the profile ended, but synchronizing mtia:" + std::to_string(i) +
+                  " failed: " + e.what();
+        }
+      }
+    }
+  } catch (const std::exception&) {
+    // The runtime shut down meanwhile: nothing is left to wait for.
+  }
+  return first;
 }
 
 ProfilerCounts profiler_counts() {
-  std::lock_guard lock(g_mu);
-  ProfilerCounts c = g_last;
-  if (g_active != nullptr) {
-    const ProfilerCounts now = g_active->counts();
+  Global& g = global();
+  std::lock_guard lock(g.mu);
+  ProfilerCounts c = g.last;
+  if (g.active != nullptr) {
+    const ProfilerCounts now = g.active->counts();
     c.device_activities = now.device_activities;
     c.runtime_calls = now.runtime_calls;
     c.dropped = now.dropped;

@@ -20,6 +20,11 @@ void register_profiler();
 // Called by the runtime when it opens a device: a profile in progress observes it too.
 void profiler_device_opened(mtia::Device& device);
 
+// Waits for the work of every open device, as the profiler does before it stops; returns the
+// first device error it met ("" when none), so that the profile always ends. Devices that were
+// never opened, or closed by shutdown(), are skipped.
+std::string synchronize_open_devices();
+
 // For tests and diagnostics: whether a profiling session records now, and how many device
 // activities and runtime calls the latest session collected.
 struct ProfilerCounts {

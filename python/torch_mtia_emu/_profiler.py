@@ -7,7 +7,8 @@ device memory to the operators that issued them for CUDA, XPU and PrivateUse1 de
 for MTIA. This module adds the same attribution for MTIA device activities, so that
 ``key_averages()`` shows each operator's device time (``device_time_total``,
 ``self_device_time_total``) and, with ``profile_memory=True``, its device memory. It changes
-nothing for profiles of other devices, and nothing where PyTorch already attributed them.
+nothing for profiles of other devices, and nothing where PyTorch already attributed them. It
+also makes the end of a profile wait for every open device, not only the current one.
 """
 
 import bisect
@@ -77,6 +78,31 @@ def _install():
     _parse_kineto_results._mtia_emu = True
     _parse_kineto_results.__doc__ = original.__doc__
     profile._parse_kineto_results = _parse_kineto_results
+
+    # Before it stops, the profiler synchronizes the current device and stops nothing if that
+    # raises, leaving PyTorch's profiler half enabled. Here every open device is synchronized
+    # (their work belongs to the profile too), the profiler always stops, and a device error
+    # is raised afterwards; devices closed by shutdown() are skipped.
+    original_exit = profile.__exit__
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        if not (self.enabled and self.use_device == "mtia"):
+            return original_exit(self, exc_type, exc_val, exc_tb)
+        from . import _C
+
+        error = _C._profiler_synchronize()
+        self.use_device = None
+        try:
+            result = original_exit(self, exc_type, exc_val, exc_tb)
+        finally:
+            self.use_device = "mtia"
+        if error and exc_type is None:
+            raise RuntimeError(error)
+        return result
+
+    __exit__._mtia_emu = True
+    __exit__.__doc__ = original_exit.__doc__
+    profile.__exit__ = __exit__
 
 
 def profiler_counts():
