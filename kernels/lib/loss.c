@@ -10,7 +10,10 @@
  *
  * Positions are dealt to the PEs in chunks along s at fixed n. The targets of a chunk come in
  * by one DMA; the core then issues one single-element DMA per valid position for the picked
- * input (and weight), so a position costs the same for any class count. The SE computes the
+ * input (and weight), so a position costs the same for any class count; with flag BOX (up to
+ * NLL_BOX_MAX_CLASSES classes) the chunk's whole [C, chunk] box and the weights come in by one
+ * DMA each and the core picks the elements (the backward pass writes whole boxes of grad_in,
+ * zeros included, so the host need not fill it). The SE computes the
  * products in fp32 and the RE sums them; the sums of each PE go to its own slot of `sums`
  * (loss sum, weight sum: two fp32 values), which the host adds up. No two PEs write the same
  * bytes. */
@@ -22,14 +25,21 @@
 #define NLL_SUMS 4u    /* forward: write this PE's sums */
 #define NLL_CHECK 8u   /* forward: a target outside [0, C) fails the launch */
 #define NLL_MEAN 16u   /* backward: divide grad_out by total_weight[0] */
-#define NLL_FWD_FLAGS (NLL_WEIGHT | NLL_PER_POS | NLL_SUMS | NLL_CHECK)
-#define NLL_BWD_FLAGS (NLL_WEIGHT | NLL_PER_POS | NLL_MEAN)
+#define NLL_BOX 32u    /* few classes: move whole [C, chunk] boxes (backward: all of grad_in) */
+#define NLL_FWD_FLAGS (NLL_WEIGHT | NLL_PER_POS | NLL_SUMS | NLL_CHECK | NLL_BOX)
+#define NLL_BWD_FLAGS (NLL_WEIGHT | NLL_PER_POS | NLL_MEAN | NLL_BOX)
+#define NLL_BOX_MAX_CLASSES 256
 
 #define NLL_STATUS_BAD_TARGET 16 /* the index kernels' status for an index out of range */
 
 /* The fp32/fp16/bf16 bit pattern of 1. */
 static uint64_t nll_one(uint64_t dt) {
   return dt == MTIA_PE_DT_FP32 ? KF32_ONE : dt == MTIA_PE_DT_FP16 ? 0x3c00u : 0x3f80u;
+}
+
+/* Loads an element of es bytes (the core's own load). */
+static uint64_t nll_get(const uint8_t* p, unsigned es) {
+  return es == 4 ? *(const uint32_t*)(const void*)p : *(const uint16_t*)(const void*)p;
 }
 
 /* Stores an element of es bytes (the core's own store). */
@@ -91,9 +101,19 @@ int nll_loss(const uint64_t* args, uint64_t args_bytes) {
   if (!sums) return MTIA_KSTATUS_NO_LOCAL_STORE;
   sums[0] = 0;
   sums[1] = 0;
-  const uint64_t per = 8 + 2 * es + 4 * 3 + es; /* target, x, w, xf, wf, product, stage */
-  if (karena_left(&ar) < 8 * 64 + 64 * per) return MTIA_KSTATUS_NO_LOCAL_STORE;
-  const int64_t L = nll_chunk(karena_left(&ar) - 8 * 64, per, N * S, S);
+  const int box = (flags & NLL_BOX) != 0;
+  if (box && C > NLL_BOX_MAX_CLASSES) return MTIA_KSTATUS_BAD_SHAPE;
+  uint8_t* wb = 0; /* box: the weights */
+  if (box && (flags & NLL_WEIGHT) && C > 0) {
+    wb = (uint8_t*)kalloc(&ar, (uint64_t)C * es);
+    if (!wb) return MTIA_KSTATUS_NO_LOCAL_STORE;
+    mtia_wait(ktile_in(wb, A->weight, 0, A->w_st, 1, (uint64_t)C, es));
+  }
+  /* target, x, w, xf, wf, product, stage; box: a column of classes */
+  const uint64_t per = 8 + 2 * es + 4 * 3 + es + (box ? (uint64_t)C * es : 0);
+  if (karena_left(&ar) < 9 * 64 + 64 * per) return MTIA_KSTATUS_NO_LOCAL_STORE;
+  const int64_t L = nll_chunk(karena_left(&ar) - 9 * 64, per, N * S, S);
+  uint8_t* xb = box ? (uint8_t*)kalloc(&ar, (uint64_t)(C * L) * es + 8) : 0;
   int64_t* tg = (int64_t*)kalloc(&ar, (uint64_t)L * 8);
   uint8_t* x = (uint8_t*)kalloc(&ar, (uint64_t)L * es);
   uint8_t* w = (uint8_t*)kalloc(&ar, (uint64_t)L * es);
@@ -117,6 +137,9 @@ int nll_loss(const uint64_t* args, uint64_t args_bytes) {
     mtia_wait(ktile_in(tg, A->target + (uint64_t)((n * A->tgt_st[0] + s0 * A->tgt_st[1]) * 8), 0,
                        A->tgt_st[1], 1, (uint64_t)len, 8));
     const uint64_t xrow = A->in + (uint64_t)((n * A->in_st[0] + s0 * A->in_st[2]) * (int64_t)es);
+    if (box && C > 0) {
+      ktile_in(xb, xrow, A->in_st[1], A->in_st[2], (uint64_t)C, (uint64_t)len, es);
+    }
     for (int64_t j = 0; j < len; ++j) {
       const int64_t t = tg[j];
       const int valid = t != A->ignore && t >= 0 && t < C;
@@ -127,6 +150,10 @@ int nll_loss(const uint64_t* args, uint64_t args_bytes) {
         }
         nll_put(x + j * es, es, 0);
         nll_put(w + j * es, es, 0);
+        continue;
+      }
+      if (box) {
+        nll_put(w + j * es, es, wb ? nll_get(wb + t * es, es) : one);
         continue;
       }
       d.dst = kaddr(x + j * es);
@@ -141,6 +168,14 @@ int nll_loss(const uint64_t* args, uint64_t args_bytes) {
       }
     }
     mtia_wait_all();
+    if (box) {
+      for (int64_t j = 0; j < len; ++j) {
+        const int64_t t = tg[j];
+        if (t != A->ignore && t >= 0 && t < C) {
+          nll_put(x + j * es, es, nll_get(xb + (t * len + j) * es, es));
+        }
+      }
+    }
     const uint32_t m = (uint32_t)len;
     kcast(dt, F, xf, x, m);
     kcast(dt, F, wf, w, m);
@@ -209,9 +244,19 @@ int nll_loss_backward(const uint64_t* args, uint64_t args_bytes) {
   /* The scalar coefficient -(grad_out / total_weight) (or -grad_out), fp32. */
   uint8_t* sc = (uint8_t*)kalloc(&ar, 64);
   float* coef = (float*)kalloc(&ar, 64);
-  const uint64_t per = 8 + es + es + 4 * 3 + es; /* target, w, g, wf, gf, value, stage */
-  if (!coef || karena_left(&ar) < 8 * 64 + 64 * per) return MTIA_KSTATUS_NO_LOCAL_STORE;
-  const int64_t L = nll_chunk(karena_left(&ar) - 8 * 64, per, N * S, S);
+  const int box = (flags & NLL_BOX) != 0;
+  if (box && C > NLL_BOX_MAX_CLASSES) return MTIA_KSTATUS_BAD_SHAPE;
+  uint8_t* wb = 0; /* box: the weights */
+  if (box && (flags & NLL_WEIGHT) && C > 0) {
+    wb = (uint8_t*)kalloc(&ar, (uint64_t)C * es);
+    if (!wb) return MTIA_KSTATUS_NO_LOCAL_STORE;
+    mtia_wait(ktile_in(wb, A->weight, 0, A->w_st, 1, (uint64_t)C, es));
+  }
+  /* target, w, g, wf, gf, value, stage; box: a column of classes */
+  const uint64_t per = 8 + es + es + 4 * 3 + es + (box ? (uint64_t)C * es : 0);
+  if (!coef || karena_left(&ar) < 9 * 64 + 64 * per) return MTIA_KSTATUS_NO_LOCAL_STORE;
+  const int64_t L = nll_chunk(karena_left(&ar) - 9 * 64, per, N * S, S);
+  uint8_t* gb = box ? (uint8_t*)kalloc(&ar, (uint64_t)(C * L) * es + 8) : 0;
   int64_t* tg = (int64_t*)kalloc(&ar, (uint64_t)L * 8);
   uint8_t* w = (uint8_t*)kalloc(&ar, (uint64_t)L * es);
   uint8_t* g = (uint8_t*)kalloc(&ar, (uint64_t)L * es);
@@ -255,6 +300,8 @@ int nll_loss_backward(const uint64_t* args, uint64_t args_bytes) {
       const int64_t t = tg[j];
       if (t == A->ignore || t < 0 || t >= C) {
         nll_put(w + j * es, es, 0);
+      } else if (wb) {
+        nll_put(w + j * es, es, nll_get(wb + t * es, es));
       } else if (weighted) {
         din.dst = kaddr(w + j * es);
         din.src = A->weight + (uint64_t)(t * A->w_st * (int64_t)es);
@@ -291,6 +338,18 @@ int nll_loss_backward(const uint64_t* args, uint64_t args_bytes) {
     }
     const uint64_t gi_row =
         A->grad_in + (uint64_t)((n * A->gi_st[0] + s0 * A->gi_st[2]) * (int64_t)es);
+    if (box) {
+      /* The whole [C, len] box: zeros and the picked gradients. */
+      if (C == 0) continue;
+      kse_fill(dt, gb, 0, (uint32_t)(C * len));
+      for (int64_t j = 0; j < len; ++j) {
+        const int64_t t = tg[j];
+        if (t == A->ignore || t < 0 || t >= C) continue;
+        nll_put(gb + (t * len + j) * es, es, nll_get(res + j * es, es));
+      }
+      ktile_out(gi_row, A->gi_st[1], A->gi_st[2], gb, (uint64_t)C, (uint64_t)len, es);
+      continue;
+    }
     for (int64_t j = 0; j < len; ++j) {
       const int64_t t = tg[j];
       if (t == A->ignore || t < 0 || t >= C) continue;

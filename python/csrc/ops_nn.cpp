@@ -405,7 +405,10 @@ Tensor& nll_loss_backward_out(const Tensor& grad_output, const Tensor& self, con
 // leaves one (loss, weight) pair of fp32 sums per PE, which one `sum` launch adds up.
 
 // Kernel flags (kernels/lib/loss.c).
-constexpr int64_t kNllWeight = 1, kNllPerPos = 2, kNllSums = 4, kNllCheck = 8, kNllMean = 16;
+constexpr int64_t kNllWeight = 1, kNllPerPos = 2, kNllSums = 4, kNllCheck = 8, kNllMean = 16,
+                  kNllBox = 32;
+// Up to this many classes the kernels move whole [C, chunk] boxes and pick on the PE.
+constexpr int64_t kNllBoxClasses = 256;
 // The kernels' status for a target out of range (the index kernels' own).
 constexpr int64_t kNllBadTarget = 16;
 
@@ -519,12 +522,12 @@ std::tuple<Tensor&, Tensor&> nll_loss2d_forward_out(const Tensor& self, const Te
       ov = fold_tail(out, 1);
     }
   }
-  const mtia::Grid grid = grid_for(N * S, 16384);
+  const mtia::Grid grid = grid_for(N * S, 4096);
   const int64_t pes = int64_t(grid.rows) * grid.cols;
   Tensor sums = none ? Tensor() : empty_device({pes, 2}, f32);
   const bool check = !Runtime::get().device().is_capturing(current_stream());
   const int64_t flags = (weight.defined() ? kNllWeight : 0) | (none ? kNllPerPos : kNllSums) |
-                        (check ? kNllCheck : 0);
+                        (check ? kNllCheck : 0) | (C <= kNllBoxClasses ? kNllBox : 0);
   const mtia::DevicePtr xp = tensor_address(x);
   std::vector<mtia::Arg> args{none ? tensor_address(out) : xp,
                               none ? xp : tensor_address(sums),
@@ -616,13 +619,16 @@ Tensor& nll_loss2d_backward_out(const Tensor& grad_output, const Tensor& self, c
   }
   at::native::resize_output(grad_input, self.sizes());
   if (grad_input.numel() == 0) return grad_input;
-  launch_fill(grad_input, scalar_bits(0, dt));
+  const int64_t C = self.size(1);
+  // With few classes the kernel writes every element of grad_input, else only the picked ones.
+  const bool box = C <= kNllBoxClasses;
+  if (!box || target.numel() == 0) launch_fill(grad_input, scalar_bits(0, dt));
   if (target.numel() == 0) return grad_input;
   Tensor gi = grad_input;
   auto gv = fold_tail(gi, 2);
   if (!gv) {
     gi = empty_device(self.sizes(), dt);
-    launch_fill(gi, scalar_bits(0, dt));
+    if (!box) launch_fill(gi, scalar_bits(0, dt));
     gv = fold_tail(gi, 2);
   }
   const auto [t, tv] = folded(target, 1);
@@ -630,11 +636,11 @@ Tensor& nll_loss2d_backward_out(const Tensor& grad_output, const Tensor& self, c
   std::pair<std::vector<int64_t>, std::vector<int64_t>> gov{{1, 1}, {0, 0}};
   Tensor g = go;
   if (none) std::tie(g, gov) = folded(go, 1);
-  const int64_t N = self.size(0), C = self.size(1), S = gv->first[2];
+  const int64_t N = self.size(0), S = gv->first[2];
   const int64_t flags = (weight.defined() ? kNllWeight : 0) | (none ? kNllPerPos : 0) |
-                        (reduction == at::Reduction::Mean ? kNllMean : 0);
+                        (reduction == at::Reduction::Mean ? kNllMean : 0) | (box ? kNllBox : 0);
   const mtia::DevicePtr gp = tensor_address(gi);
-  launch("nll_loss_backward", grid_for(N * S, 16384),
+  launch("nll_loss_backward", grid_for(N * S, 4096),
          {gp, tensor_address(g), tensor_address(t), weight.defined() ? tensor_address(weight) : gp,
           tensor_address(total_weight), mtia::Arg::dtype(*kernel_dtype(dt)), flags, ignore_index, N,
           C, S, gv->second[0], gv->second[1], gv->second[2], gov.second[0], gov.second[1],

@@ -229,6 +229,24 @@ def test_nll_loss2d_layouts(layout, ignore, no_fallback):
         _check(fn, x, torch.float32, NLL)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_nll_loss2d_many_classes(dtype, no_fallback):
+    """More classes than the kernels load whole: each picked element is fetched alone."""
+    x = _input((2, 300, 3, 5), "contiguous", seed=6)
+    t = _targets((2, 3, 5), 300, seed=8)
+    w = torch.rand(300, generator=torch.Generator().manual_seed(9)) + 0.5
+    tol = TOL[dtype] if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for reduction in ["none", "mean", "sum"]:
+        fn = lambda a: F.nll_loss(a, t.to(a.device), weight=w.to(a.dtype).to(a.device),  # noqa: E731
+                                  reduction=reduction)
+        _check(fn, x, dtype, NLL, tol)
+    if dtype == torch.float32:
+        # channels_last: PyTorch's CPU backward refuses it, so its reference is contiguous
+        fn = lambda a: F.nll_loss(a.contiguous() if a.device.type == "cpu" else a,  # noqa: E731
+                                  t.to(a.device))
+        _check(fn, _input((2, 300, 3, 5), "channels_last"), torch.float32, NLL)
+
+
 def test_nll_loss_nd_shapes(no_fallback):
     """3-D and 5-D inputs reach nll_loss2d through reshapes; cross_entropy of images."""
     x3 = _input((2, 4, 9), "contiguous")
