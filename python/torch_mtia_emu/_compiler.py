@@ -172,23 +172,26 @@ def _register_fake_convolution() -> None:
 
 def _keep_pooling_whole() -> None:
     """Inductor decomposes max pooling into window loads (a generated loop per window
-    element); on mtia the library's pool2d kernel does it faster, so the op stays whole and
-    runs as an extern call (the lowering check sends it there)."""
+    element) and its backward into a scatter_add over the indices; on mtia the library's
+    pool2d and pool2d_backward kernels do them faster, so both ops stay whole and run as
+    extern calls (the lowering check sends them there)."""
     import torch
     from torch._inductor import decomposition
 
-    op = torch.ops.aten.max_pool2d_with_indices.default
-    original = decomposition.decompositions.get(op)
-    if original is None or getattr(original, "_mtia", False):
-        return
+    aten = torch.ops.aten
+    for op in (aten.max_pool2d_with_indices.default,
+               aten.max_pool2d_with_indices_backward.default):
+        original = decomposition.decompositions.get(op)
+        if original is None or getattr(original, "_mtia", False):
+            continue
 
-    def decompose(x, *args, **kwargs):
-        if x.device.type == "mtia":
-            return NotImplemented
-        return original(x, *args, **kwargs)
+        def decompose(x, *args, _original=original, **kwargs):
+            if x.device.type == "mtia":
+                return NotImplemented
+            return _original(x, *args, **kwargs)
 
-    decompose._mtia = True
-    decomposition.decompositions[op] = decompose
+        decompose._mtia = True
+        decomposition.decompositions[op] = decompose
 
 
 def _backend_version_pass():
