@@ -264,9 +264,10 @@ def test_profile_that_outlives_the_device_keeps_what_it_recorded(training_step):
     assert result["after_shutdown"].startswith("torch_mtia_emu: the device was closed")
 
 
-def test_two_served_devices():
+def test_two_served_devices(tmp_path):
+    trace = tmp_path / "profile.json"
     r = run_child("""
-        import collections, torch, torch_mtia_emu
+        import collections, sys, torch, torch_mtia_emu
         from torch.autograd import DeviceType
         from torch.profiler import profile, ProfilerActivity
         a = torch.ones(256, device="mtia:0")
@@ -284,9 +285,18 @@ def test_two_served_devices():
         print("ROWS", sorted(rows.items()))
         avg = {a.key: a.device_time_total for a in p.key_averages()}
         print("MUL", avg["aten::mul"] > 0, "ADD", avg["aten::add"] > 0)
-    """, env={"MTIA_EMU_DEVICES": "2", "MTIA_EMU_TIMING": "1"}, timeout=180)
+        p.export_chrome_trace(sys.argv[1] if len(sys.argv) > 1 else "{trace}")
+    """.replace("{trace}", str(trace)), env={"MTIA_EMU_DEVICES": "2", "MTIA_EMU_TIMING": "1"},
+                  timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = dict((tuple(k), v) for k, v in eval(r.stdout.split("ROWS ")[1].splitlines()[0]))
     assert rows[(0, "binary_scalar")] == 1 and rows[(1, "binary_scalar")] == 1, rows
     assert rows[(0, "sum")] == 1 and rows[(1, "sum")] == 1, rows
     assert "MUL True ADD True" in r.stdout, r.stdout
+    chrome = json.load(open(trace))["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in chrome
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
+    assert processes[0].startswith("mtia:0") and processes[1].startswith("mtia:1"), processes
+    # The copy from mtia:1 to mtia:0: a device activity on each device.
+    copies = {e["pid"] for e in _device_activities(chrome) if e["args"]["kind"] == "memcpy"}
+    assert copies == {0, 1}, copies
