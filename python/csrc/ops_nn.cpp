@@ -1,6 +1,7 @@
-// Softmax and layer norm: _softmax and _log_softmax on their kernels along any dimension,
-// native_layer_norm kept whole on the layer_norm kernel, and their backward passes composed
-// from device kernels (elementwise and reductions) in float32.
+// Softmax, layer norm and the negative log-likelihood loss: _softmax and _log_softmax on their
+// kernels along any dimension, native_layer_norm kept whole on the layer_norm kernel, their
+// backward passes composed from device kernels (elementwise and reductions) in float32, and
+// nll_loss and nll_loss2d, forward and backward, on the nll_loss kernels.
 #include <ATen/Functions.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/Tensor.h>
@@ -15,8 +16,6 @@
 #include <torch/library.h>
 
 #include <cmath>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -249,160 +248,11 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
   return {dX, dW, dB};
 }
 
-// --- nll_loss ------------------------------------------------------------------------------
-// The class picked by each target, as a [N, C] bool mask: (target[:, None] == arange(C)) and
-// target != ignore_index. Loss and gradient are then where/multiply/sum on device kernels.
-
-// A target outside [0, C) that is not ignore_index is an error, as on the CPU. The common case
-// costs two reductions and one read of their results. A stream capturing a graph cannot read
-// device memory on the host, so captured losses go unchecked (docs/tensor-layer.md, "Graphs"):
-// there, such a target picks no class and adds nothing to the loss.
-void check_targets(const Tensor& t, int64_t C, int64_t ignore_index) {
-  if (t.numel() == 0) return;
-  if (Runtime::get().device().is_capturing(current_stream())) return;
-  Tensor bounds = empty_device({2}, at::kLong);
-  reduce_into(ReduceOp::kAmin, bounds.select(0, 0), t, {}, false);
-  reduce_into(ReduceOp::kAmax, bounds.select(0, 1), t, {}, false);
-  const Tensor host = bounds.cpu();
-  const int64_t lo = host[0].item<int64_t>(), hi = host[1].item<int64_t>();
-  if (lo >= 0 && hi < C) return;
-  const Tensor all = t.cpu();
-  const int64_t* p = all.data_ptr<int64_t>();
-  for (int64_t i = 0; i < all.numel(); ++i) {
-    TORCH_CHECK_INDEX(p[i] == ignore_index || (p[i] >= 0 && p[i] < C), "Target ", p[i],
-                      " is out of bounds.");
-  }
-}
-
-// 0 .. C-1 on the device, made once per C and kept (like device_scalar's constants): the
-// arange is computed on the host, which a stream capturing a graph cannot do, so a step that
-// was run once before its capture finds it here.
-Tensor class_indices(int64_t C) {
-  static std::mutex mu;
-  static std::map<std::pair<c10::DeviceIndex, int64_t>, Tensor> cache;
-  const c10::DeviceIndex device = current_device();
-  std::lock_guard lock(mu);
-  auto it = cache.find({device, C});
-  if (it != cache.end()) return it->second;
-  Tensor t = at::arange(C, at::TensorOptions().dtype(at::kLong).device(kDeviceType, device));
-  if (cache.size() < 64) cache.emplace(std::make_pair(device, C), t);
-  return t;
-}
-
-Tensor nll_mask(const Tensor& x, const Tensor& target, int64_t ignore_index) {
-  const int64_t C = x.size(1);
-  const Tensor t = target.reshape({-1});
-  Tensor mask = empty_device({t.size(0), C}, at::kBool);
-  apply_binary(MTIA_PE_SE_EQ, mask, t.reshape({-1, 1}), class_indices(C), at::kLong, at::kBool);
-  if (ignore_index >= 0 && ignore_index < C) {
-    // Only a class index can collide with ignore_index: drop the rows that carry it.
-    Tensor keep = empty_device({t.size(0), 1}, at::kBool);
-    apply_binary(MTIA_PE_SE_NE, keep, t.reshape({-1, 1}),
-                 at::scalar_tensor(ignore_index, at::kLong), at::kLong, at::kBool);
-    apply_binary(MTIA_PE_SE_LAND, mask, mask, keep, at::kBool, at::kBool);
-  }
-  return mask;
-}
-
-// The weight of each picked element (float32, 0 where nothing is picked).
-Tensor picked_weights(const Tensor& mask, const Tensor& weight) {
-  Tensor w = empty_device(mask.sizes(), at::kFloat);
-  if (weight.defined()) {
-    launch_where(w, mask, as_dtype(weight, at::kFloat).expand(mask.sizes()),
-                 device_scalar(0, at::kFloat));
-  } else {
-    launch_cast(w, mask);
-  }
-  return w;
-}
-
-bool nll_ok(const Tensor& self, const Tensor& target, const Tensor& weight) {
-  return is_kernel_float(self.scalar_type()) && target.scalar_type() == at::kLong &&
-         (!weight.defined() || is_kernel_float(weight.scalar_type())) && self.dim() <= 2;
-}
-
-std::tuple<Tensor&, Tensor&> nll_loss_forward_out(const Tensor& self, const Tensor& target,
-                                                  const c10::optional<Tensor>& weight_opt,
-                                                  int64_t reduction, int64_t ignore_index,
-                                                  Tensor& output, Tensor& total_weight) {
-  OutOf<at::meta::structured_nll_loss_forward, 2> m(output, total_weight);
-  const Tensor weight = weight_opt.value_or(Tensor());
-  m.meta(self, target, weight.defined() ? at::OptionalTensorRef(weight) : at::OptionalTensorRef(),
-         reduction, ignore_index);
-  if (!nll_ok(self, target, weight)) {
-    return run_on_cpu<ATEN_OP2(nll_loss_forward, output)>(dtype_reason(self.scalar_type()), self,
-                                                          target, weight_opt, reduction,
-                                                          ignore_index, output, total_weight);
-  }
-  const auto f32 = at::kFloat;
-  const Tensor x = self.dim() == 1 ? self.reshape({1, -1}) : self;
-  const int64_t N = x.size(0), C = x.size(1);
-  check_targets(target, C, ignore_index);
-  const Tensor w = picked_weights(nll_mask(x, target, ignore_index), weight);
-  Tensor picked = empty_device({N, C}, f32);
-  apply_binary(MTIA_PE_SE_MUL, picked, x, w, f32, f32);
-  Tensor tw = empty_device({}, f32);
-  reduce_into(ReduceOp::kSum, tw, w, {}, false);
-  write_into(total_weight, tw);
-  Tensor loss;
-  if (reduction == at::Reduction::None && self.dim() == 2) {
-    loss = empty_device({N}, f32);
-    reduce_into(ReduceOp::kSum, loss, picked, {1}, false);
-  } else {
-    loss = empty_device({}, f32);
-    reduce_into(ReduceOp::kSum, loss, picked, {}, false);
-    if (reduction == at::Reduction::Mean) {
-      apply_binary(MTIA_PE_SE_DIV, loss, loss, tw, f32, f32);
-    }
-  }
-  apply_unary(MTIA_PE_SE_NEG, loss, loss, f32, f32);
-  write_into(output, loss.reshape(output.sizes()));
-  return {output, total_weight};
-}
-
-Tensor& nll_loss_backward_out(const Tensor& grad_output, const Tensor& self, const Tensor& target,
-                              const c10::optional<Tensor>& weight_opt, int64_t reduction,
-                              int64_t ignore_index, const Tensor& total_weight,
-                              Tensor& grad_input) {
-  OutOf<at::meta::structured_nll_loss_backward> m(grad_input);
-  const Tensor weight = weight_opt.value_or(Tensor());
-  m.meta(grad_output, self, target,
-         weight.defined() ? at::OptionalTensorRef(weight) : at::OptionalTensorRef(), reduction,
-         ignore_index, total_weight);
-  if (!nll_ok(self, target, weight) || !is_kernel_float(grad_output.scalar_type())) {
-    return run_on_cpu<ATEN_OP2(nll_loss_backward, grad_input)>(
-        dtype_reason(self.scalar_type()), grad_output, self, target, weight_opt, reduction,
-        ignore_index, total_weight, grad_input);
-  }
-  const auto f32 = at::kFloat;
-  const Tensor x = self.dim() == 1 ? self.reshape({1, -1}) : self;
-  const int64_t N = x.size(0), C = x.size(1);
-  const Tensor mask = nll_mask(x, target, ignore_index);
-  // The gradient of each picked element: -grad (per row with reduction none), / total_weight
-  // for the mean, times the class weight.
-  Tensor coef = as_dtype(grad_output, f32);
-  if (reduction == at::Reduction::None && self.dim() == 2) {
-    coef = coef.reshape({N, 1});
-  } else if (reduction == at::Reduction::Mean) {
-    Tensor c = empty_device({}, f32);
-    apply_binary(MTIA_PE_SE_DIV, c, coef.reshape({}), total_weight, f32, f32);
-    coef = c;
-  } else {
-    coef = coef.reshape({});
-  }
-  Tensor neg = empty_device(coef.sizes(), f32);
-  apply_unary(MTIA_PE_SE_NEG, neg, coef, f32, f32);
-  Tensor g = empty_device({N, C}, f32);
-  launch_where(g, mask, neg.expand({N, C}), device_scalar(0, f32));
-  if (weight.defined()) apply_binary(MTIA_PE_SE_MUL, g, g, weight, f32, f32);
-  write_into(grad_input, g.reshape(grad_input.sizes()));
-  return grad_input;
-}
-
-// --- nll_loss2d ----------------------------------------------------------------------------
-// On the nll_loss and nll_loss_backward kernels (kernels/lib/loss.c) over [N, C, S] views,
-// S = H * W: the kernel picks each position's element, weighs it and, for the mean and the sum,
-// leaves one (loss, weight) pair of fp32 sums per PE, which one `sum` launch adds up.
+// --- nll_loss and nll_loss2d -----------------------------------------------------------------
+// On the nll_loss and nll_loss_backward kernels (kernels/lib/loss.c) over [N, C, S] views: S = 1
+// for nll_loss's [N, C] (or [C]) input, S = H * W for nll_loss2d's [N, C, H, W]. The kernel picks
+// each position's element, weighs it and, for the mean and the sum, leaves one (loss, weight)
+// pair of fp32 sums per PE, which one `sum` launch adds up.
 
 // Kernel flags (kernels/lib/loss.c).
 constexpr int64_t kNllWeight = 1, kNllPerPos = 2, kNllSums = 4, kNllCheck = 8, kNllMean = 16,
@@ -412,12 +262,18 @@ constexpr int64_t kNllBoxClasses = 256;
 // The kernels' status for a target out of range (the index kernels' own).
 constexpr int64_t kNllBadTarget = 16;
 
+// A tensor's [N, C, S] (or [N, S]) view: its leading `lead` dims, then the rest folded.
+struct NllView {
+  Tensor t;  // the tensor itself, or a contiguous copy when its tail does not fold
+  std::vector<int64_t> size, stride;
+};
+
 // The sizes and element strides of `t` with its dims from `from` on folded into one (sizes
 // multiplied), or nullopt when they do not fold. A tensor of `from` dims gets a last dim of 1.
-std::optional<std::pair<std::vector<int64_t>, std::vector<int64_t>>> fold_tail(const Tensor& t,
-                                                                               int64_t from) {
-  std::vector<int64_t> size(t.sizes().begin(), t.sizes().begin() + from);
-  std::vector<int64_t> stride(t.strides().begin(), t.strides().begin() + from);
+std::optional<NllView> fold_tail(const Tensor& t, int64_t from) {
+  NllView v{t,
+            {t.sizes().begin(), t.sizes().begin() + from},
+            {t.strides().begin(), t.strides().begin() + from}};
   int64_t n = 1, st = 1;
   bool any = false;
   for (int64_t d = t.dim() - 1; d >= from; --d) {
@@ -434,17 +290,180 @@ std::optional<std::pair<std::vector<int64_t>, std::vector<int64_t>>> fold_tail(c
     n = 1;
     for (int64_t d = from; d < t.dim(); ++d) n *= t.size(d);
   }
-  size.push_back(n);
-  stride.push_back(st);
-  return std::make_pair(size, stride);
+  v.size.push_back(n);
+  v.stride.push_back(st);
+  return v;
 }
 
-// `t` folded from dim `from` on, contiguous first when its layout does not fold.
-std::pair<Tensor, std::pair<std::vector<int64_t>, std::vector<int64_t>>> folded(const Tensor& t,
-                                                                                int64_t from) {
-  if (auto f = fold_tail(t, from)) return {t, *f};
-  Tensor c = t.contiguous();
-  return {c, *fold_tail(c, from)};
+// `t` folded from dim `from` on, through a contiguous copy when its layout does not fold.
+NllView folded(const Tensor& t, int64_t from) {
+  if (auto v = fold_tail(t, from)) return *v;
+  return *fold_tail(t.contiguous(), from);
+}
+
+bool nll_ok(const Tensor& self, const Tensor& target, const Tensor& weight) {
+  return is_kernel_float(self.scalar_type()) && target.scalar_type() == at::kLong &&
+         (!weight.defined() || weight.scalar_type() == self.scalar_type());
+}
+
+// The first target outside [0, C) that is not ignore_index, as PyTorch's CPU kernels word it.
+std::string bad_target_message(const Tensor& target, int64_t C, int64_t ignore_index) {
+  const Tensor h = target.cpu().contiguous();
+  const int64_t* p = h.data_ptr<int64_t>();
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    if (p[i] != ignore_index && (p[i] < 0 || p[i] >= C)) {
+      return c10::str("Target ", p[i], " is out of bounds.");
+    }
+  }
+  return "a target is out of bounds.";
+}
+
+// Runs the nll_loss kernel on x ([N, C, S]) and t ([N, S]): per-position losses into `out`
+// ([N, S] view) when it is given, else the fp32 (loss sum, weight sum) pair, returned. A target
+// out of range raises (IndexError for nll_loss, RuntimeError for nll_loss2d, as on the CPU)
+// unless the stream is capturing a graph, where the host cannot wait for the check.
+Tensor nll_forward_kernel(const NllView& x, const NllView& t, const Tensor& weight,
+                          int64_t ignore_index, const NllView* out, const Tensor& target,
+                          bool index_error) {
+  const int64_t N = x.size[0], C = x.size[1], S = x.size[2];
+  const at::ScalarType dt = x.t.scalar_type();
+  const mtia::Grid grid = grid_for(N * S, 4096);
+  const int64_t pes = int64_t(grid.rows) * grid.cols;
+  Tensor sums = out ? Tensor() : empty_device({pes, 2}, at::kFloat);
+  const bool check = !Runtime::get().device().is_capturing(current_stream());
+  const int64_t flags = (weight.defined() ? kNllWeight : 0) | (out ? kNllPerPos : kNllSums) |
+                        (check ? kNllCheck : 0) | (C <= kNllBoxClasses ? kNllBox : 0);
+  const mtia::DevicePtr xp = tensor_address(x.t);
+  launch("nll_loss", grid,
+         {out ? tensor_address(out->t) : xp, out ? xp : tensor_address(sums), xp,
+          tensor_address(t.t), weight.defined() ? tensor_address(weight) : xp,
+          mtia::Arg::dtype(*kernel_dtype(dt)), flags, ignore_index, N, C, S, x.stride[0],
+          x.stride[1], x.stride[2], t.stride[0], t.stride[1], out ? out->stride[0] : int64_t{0},
+          out ? out->stride[1] : int64_t{0}, weight.defined() ? weight.stride(0) : int64_t{0}});
+  if (check) {
+    try {
+      Runtime::get().device().synchronize(current_stream());
+    } catch (const mtia::Error& e) {
+      const std::string what = e.what();
+      const bool ours = what.find("kernel 'nll_loss'") != std::string::npos &&
+                        what.find(c10::str("returned status ", kNllBadTarget)) != std::string::npos;
+      if (ours && index_error)
+        TORCH_CHECK_INDEX(false, bad_target_message(target, C, ignore_index));
+      TORCH_CHECK(!ours, bad_target_message(target, C, ignore_index));
+      rethrow(e, "running kernel 'nll_loss'");
+    }
+  }
+  if (out) return Tensor();
+  Tensor total = empty_device({2}, at::kFloat);
+  reduce_into(ReduceOp::kSum, total, sums, {0}, false);
+  return total;
+}
+
+// output (a scalar) and total_weight from the kernel's sums: the sum, or the mean (the sum over
+// the picked weights; 0 / 0 when nothing was picked, as on the CPU).
+void write_reduced(const Tensor& total, bool mean, const Tensor& output,
+                   const Tensor& total_weight) {
+  const Tensor loss = total.select(0, 0), tw = total.select(0, 1);
+  write_into(total_weight, tw);
+  if (mean) {
+    Tensor m = empty_device({}, at::kFloat);
+    apply_binary(MTIA_PE_SE_DIV, m, loss, tw, at::kFloat, at::kFloat);
+    write_into(output, m);
+  } else {
+    write_into(output, loss);
+  }
+}
+
+// Runs nll_loss_backward: `gi` is a view of grad_input (already sized) as [N, C, ...], `g`
+// grad_output as [N, ...] when `per_pos`, else its one element.
+void nll_backward_kernel(const Tensor& gi, const Tensor& g, bool per_pos, const NllView& t,
+                         const Tensor& weight, int64_t reduction, int64_t ignore_index,
+                         const Tensor& total_weight) {
+  const at::ScalarType dt = gi.scalar_type();
+  const int64_t C = gi.size(1);
+  // With few classes the kernel writes every element of grad_input, else only the picked ones.
+  const bool box = C <= kNllBoxClasses;
+  if (!box || t.t.numel() == 0) launch_fill(gi, scalar_bits(0, dt));
+  if (t.t.numel() == 0 || gi.numel() == 0) return;
+  std::optional<NllView> gv = fold_tail(gi, 2);
+  if (!gv) {
+    gv = fold_tail(empty_device(gi.sizes(), dt), 2);
+    if (!box) launch_fill(gv->t, scalar_bits(0, dt));
+  }
+  const NllView go = per_pos ? folded(g, 1) : NllView{g.reshape({}), {1, 1}, {0, 0}};
+  const int64_t N = gv->size[0], S = gv->size[2];
+  const int64_t flags = (weight.defined() ? kNllWeight : 0) | (per_pos ? kNllPerPos : 0) |
+                        (reduction == at::Reduction::Mean ? kNllMean : 0) | (box ? kNllBox : 0);
+  const mtia::DevicePtr gp = tensor_address(gv->t);
+  launch("nll_loss_backward", grid_for(N * S, 4096),
+         {gp, tensor_address(go.t), tensor_address(t.t),
+          weight.defined() ? tensor_address(weight) : gp, tensor_address(total_weight),
+          mtia::Arg::dtype(*kernel_dtype(dt)), flags, ignore_index, N, C, S, gv->stride[0],
+          gv->stride[1], gv->stride[2], go.stride[0], go.stride[1], t.stride[0], t.stride[1],
+          weight.defined() ? weight.stride(0) : int64_t{0}});
+  if (!gv->t.is_same(gi)) write_into(gi, gv->t);
+}
+
+std::tuple<Tensor&, Tensor&> nll_loss_forward_out(const Tensor& self, const Tensor& target,
+                                                  const c10::optional<Tensor>& weight_opt,
+                                                  int64_t reduction, int64_t ignore_index,
+                                                  Tensor& output, Tensor& total_weight) {
+  OutOf<at::meta::structured_nll_loss_forward, 2> m(output, total_weight);
+  const Tensor weight = weight_opt.value_or(Tensor());
+  m.meta(self, target, weight.defined() ? at::OptionalTensorRef(weight) : at::OptionalTensorRef(),
+         reduction, ignore_index);
+  if (!nll_ok(self, target, weight) || self.dim() > 2) {
+    return run_on_cpu<ATEN_OP2(nll_loss_forward, output)>(dtype_reason(self.scalar_type()), self,
+                                                          target, weight_opt, reduction,
+                                                          ignore_index, output, total_weight);
+  }
+  const at::ScalarType dt = self.scalar_type();
+  const Tensor x2 = self.dim() == 1 ? self.reshape({1, -1}) : self;
+  const Tensor t1 = target.reshape({-1});
+  if (t1.numel() == 0) {
+    // No position: an empty output, a zero sum, a mean of 0 / 0.
+    if (output.numel() > 0) {
+      launch_fill(output, scalar_bits(reduction == at::Reduction::Mean ? NAN : 0., dt));
+    }
+    launch_fill(total_weight, scalar_bits(0, dt));
+    return {output, total_weight};
+  }
+  const NllView x = folded(x2.unsqueeze(2), 2);
+  const NllView t = folded(t1.unsqueeze(1), 1);
+  if (reduction == at::Reduction::None && self.dim() == 2) {
+    std::optional<NllView> ov = fold_tail(output.unsqueeze(1), 1);
+    nll_forward_kernel(x, t, weight, ignore_index, &*ov, target, true);
+    launch_fill(total_weight, scalar_bits(0, dt));
+    return {output, total_weight};
+  }
+  // The sum and the mean; a [C] input's loss without reduction is its one position's.
+  const Tensor total = nll_forward_kernel(x, t, weight, ignore_index, nullptr, target, true);
+  write_reduced(total, reduction == at::Reduction::Mean, output, total_weight);
+  return {output, total_weight};
+}
+
+Tensor& nll_loss_backward_out(const Tensor& grad_output, const Tensor& self, const Tensor& target,
+                              const c10::optional<Tensor>& weight_opt, int64_t reduction,
+                              int64_t ignore_index, const Tensor& total_weight,
+                              Tensor& grad_input) {
+  OutOf<at::meta::structured_nll_loss_backward> m(grad_input);
+  const Tensor weight = weight_opt.value_or(Tensor());
+  m.meta(grad_output, self, target,
+         weight.defined() ? at::OptionalTensorRef(weight) : at::OptionalTensorRef(), reduction,
+         ignore_index, total_weight);
+  const at::ScalarType dt = self.scalar_type();
+  if (!nll_ok(self, target, weight) || self.dim() > 2 || grad_output.scalar_type() != dt ||
+      total_weight.scalar_type() != dt || grad_input.scalar_type() != dt) {
+    return run_on_cpu<ATEN_OP2(nll_loss_backward, grad_input)>(
+        dtype_reason(self.scalar_type()), grad_output, self, target, weight_opt, reduction,
+        ignore_index, total_weight, grad_input);
+  }
+  const bool per_pos = reduction == at::Reduction::None && self.dim() == 2;
+  const NllView t = folded(target.reshape({-1}).unsqueeze(1), 1);
+  const Tensor gi = (self.dim() == 1 ? grad_input.unsqueeze(0) : grad_input).unsqueeze(2);
+  const Tensor g = per_pos ? grad_output.unsqueeze(1) : grad_output;
+  nll_backward_kernel(gi, g, per_pos, t, weight, reduction, ignore_index, total_weight);
+  return grad_input;
 }
 
 void check_nll2d_args(const Tensor& self, const Tensor& target, const Tensor& weight) {
@@ -464,23 +483,6 @@ void check_nll2d_args(const Tensor& self, const Tensor& target, const Tensor& we
               ", input ", self.sizes());
 }
 
-bool nll2d_ok(const Tensor& self, const Tensor& target, const Tensor& weight) {
-  return is_kernel_float(self.scalar_type()) && target.scalar_type() == at::kLong &&
-         (!weight.defined() || weight.scalar_type() == self.scalar_type());
-}
-
-// The first target outside [0, C) that is not ignore_index, as PyTorch's CPU kernel words it.
-std::string bad_target_message(const Tensor& target, int64_t C, int64_t ignore_index) {
-  const Tensor h = target.cpu().contiguous();
-  const int64_t* p = h.data_ptr<int64_t>();
-  for (int64_t i = 0; i < h.numel(); ++i) {
-    if (p[i] != ignore_index && (p[i] < 0 || p[i] >= C)) {
-      return c10::str("Target ", p[i], " is out of bounds.");
-    }
-  }
-  return "a target is out of bounds.";
-}
-
 std::tuple<Tensor&, Tensor&> nll_loss2d_forward_out(const Tensor& self, const Tensor& target,
                                                     const c10::optional<Tensor>& weight_opt,
                                                     int64_t reduction, int64_t ignore_index,
@@ -490,15 +492,13 @@ std::tuple<Tensor&, Tensor&> nll_loss2d_forward_out(const Tensor& self, const Te
   const Tensor weight = weight_opt.value_or(Tensor());
   if (weight.defined()) check_device(weight, "nll_loss2d_forward");
   check_nll2d_args(self, target, weight);
-  if (!nll2d_ok(self, target, weight) || output.scalar_type() != self.scalar_type() ||
+  if (!nll_ok(self, target, weight) || output.scalar_type() != self.scalar_type() ||
       total_weight.scalar_type() != self.scalar_type()) {
     return run_on_cpu<ATEN_OP2(nll_loss2d_forward, output)>(dtype_reason(self.scalar_type()), self,
                                                             target, weight_opt, reduction,
                                                             ignore_index, output, total_weight);
   }
-  const auto f32 = at::kFloat;
   const at::ScalarType dt = self.scalar_type();
-  const int64_t N = self.size(0), C = self.size(1);
   const bool none = reduction == at::Reduction::None;
   at::native::resize_output(output, none ? at::IntArrayRef(target.sizes()) : at::IntArrayRef{});
   at::native::resize_output(total_weight, {});
@@ -510,72 +510,18 @@ std::tuple<Tensor&, Tensor&> nll_loss2d_forward_out(const Tensor& self, const Te
     launch_fill(total_weight, scalar_bits(0, dt));
     return {output, total_weight};
   }
-  const auto [x, xv] = folded(self, 2);
-  const auto [t, tv] = folded(target, 1);
-  const int64_t S = xv.first[2];
-  Tensor out = output;
-  std::optional<std::pair<std::vector<int64_t>, std::vector<int64_t>>> ov;
+  const NllView x = folded(self, 2);
+  const NllView t = folded(target, 1);
   if (none) {
-    ov = fold_tail(output, 1);
-    if (!ov) {
-      out = empty_device(target.sizes(), dt);
-      ov = fold_tail(out, 1);
-    }
-  }
-  const mtia::Grid grid = grid_for(N * S, 4096);
-  const int64_t pes = int64_t(grid.rows) * grid.cols;
-  Tensor sums = none ? Tensor() : empty_device({pes, 2}, f32);
-  const bool check = !Runtime::get().device().is_capturing(current_stream());
-  const int64_t flags = (weight.defined() ? kNllWeight : 0) | (none ? kNllPerPos : kNllSums) |
-                        (check ? kNllCheck : 0) | (C <= kNllBoxClasses ? kNllBox : 0);
-  const mtia::DevicePtr xp = tensor_address(x);
-  std::vector<mtia::Arg> args{none ? tensor_address(out) : xp,
-                              none ? xp : tensor_address(sums),
-                              xp,
-                              tensor_address(t),
-                              weight.defined() ? tensor_address(weight) : xp,
-                              mtia::Arg::dtype(*kernel_dtype(dt)),
-                              flags,
-                              ignore_index,
-                              N,
-                              C,
-                              S,
-                              xv.second[0],
-                              xv.second[1],
-                              xv.second[2],
-                              tv.second[0],
-                              tv.second[1],
-                              none ? ov->second[0] : int64_t{0},
-                              none ? ov->second[1] : int64_t{0},
-                              weight.defined() ? weight.stride(0) : int64_t{0}};
-  launch("nll_loss", grid, args);
-  if (check) {
-    try {
-      Runtime::get().device().synchronize(current_stream());
-    } catch (const mtia::Error& e) {
-      const std::string what = e.what();
-      const bool ours = what.find("kernel 'nll_loss'") != std::string::npos &&
-                        what.find(c10::str("returned status ", kNllBadTarget)) != std::string::npos;
-      TORCH_CHECK(!ours, bad_target_message(target, C, ignore_index));
-      rethrow(e, "running kernel 'nll_loss'");
-    }
-  }
-  if (none) {
-    if (!out.is_same(output)) write_into(output, out);
+    std::optional<NllView> ov = fold_tail(output, 1);
+    if (!ov) ov = fold_tail(empty_device(target.sizes(), dt), 1);
+    nll_forward_kernel(x, t, weight, ignore_index, &*ov, target, false);
+    if (!ov->t.is_same(output)) write_into(output, ov->t);
     launch_fill(total_weight, scalar_bits(0, dt));
     return {output, total_weight};
   }
-  Tensor total = empty_device({2}, f32);
-  reduce_into(ReduceOp::kSum, total, sums, {0}, false);
-  const Tensor loss = total.select(0, 0), tw = total.select(0, 1);
-  write_into(total_weight, tw);
-  if (reduction == at::Reduction::Mean) {
-    Tensor mean = empty_device({}, f32);
-    apply_binary(MTIA_PE_SE_DIV, mean, loss, tw, f32, f32);
-    write_into(output, mean);
-  } else {
-    write_into(output, loss);
-  }
+  const Tensor total = nll_forward_kernel(x, t, weight, ignore_index, nullptr, target, false);
+  write_reduced(total, reduction == at::Reduction::Mean, output, total_weight);
   return {output, total_weight};
 }
 
@@ -611,41 +557,15 @@ Tensor& nll_loss2d_backward_out(const Tensor& grad_output, const Tensor& self, c
                 "Expected a single element grad_output tensor, but got: ", grad_output.sizes());
   }
   const at::ScalarType dt = self.scalar_type();
-  if (!nll2d_ok(self, target, weight) || grad_output.scalar_type() != dt ||
+  if (!nll_ok(self, target, weight) || grad_output.scalar_type() != dt ||
       total_weight.scalar_type() != dt || grad_input.scalar_type() != dt) {
     return run_on_cpu<ATEN_OP2(nll_loss2d_backward, grad_input)>(
         dtype_reason(dt), grad_output, self, target, weight_opt, reduction, ignore_index,
         total_weight, grad_input);
   }
   at::native::resize_output(grad_input, self.sizes());
-  if (grad_input.numel() == 0) return grad_input;
-  const int64_t C = self.size(1);
-  // With few classes the kernel writes every element of grad_input, else only the picked ones.
-  const bool box = C <= kNllBoxClasses;
-  if (!box || target.numel() == 0) launch_fill(grad_input, scalar_bits(0, dt));
-  if (target.numel() == 0) return grad_input;
-  Tensor gi = grad_input;
-  auto gv = fold_tail(gi, 2);
-  if (!gv) {
-    gi = empty_device(self.sizes(), dt);
-    if (!box) launch_fill(gi, scalar_bits(0, dt));
-    gv = fold_tail(gi, 2);
-  }
-  const auto [t, tv] = folded(target, 1);
-  const Tensor go = none ? grad_output : grad_output.reshape({});
-  std::pair<std::vector<int64_t>, std::vector<int64_t>> gov{{1, 1}, {0, 0}};
-  Tensor g = go;
-  if (none) std::tie(g, gov) = folded(go, 1);
-  const int64_t N = self.size(0), S = gv->first[2];
-  const int64_t flags = (weight.defined() ? kNllWeight : 0) | (none ? kNllPerPos : 0) |
-                        (reduction == at::Reduction::Mean ? kNllMean : 0) | (box ? kNllBox : 0);
-  const mtia::DevicePtr gp = tensor_address(gi);
-  launch("nll_loss_backward", grid_for(N * S, 4096),
-         {gp, tensor_address(g), tensor_address(t), weight.defined() ? tensor_address(weight) : gp,
-          tensor_address(total_weight), mtia::Arg::dtype(*kernel_dtype(dt)), flags, ignore_index, N,
-          C, S, gv->second[0], gv->second[1], gv->second[2], gov.second[0], gov.second[1],
-          tv.second[0], tv.second[1], weight.defined() ? weight.stride(0) : int64_t{0}});
-  if (!gi.is_same(grad_input)) write_into(grad_input, gi);
+  nll_backward_kernel(grad_input, grad_output, none, folded(target, 1), weight, reduction,
+                      ignore_index, total_weight);
   return grad_input;
 }
 

@@ -1,10 +1,11 @@
-"""Upsampling (upsample / upsample_backward kernels) and the spatial negative log-likelihood
-loss (nll_loss / nll_loss_backward kernels) on the device against PyTorch on the CPU: nearest,
-nearest-exact, linear, bilinear and trilinear with and without align_corners, sizes and scale
-factors (given to the op, and recomputed), odd sizes, down- and upsampling, channels_last and
-strided inputs, float32/float16/bfloat16, empty batches, backward through autograd; nll_loss2d
-with every reduction, class weights, ignore_index, bad targets; a small segmentation network's
-training steps. Every device case must run on device kernels (no CPU fallback)."""
+"""Upsampling (upsample / upsample_backward kernels) and the negative log-likelihood loss,
+spatial and plain (nll_loss / nll_loss_backward kernels), on the device against PyTorch on the
+CPU: nearest, nearest-exact, linear, bilinear and trilinear with and without align_corners,
+sizes and scale factors (given to the op, and recomputed), odd sizes, down- and upsampling,
+channels_last and strided inputs, float32/float16/bfloat16, empty batches, backward through
+autograd; nll_loss2d and nll_loss with every reduction, class weights, ignore_index, few and
+many classes, bad targets; a small segmentation network's training steps. Every device case
+must run on device kernels (no CPU fallback)."""
 import copy
 
 import pytest
@@ -258,6 +259,44 @@ def test_nll_loss_nd_shapes(no_fallback):
     x4 = _input((2, 6, 5, 4), "contiguous")
     t4 = _targets((2, 5, 4), 6)
     _check(lambda a: F.cross_entropy(a, t4.to(a.device)), x4, torch.float32, NLL)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("classes", [7, 1000])  # boxes of classes, and single elements
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nll_loss_1d(weighted, classes, dtype, no_fallback):
+    """The plain [N, C] loss (cross_entropy's) runs on the same kernels with S = 1."""
+    x = _input((6, classes), "contiguous", seed=classes)
+    t = _targets((6,), classes, seed=1)
+    w = torch.rand(classes, generator=torch.Generator().manual_seed(2)) + 0.5
+    tol = TOL[dtype] if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for reduction in ["none", "mean", "sum"]:
+        fn = lambda a: F.nll_loss(a, t.to(a.device), reduction=reduction,  # noqa: E731
+                                  weight=w.to(a.dtype).to(a.device) if weighted else None)
+        _check(fn, x, dtype, NLL, tol)
+    _check(lambda a: F.cross_entropy(a, t.clamp(min=0).to(a.device), label_smoothing=0.1), x,
+           dtype, NLL, tol)
+
+
+def test_nll_loss_1d_outputs_and_errors(no_fallback):
+    x = torch.randn(4, 5)
+    w = torch.rand(5) + 0.5
+    for args in [(x, torch.tensor([0, 4, -100, 2]), None, 0, -100),  # none: total_weight 0
+                 (x, torch.tensor([0, 4, 1, 2]), w, 0, 1),
+                 (x[1], torch.tensor(3), w, 0, -100),  # one [C] input: its weight
+                 (x[1], torch.tensor(3), None, 1, 3),  # mean of nothing: NaN
+                 (x, torch.tensor([0, 4, 1, 2]), w, 1, -100),
+                 (x.t().contiguous().t(), torch.tensor([0, 4, 1, 2]), w, 2, -100)]:
+        got = torch.ops.aten.nll_loss_forward(*[a.to(DEVICE) if isinstance(a, torch.Tensor)
+                                                else a for a in args])
+        want = torch.ops.aten.nll_loss_forward(*args)
+        for g, wa in zip(got, want):
+            assert g.shape == wa.shape
+            torch.testing.assert_close(g.cpu(), wa, equal_nan=True)
+    with pytest.raises(IndexError, match="Target 5 is out of bounds"):
+        F.nll_loss(x.to(DEVICE), torch.tensor([0, 5, 1, 2], device=DEVICE))
+    with pytest.raises(IndexError, match="Target -1 is out of bounds"):
+        F.cross_entropy(x.to(DEVICE), torch.tensor([0, -1, 1, 2], device=DEVICE))
 
 
 def test_nll_loss2d_all_ignored_and_empty(no_fallback):
