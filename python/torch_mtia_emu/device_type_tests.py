@@ -24,6 +24,29 @@ from torch.testing._internal.common_device_type import DeviceTypeTestBase
 from torch_mtia_emu import device_type_skips
 
 
+def build_op_overrides(entries):
+    """DeviceTypeTestBase.op_overrides from OP_SKIPS-style entries: a skip, with its reason,
+    for each (op full name, class, test, dtypes)."""
+    from torch.testing._internal.opinfo.core import DecorateInfo
+
+    overrides = {}
+    for name, cls, test, dtypes, reason in entries:
+        overrides.setdefault(name, []).append(
+            DecorateInfo(unittest.skip(f"mtia: {reason}"), cls, test, dtypes=dtypes))
+    return overrides
+
+
+def build_test_exclusions(entries):
+    """DeviceTypeTestBase.test_exclusions from TEST_SKIPS-style entries."""
+    exclusions = {}
+    for cls, test, _reason in entries:
+        if test == "*":
+            exclusions[cls] = "*"
+        elif exclusions.get(cls) != "*":
+            exclusions.setdefault(cls, []).append(test)
+    return exclusions
+
+
 class _OpOverrides:
     """MTIATestBase.op_overrides, made from the skip list on first use: the OpInfo module
     imports common_device_type, which runs this file while it is itself being imported."""
@@ -33,24 +56,8 @@ class _OpOverrides:
 
     def __get__(self, obj, owner):
         if self._value is None:
-            from torch.testing._internal.opinfo.core import DecorateInfo
-
-            overrides = {}
-            for name, cls, test, dtypes, reason in device_type_skips.OP_SKIPS:
-                overrides.setdefault(name, []).append(
-                    DecorateInfo(unittest.skip(f"mtia: {reason}"), cls, test, dtypes=dtypes))
-            self._value = overrides
+            self._value = build_op_overrides(device_type_skips.OP_SKIPS)
         return self._value
-
-
-def _test_exclusions():
-    exclusions = {}
-    for cls, test, _reason in device_type_skips.TEST_SKIPS:
-        if test == "*":
-            exclusions[cls] = "*"
-        elif exclusions.get(cls) != "*":
-            exclusions.setdefault(cls, []).append(test)
-    return exclusions
 
 
 class MTIATestBase(DeviceTypeTestBase):
@@ -59,7 +66,7 @@ class MTIATestBase(DeviceTypeTestBase):
     device_type = "mtia"
     primary_device = "mtia:0"
     op_overrides = _OpOverrides()
-    test_exclusions = _test_exclusions()
+    test_exclusions = build_test_exclusions(device_type_skips.TEST_SKIPS)
 
     @classmethod
     def get_primary_device(cls):

@@ -8,6 +8,8 @@ MTIA_EMU_DEVICE_TYPE_OPS=REGEX runs the ops whose full name matches instead, e.g
 of them (docs/device-type-tests.md)."""
 import os
 import re
+import subprocess
+import sys
 import unittest
 
 import torch
@@ -179,3 +181,80 @@ def test_the_comparison_fails_on_a_wrong_device_result():
     assert result.testsRun == 1 and len(result.failures) == 1, (result.failures, result.errors)
     assert "not close" in result.failures[0][1] or "not equal" in result.failures[0][1], \
         result.failures[0][1]
+
+
+def test_the_skip_list_skips_with_its_reason(monkeypatch):
+    # A base whose lists skip `add` for a reason and leave one test out: instantiated through
+    # PyTorch's own machinery, `add` is skipped with that reason, `mul` runs, the excluded
+    # test does not exist.
+    class Base(MTIATestBase):
+        op_overrides = device_type_tests.build_op_overrides(
+            [("add", None, None, None, "a reason to skip add")])
+        test_exclusions = device_type_tests.build_test_exclusions(
+            [("TestSkips", "test_left_out", "a reason to leave it out")])
+
+    from torch.testing._internal import common_device_type
+    monkeypatch.setattr(common_device_type, "device_type_test_bases", [Base])
+    chosen = [op for op in op_db if op.full_name in ("add", "mul")]
+
+    class TestSkips(TestCase):
+        @ops(chosen, allowed_dtypes=(torch.float32,))
+        def test_compare_cpu(self, device, dtype, op):
+            compare_with_cpu(self, device, dtype, op)
+
+        def test_left_out(self, device):
+            raise AssertionError("excluded, never run")
+
+    scope = {"TestSkips": TestSkips}
+    instantiate_device_type_tests(TestSkips, scope, only_for=("mtia",))
+    cls = scope["TestSkipsMTIA"]
+    assert not hasattr(cls, "test_left_out_mtia")
+    result = unittest.TestResult()
+    unittest.defaultTestLoader.loadTestsFromTestCase(cls).run(result)
+    assert result.testsRun == 2 and result.wasSuccessful(), (result.failures, result.errors)
+    assert [(t.id().rsplit(".", 1)[1], why) for t, why in result.skipped] == [
+        ("test_compare_cpu_add_mtia_float32", "mtia: a reason to skip add")]
+
+
+UPSTREAM_STYLE_SUITE = '''
+import torch
+from torch.testing._internal.common_device_type import (
+    dtypes, instantiate_device_type_tests, ops)
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+
+class TestSuite(TestCase):
+    @dtypes(torch.float32, torch.int64)
+    def test_arange_twice(self, device, dtype):
+        a = torch.arange(10, device=device, dtype=dtype)
+        self.assertEqual(str(a.device), device)
+        self.assertEqual((a + a).cpu(), torch.arange(10, dtype=dtype) * 2)
+
+    @ops([op for op in op_db if op.name in ("abs", "exp")], allowed_dtypes=(torch.float32,))
+    def test_ops(self, device, dtype, op):
+        for s in op.sample_inputs(device, dtype):
+            self.assertEqual(op(s.input, *s.args, **s.kwargs).cpu(),
+                             op(s.input.cpu(), *s.args, **s.kwargs))
+
+
+instantiate_device_type_tests(TestSuite, globals())
+
+if __name__ == "__main__":
+    run_tests()
+'''
+
+
+def test_an_upstream_style_suite_runs_on_mtia_through_torch_test_devices(tmp_path):
+    # What docs/device-type-tests.md tells users to do with PyTorch's own test files.
+    suite = tmp_path / "test_suite.py"
+    suite.write_text(UPSTREAM_STYLE_SUITE)
+    env = dict(os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="mtia",
+               TORCH_TEST_DEVICES=device_type_tests.__file__)
+    r = subprocess.run([sys.executable, str(suite), "-v"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ran = sorted(re.findall(r"^(test_\w+) \(", r.stderr, re.M))
+    assert ran == ["test_arange_twice_mtia_float32", "test_arange_twice_mtia_int64",
+                   "test_ops_abs_mtia_float32", "test_ops_exp_mtia_float32"], r.stderr
+    assert "Ran 4 tests" in r.stderr and "OK" in r.stderr
