@@ -32,6 +32,7 @@
 #include <array>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
@@ -42,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "log.h"
 #include "mtia/activity.h"
 #include "runtime.h"
 
@@ -54,9 +56,24 @@ using libkineto::ActivityType;
 // Correlation ids of the runtime calls and their device work: kept apart from the operators'
 // ids (which count up from 1), so that PyTorch never mistakes one for the other.
 constexpr int32_t kCorrelationBase = int32_t{1} << 30;
-// Records one session keeps at most (about 200 bytes each); past this they are counted as
-// dropped and the session reports it.
-constexpr size_t kMaxRecords = 4'000'000;
+// Records one session keeps at most (about 200 bytes each) unless
+// $MTIA_EMU_PROFILER_MAX_RECORDS says otherwise; past this they are counted as dropped and the
+// session reports it.
+constexpr size_t kDefaultMaxRecords = 4'000'000;
+
+size_t max_records() {
+  const char* text = std::getenv("MTIA_EMU_PROFILER_MAX_RECORDS");
+  if (text == nullptr || *text == 0) return kDefaultMaxRecords;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(text, &end, 10);
+  if (end == text || *end != 0) {
+    log::warn(std::string("torch_mtia_emu: MTIA_EMU_PROFILER_MAX_RECORDS='") + text +
+              "' is not a number of records; keeping at most " +
+              std::to_string(kDefaultMaxRecords));
+    return kDefaultMaxRecords;
+  }
+  return static_cast<size_t>(n);
+}
 
 int32_t correlation_of(uint64_t call) {
   return call == 0 ? 0 : kCorrelationBase + static_cast<int32_t>(call % (uint64_t{1} << 30));
@@ -77,7 +94,8 @@ struct RuntimeRecord {
 // (work submitted during the profile completes later).
 class Collector final : public mtia::ActivityObserver {
  public:
-  Collector(bool device, bool runtime) : want_device_(device), want_runtime_(runtime) {}
+  Collector(bool device, bool runtime, size_t max_records)
+      : want_device_(device), want_runtime_(runtime), max_records_(max_records) {}
 
   void on_device_submitted() noexcept override {
     std::lock_guard lock(mu_);
@@ -89,7 +107,7 @@ class Collector final : public mtia::ActivityObserver {
     ++completed_;
     done_.notify_all();
     if (!want_device_) return;
-    if (devices_.size() + runtime_.size() >= kMaxRecords) {
+    if (devices_.size() + runtime_.size() >= max_records_) {
       ++dropped_;
       return;
     }
@@ -114,7 +132,7 @@ class Collector final : public mtia::ActivityObserver {
     if (!want_runtime_) return;
     const int32_t thread = libkineto::systemThreadId();
     std::lock_guard lock(mu_);
-    if (devices_.size() + runtime_.size() >= kMaxRecords) {
+    if (devices_.size() + runtime_.size() >= max_records_) {
       ++dropped_;
       return;
     }
@@ -132,7 +150,7 @@ class Collector final : public mtia::ActivityObserver {
     return done_.wait_for(lock, limit, [&] { return completed_ >= submitted_; });
   }
 
-  int64_t origin_ns() const { return origin_ns_; }
+  size_t max_records() const { return max_records_; }
 
   struct Taken {
     std::vector<DeviceRecord> devices;
@@ -157,6 +175,7 @@ class Collector final : public mtia::ActivityObserver {
  private:
   const bool want_device_;
   const bool want_runtime_;
+  const size_t max_records_;
   const int64_t origin_ns_ = mtia::wall_clock_ns();
   std::mutex mu_;
   std::condition_variable done_;
@@ -246,7 +265,7 @@ class Session final : public libkineto::IActivityProfilerSession {
       errors_.push_back(already_recording_message());
       return;
     }
-    collector_ = std::make_shared<Collector>(device_, runtime_);
+    collector_ = std::make_shared<Collector>(device_, runtime_, max_records());
     g.active = collector_;
     g.last = {};
     g.last.recording = true;
@@ -280,6 +299,7 @@ class Session final : public libkineto::IActivityProfilerSession {
     // still be running.
     if (!collector_->wait_for_completions(std::chrono::seconds(10))) {
       errors_.push_back(incomplete_message());
+      log::warn(incomplete_message());
     }
     Collector::Taken taken = collector_->take();
     {
@@ -290,9 +310,11 @@ class Session final : public libkineto::IActivityProfilerSession {
       g.last.dropped = taken.dropped;
     }
     if (taken.dropped > 0) {
-      errors_.push_back("torch_mtia_emu: the profile kept at most " + std::to_string(kMaxRecords) +
-                        " records and dropped " + std::to_string(taken.dropped) +
-                        "; profile fewer steps.");
+      const std::string message =
+          "torch_mtia_emu: the profile kept at most " + std::to_string(collector_->max_records()) +
+          " records and dropped " + std::to_string(taken.dropped) + "; profile fewer steps.";
+      errors_.push_back(message);
+      log::warn(message);
     }
     buffer_ = std::make_unique<libkineto::CpuTraceBuffer>();
     buffer_->span = libkineto::TraceSpan(start_time, end_time, "MTIA");

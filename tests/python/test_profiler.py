@@ -21,7 +21,9 @@ from conftest import DEVICE, run_child
 ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.MTIA]
 
 # A training step of the demo's model (torch_mtia_emu.demo) profiled with the timing model on
-# and the device's own trace recording; what the profiler and the trace saw, as JSON files.
+# and the device's own trace recording, on mtia:0 of two served devices (MTIA_EMU_DEVICES=2:
+# device servers the child starts); then a profile of both devices, then one that outlives
+# them. What the profiler and the trace saw, as JSON files.
 TRAINING_STEP = """
     import json, os, sys, torch, torch_mtia_emu
     from torch.autograd import DeviceType
@@ -52,6 +54,19 @@ TRAINING_STEP = """
                             count=a.count)
                 for a in p.key_averages() if a.device_type == DeviceType.CPU}
     launches = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    # Both served devices in one profile, and a copy between them.
+    a = torch.ones(256, device="mtia:0")
+    b = torch.ones(256, device="mtia:1")
+    torch.mtia.synchronize(1)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA]) as p2:
+        (a * 2).sum()
+        with torch.mtia.device(1):
+            (b + 3).sum()
+        c = b.to("mtia:0")
+    two_rows = sorted([e.device_index, e.name] for e in p2.events()
+                      if e.device_type == DeviceType.MTIA)
+    two_averages = {a.key: a.device_time_total for a in p2.key_averages()}
+    p2.export_chrome_trace(os.path.join(out, "two_devices.json"))
     # A profile that outlives the device (shutdown() inside it) keeps what it recorded.
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA]) as q:
         x + 1
@@ -63,7 +78,8 @@ TRAINING_STEP = """
     except RuntimeError as e:
         after_shutdown = str(e)
     json.dump(dict(events=events, averages=averages, launches=launches, outlived=outlived,
-                   after_shutdown=after_shutdown),
+                   after_shutdown=after_shutdown, two_rows=two_rows,
+                   two_averages=two_averages),
               open(os.path.join(out, "result.json"), "w"))
 """
 
@@ -71,14 +87,15 @@ TRAINING_STEP = """
 @pytest.fixture(scope="module")
 def training_step(tmp_path_factory):
     out = tmp_path_factory.mktemp("profile")
-    r = run_child(TRAINING_STEP, env={"MTIA_EMU_TIMING": "1", "PROFILE_OUT": str(out)},
-                  timeout=180)
+    r = run_child(TRAINING_STEP, env={"MTIA_EMU_TIMING": "1", "MTIA_EMU_DEVICES": "2",
+                                      "PROFILE_OUT": str(out)}, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.load(open(out / "result.json"))
     chrome = json.load(open(out / "profile.json"))["traceEvents"]
     device_trace = json.load(open(out / "trace.json"))
     device_trace = device_trace["traceEvents"] if isinstance(device_trace, dict) else device_trace
-    return result, chrome, device_trace
+    two_devices = json.load(open(out / "two_devices.json"))["traceEvents"]
+    return result, chrome, device_trace, two_devices
 
 
 def _device_activities(chrome):
@@ -97,7 +114,7 @@ def _packets(device_trace):
 
 
 def test_one_device_activity_per_launch(training_step):
-    result, chrome, device_trace = training_step
+    result, chrome, device_trace, _ = training_step
     kernels = collections.Counter(e["name"] for e in _device_activities(chrome)
                                   if e["args"]["kind"] == "kernel")
     assert kernels == collections.Counter(result["launches"])
@@ -108,7 +125,7 @@ def test_one_device_activity_per_launch(training_step):
 
 
 def test_durations_equal_the_device_trace(training_step):
-    _, chrome, device_trace = training_step
+    _, chrome, device_trace, _ = training_step
     packets = _packets(device_trace)
     activities = _device_activities(chrome)
     assert len(activities) == len(packets)  # copies and fills too; no fences or waits
@@ -127,7 +144,7 @@ def test_durations_equal_the_device_trace(training_step):
 
 
 def test_each_device_activity_links_to_its_op_and_runtime_call(training_step):
-    _, chrome, _ = training_step
+    _, chrome, _, _ = training_step
     ops = {e["args"]["External id"]: e for e in chrome if e.get("cat") == "cpu_op"}
     calls = {e["args"]["correlation"]: e for e in chrome if e.get("cat") == "mtia_runtime"}
     linked_names = collections.defaultdict(collections.Counter)
@@ -151,7 +168,7 @@ def test_each_device_activity_links_to_its_op_and_runtime_call(training_step):
 
 
 def test_device_rows_run_forward_without_overlap(training_step):
-    _, chrome, _ = training_step
+    _, chrome, _, _ = training_step
     rows = collections.defaultdict(list)
     for e in _device_activities(chrome):
         rows[(e["pid"], e["tid"])].append(e)
@@ -169,7 +186,7 @@ def test_device_rows_run_forward_without_overlap(training_step):
 
 
 def test_chrome_trace_has_cpu_and_device_rows_with_flows(training_step):
-    _, chrome, _ = training_step
+    _, chrome, _, _ = training_step
     cats = collections.Counter(e.get("cat") for e in chrome)
     assert cats["cpu_op"] > 0 and cats["mtia_runtime"] > 0 and cats["mtia_ccp_events"] > 0
     starts = {e["id"] for e in chrome if e.get("ph") == "s" and e.get("cat") == "ac2g"}
@@ -178,7 +195,7 @@ def test_chrome_trace_has_cpu_and_device_rows_with_flows(training_step):
 
 
 def test_key_averages_report_device_time_per_op(training_step):
-    result, _, _ = training_step
+    result, _, _, _ = training_step
     averages, events = result["averages"], result["events"]
     device = [e for e in events if e["device"] == "DeviceType.MTIA"]
     addmm = sum(e["end"] - e["start"] for e in device if e["name"] == "addmm")
@@ -236,6 +253,21 @@ def test_launch_kernel_outside_ops_is_recorded_unlinked(dev):
     assert len(calls) == 1 and calls[0].id == device[0].id
 
 
+def test_a_profile_keeps_at_most_its_record_bound_and_counts_the_rest(dev, monkeypatch):
+    x = torch.ones(16, device=dev)
+    monkeypatch.setenv("MTIA_EMU_PROFILER_MAX_RECORDS", "5")
+    with profile(activities=ACTIVITIES) as p:
+        for _ in range(4):
+            x.add_(1)  # a launch call and its kernel each
+    # 4 launch calls, their 4 kernels and the synchronize at the profile's end: 9 records.
+    _, device, runtime, dropped = torch_mtia_emu.profiler_counts()
+    assert device + runtime == 5 and dropped == 4, (device, runtime, dropped)
+    recorded = [e for e in p.events()
+                if e.device_type == DeviceType.MTIA or e.name.startswith("mtia::")]
+    assert len(recorded) == 5
+    assert torch.equal(x.cpu(), torch.full((16,), 5.0))
+
+
 def test_nested_and_restarted_profiles_are_defined(dev):
     x = torch.ones(16, device=dev)
     with profile(activities=ACTIVITIES) as outer:
@@ -259,41 +291,17 @@ def test_nested_and_restarted_profiles_are_defined(dev):
 
 
 def test_profile_that_outlives_the_device_keeps_what_it_recorded(training_step):
-    result, _, _ = training_step
+    result, _, _, _ = training_step
     assert result["outlived"] == ["binary_scalar"]
     assert result["after_shutdown"].startswith("torch_mtia_emu: the device was closed")
 
 
-def test_two_served_devices(tmp_path):
-    trace = tmp_path / "profile.json"
-    r = run_child("""
-        import collections, sys, torch, torch_mtia_emu
-        from torch.autograd import DeviceType
-        from torch.profiler import profile, ProfilerActivity
-        a = torch.ones(256, device="mtia:0")
-        b = torch.ones(256, device="mtia:1")
-        before = [torch_mtia_emu.kernel_launch_counts() for d in (0, 1)]
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA]) as p:
-            (a * 2).sum()
-            with torch.mtia.device(1):
-                (b + 3).sum()
-            c = b.to("mtia:0")
-            torch.mtia.synchronize(0)
-            torch.mtia.synchronize(1)
-        rows = collections.Counter((e.device_index, e.name) for e in p.events()
-                                   if e.device_type == DeviceType.MTIA)
-        print("ROWS", sorted(rows.items()))
-        avg = {a.key: a.device_time_total for a in p.key_averages()}
-        print("MUL", avg["aten::mul"] > 0, "ADD", avg["aten::add"] > 0)
-        p.export_chrome_trace(sys.argv[1] if len(sys.argv) > 1 else "{trace}")
-    """.replace("{trace}", str(trace)), env={"MTIA_EMU_DEVICES": "2", "MTIA_EMU_TIMING": "1"},
-                  timeout=180)
-    assert r.returncode == 0, r.stdout + r.stderr
-    rows = dict((tuple(k), v) for k, v in eval(r.stdout.split("ROWS ")[1].splitlines()[0]))
+def test_two_served_devices(training_step):
+    result, _, _, chrome = training_step
+    rows = collections.Counter(tuple(r) for r in result["two_rows"])
     assert rows[(0, "binary_scalar")] == 1 and rows[(1, "binary_scalar")] == 1, rows
     assert rows[(0, "sum")] == 1 and rows[(1, "sum")] == 1, rows
-    assert "MUL True ADD True" in r.stdout, r.stdout
-    chrome = json.load(open(trace))["traceEvents"]
+    assert result["two_averages"]["aten::mul"] > 0 and result["two_averages"]["aten::add"] > 0
     processes = {e["pid"]: e["args"]["name"] for e in chrome
                  if e.get("ph") == "M" and e.get("name") == "process_name"}
     assert processes[0].startswith("mtia:0") and processes[1].startswith("mtia:1"), processes
