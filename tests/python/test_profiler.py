@@ -54,12 +54,11 @@ TRAINING_STEP = """
                             count=a.count)
                 for a in p.key_averages() if a.device_type == DeviceType.CPU}
     launches = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
-    # Both served devices in one profile, and a copy between them.
+    # Both served devices in one profile (mtia:1 opens during it), and a copy between them.
     a = torch.ones(256, device="mtia:0")
-    b = torch.ones(256, device="mtia:1")
-    torch.mtia.synchronize(1)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA]) as p2:
         (a * 2).sum()
+        b = torch.ones(256, device="mtia:1")
         with torch.mtia.device(1):
             (b + 3).sum()
         c = b.to("mtia:0")
