@@ -116,13 +116,14 @@ class Collector final : public mtia::ActivityObserver {
     const int64_t submit_ps = (a.submit_ns - origin_ns_) * 1000;
     std::optional<int64_t>& offset = offset_ps_[d];
     offset = std::max(offset.value_or(std::numeric_limits<int64_t>::min()), submit_ps - start_ps);
+    // Both ends through the same mapping, so that activities on a row never overlap.
     const int64_t mapped_ps = start_ps + *offset;
-    const int64_t duration_ns = static_cast<int64_t>((a.end_ps - a.start_ps + 500) / 1000);
+    const int64_t mapped_end_ps = mapped_ps + static_cast<int64_t>(a.end_ps - a.start_ps);
     try {
       DeviceRecord& r = devices_.emplace_back();
       r.activity = a;
       r.start_ns = origin_ns_ + mapped_ps / 1000;
-      r.end_ns = r.start_ns + duration_ns;
+      r.end_ns = origin_ns_ + mapped_end_ps / 1000;
     } catch (...) {
       ++dropped_;
     }
@@ -156,12 +157,10 @@ class Collector final : public mtia::ActivityObserver {
     std::vector<DeviceRecord> devices;
     std::vector<RuntimeRecord> runtime;
     uint64_t dropped = 0;
-    uint64_t pending = 0;
   };
   Taken take() {
     std::lock_guard lock(mu_);
-    Taken t{std::move(devices_), std::move(runtime_), dropped_,
-            submitted_ > completed_ ? submitted_ - completed_ : 0};
+    Taken t{std::move(devices_), std::move(runtime_), dropped_};
     devices_.clear();
     runtime_.clear();
     return t;
