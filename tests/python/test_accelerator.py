@@ -33,8 +33,8 @@ def public_functions(module):
     return out
 
 
-# One call of each public function, run in a fresh interpreter that has used the device (a
-# tensor on it). Each must return normally or raise NotImplementedError naming the function;
+# One call of each public function, run in a fresh interpreter, once after it has used the
+# device (a tensor and a pinned copy) and once before anything else. Each must return normally or raise NotImplementedError naming the function;
 # what it returned is printed and checked by test_every_public_function_has_a_call.
 CALLS = {
     "torch.accelerator": {
@@ -111,10 +111,11 @@ CALLS = {
 CALL_EVERYTHING = """
 import json, sys, torch
 calls = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-x = torch.ones(1000, device="mtia") * 2         # the device has been used
-p = torch.ones(1000).pin_memory()
-y = p.to("mtia", non_blocking=True)
-del p
+if USE_FIRST:
+    x = torch.ones(1000, device="mtia") * 2     # the device has been used
+    p = torch.ones(1000).pin_memory()
+    y = p.to("mtia", non_blocking=True)
+    del p
 out = {}
 for module, table in CALLS.items():
     for name, expr in table.items():
@@ -135,8 +136,10 @@ def test_every_public_function_has_a_call():
     assert not missing and set(torch.mtia.__all__) <= set(CALLS["torch.mtia"]), missing
 
 
-def test_every_public_function_works_on_a_used_device():
-    r = run_child("CALLS = " + json.dumps(CALLS) + "\n" + CALL_EVERYTHING, timeout=180)
+@pytest.mark.parametrize("use_first", [True, False], ids=["used", "fresh"])
+def test_every_public_function_works(use_first):
+    r = run_child(f"CALLS = {json.dumps(CALLS)}\nUSE_FIRST = {use_first}\n" + CALL_EVERYTHING,
+                  timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]  # a crash (signal) fails here
     results = json.loads(r.stdout.strip().splitlines()[-1])
     assert len(results) == sum(len(t) for t in CALLS.values())
