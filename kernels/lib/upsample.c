@@ -228,7 +228,7 @@ static void up_caps(int64_t C, int64_t rows, int64_t total, uint64_t left, uint6
 #define UP_MAX_PERIOD 8
 
 typedef struct {
-  int64_t o0, count, ostep, i0, istep;
+  int32_t o0, count, ostep, i0, istep; /* extents are below 2^24 */
 } ubox;
 
 /* Fills boxes (room for O) for the source columns idx[0..O); returns how many. `seen` is
@@ -238,7 +238,7 @@ static int64_t up_boxes(const int64_t* idx, int64_t O, ubox* boxes, uint8_t* see
   int64_t nb = 0;
   for (int64_t o = 0; o < O; ++o) {
     if (seen[o]) continue;
-    ubox best = {o, 1, 1, idx[o], 0};
+    ubox best = {(int32_t)o, 1, 1, (int32_t)idx[o], 0};
     for (int64_t p = 1; p <= UP_MAX_PERIOD && o + p < O; ++p) {
       if (seen[o + p]) continue;
       const int64_t d = idx[o + p] - idx[o];
@@ -246,9 +246,9 @@ static int64_t up_boxes(const int64_t* idx, int64_t O, ubox* boxes, uint8_t* see
       int64_t len = 2;
       while (o + len * p < O && !seen[o + len * p] && idx[o + len * p] == idx[o] + len * d) ++len;
       if (len > best.count) {
-        best.count = len;
-        best.ostep = p;
-        best.istep = d;
+        best.count = (int32_t)len;
+        best.ostep = (int32_t)p;
+        best.istep = (int32_t)d;
       }
     }
     for (int64_t q = 0; q < best.count; ++q) seen[o + q * best.ostep] = 1;
@@ -278,20 +278,16 @@ int upsample(const uint64_t* args, uint64_t args_bytes) {
   for (int a = 0; a < 3; ++a) {
     if (!uax_build(&ax[a], &ar, A, a, 0)) return MTIA_KSTATUS_NO_LOCAL_STORE;
   }
-  /* The width gathers of each corner. */
+  /* The width gathers of each corner: planned in the free space, then kept as long as needed. */
   ubox* boxes[2] = {0, 0};
   int64_t nbox[2] = {0, 0};
-  {
-    for (int e = 0; e < ax[UA_W].ncorner; ++e) {
-      boxes[e] = (ubox*)kalloc(&ar, (uint64_t)OW * sizeof(ubox));
-      if (!boxes[e]) return MTIA_KSTATUS_NO_LOCAL_STORE;
-    }
+  for (int e = 0; e < ax[UA_W].ncorner; ++e) {
     karena tmp = ar;
+    ubox* bx = (ubox*)kalloc(&tmp, (uint64_t)OW * sizeof(ubox));
     uint8_t* seen = (uint8_t*)kalloc(&tmp, (uint64_t)OW);
-    if (!seen) return MTIA_KSTATUS_NO_LOCAL_STORE;
-    for (int e = 0; e < ax[UA_W].ncorner; ++e) {
-      nbox[e] = up_boxes(ax[UA_W].idx[e], OW, boxes[e], seen);
-    }
+    if (!bx || !seen) return MTIA_KSTATUS_NO_LOCAL_STORE;
+    nbox[e] = up_boxes(ax[UA_W].idx[e], OW, bx, seen);
+    boxes[e] = (ubox*)kalloc(&ar, (uint64_t)nbox[e] * sizeof(ubox)); /* == bx */
   }
   /* Per (row, channel): the input row; the gathered row; linear: fp32 copy, width sum, height
    * sum, depth sum, two weight rows, the output stage. */
@@ -366,10 +362,11 @@ int upsample(const uint64_t* args, uint64_t args_bytes) {
           for (int64_t k = 0; k < nbox[e]; ++k) {
             const ubox* bx = &boxes[e][k];
             const int64_t cnt[3] = {nh, nc, bx->count};
-            const int64_t sst[3] = {ti.row, ti.ch, bx->istep * ti.col};
-            const int64_t dst[3] = {to.row, to.ch, bx->ostep * to.col};
-            udma3(cl, kaddr(gd) + (uint64_t)(bx->o0 * to.col), MTIA_PE_SPACE_LOCAL, dst,
-                  kaddr(in_t) + (uint64_t)(bx->i0 * ti.col), MTIA_PE_SPACE_LOCAL, sst, cnt, es);
+            const int64_t sst[3] = {ti.row, ti.ch, (int64_t)bx->istep * ti.col};
+            const int64_t dst[3] = {to.row, to.ch, (int64_t)bx->ostep * to.col};
+            udma3(cl, kaddr(gd) + (uint64_t)((int64_t)bx->o0 * to.col), MTIA_PE_SPACE_LOCAL, dst,
+                  kaddr(in_t) + (uint64_t)((int64_t)bx->i0 * ti.col), MTIA_PE_SPACE_LOCAL, sst, cnt,
+                  es);
           }
           mtia_wait_all();
           if (!linear) break;

@@ -104,9 +104,9 @@ bool fits_local_store(bool backward, int64_t mode, int dims, const View5& in, co
   if (backward) {
     need += W * (4 + es) + OW * (es + 20) + 64 + 10 * 64;
   } else {
-    // The rows, and the width gathers' boxes (40 bytes per output column and corner).
+    // The rows, and the width gathers' boxes (at most 20 bytes per output column and corner).
     need += W * es + OW * (linear ? 2 * es + 24 : es) + 64 + 12 * 64;
-    need += (linear ? 2 : 1) * (OW * 40 + 64) + OW + 64;
+    need += (linear ? 2 : 1) * (OW * 20 + 64) + OW + 64;
   }
   return need <= Runtime::get().device().properties().local_store_bytes;
 }

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 import torch_mtia_emu
 
-from conftest import DEVICE
+from conftest import DEVICE, run_child
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=2e-3, atol=2e-3),
@@ -168,6 +168,15 @@ def test_empty_batch(mode, no_fallback):
     assert y.shape == F.interpolate(torch.randn(shape), scale_factor=2, mode=mode).shape
     y.sum().backward()
     assert x.grad.shape == x.shape
+
+
+def test_rows_too_wide_use_the_cpu():
+    """A row (input and output width) beyond a PE's local store takes the CPU fallback."""
+    x = torch.randn(1, 1, 2, 40000)
+    torch_mtia_emu.reset_fallback_counts()
+    y = F.interpolate(x.to(DEVICE), size=(3, 90000), mode="bilinear")
+    assert "aten::upsample_bilinear2d.out" in str(torch_mtia_emu.fallback_counts())
+    torch.testing.assert_close(y.cpu(), F.interpolate(x, size=(3, 90000), mode="bilinear"))
 
 
 def test_integer_nearest_uses_the_cpu():
@@ -358,3 +367,53 @@ def test_segmentation_training(no_fallback):
     assert losses["cpu"] == pytest.approx(losses[DEVICE], rel=1e-4)
     for p, q in zip(net.parameters(), dev_net.parameters()):
         torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_many_pes(no_fallback):
+    """Sizes that spread over many PEs: each PE's partial sums, and blocks of every PE."""
+    x = _input((4, 5, 48, 48), "contiguous", seed=10)
+    t = _targets((4, 48, 48), 5, seed=11)
+    for reduction in ["mean", "sum", "none"]:
+        _check(lambda a: F.nll_loss(a, t.to(a.device), reduction=reduction), x, torch.float32,
+               NLL, dict(rtol=1e-4, atol=1e-5))
+    x = _input((2, 300, 48, 32), "channels_last", seed=12)
+    t = _targets((2, 48, 32), 300, seed=13)
+    _check(lambda a: F.nll_loss(a.contiguous() if a.device.type == "cpu" else a,
+                                t.to(a.device)), x, torch.float32, NLL)
+    _check(lambda a: F.interpolate(a, size=(70, 50), mode="bilinear"),
+           _input((3, 8, 40, 30), "channels_last", seed=14), torch.float32, UP)
+
+
+CHILD = """
+import torch, torch.nn.functional as F, torch_mtia_emu
+torch_mtia_emu.set_fallback_mode("error")
+g = torch.Generator().manual_seed(0)
+def check(fn, x):
+    xc = x.clone().requires_grad_()
+    xd = x.to("mtia").requires_grad_()
+    yc, yd = fn(xc), fn(xd)
+    w = torch.randn(yc.shape, generator=g)
+    (yc * w).sum().backward()
+    (yd * w.to("mtia")).sum().backward()
+    torch.testing.assert_close(yd.detach().cpu(), yc.detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)
+x = torch.randn(2, 5, 20, 30, generator=g)
+check(lambda a: F.interpolate(a, scale_factor=3.3, mode="bilinear", align_corners=True), x)
+check(lambda a: F.interpolate(a, size=(61, 600), mode="bilinear"), x[:, :2, :4])
+check(lambda a: F.interpolate(a, scale_factor=2, mode="nearest"), x)
+check(lambda a: F.interpolate(a, scale_factor=(1.5, 2, 0.5), mode="trilinear"),
+      x.reshape(2, 5, 2, 10, 30))
+t = torch.randint(0, 5, (2, 20, 30), generator=g)
+for r in ["none", "mean", "sum"]:
+    check(lambda a: F.nll_loss(a, t.to(a.device), reduction=r), x)
+print("OK", torch_mtia_emu.kernel_launch_counts())
+"""
+
+
+def test_mtia_v1():
+    """The kernels on mtia-v1's smaller local store: blocks of fewer rows, several per PE (a
+    functional run: the timing model does not change results)."""
+    r = run_child(CHILD, env={"MTIA_EMU_PRESET": "mtia-v1", "MTIA_EMU_TIMING": "0"}, timeout=300)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+    for k in ["upsample", "upsample_backward", "nll_loss", "nll_loss_backward"]:
+        assert f"'{k}'" in r.stdout
