@@ -226,6 +226,32 @@ const std::map<std::string, std::string> kExpected = {
      "iiii"
      "iii"
      "iii"},
+    {"upsample",
+     "ppt"
+     "iiiiiiiiiii"
+     "fff"
+     "iiiii"
+     "iiiii"},
+    {"upsample_backward",
+     "ppt"
+     "iiiiiiiiiii"
+     "fff"
+     "iiiii"
+     "iiiii"},
+    {"nll_loss",
+     "pppppt"
+     "iiiii"
+     "iii"
+     "ii"
+     "ii"
+     "i"},
+    {"nll_loss_backward",
+     "pppppt"
+     "iiiii"
+     "iii"
+     "ii"
+     "ii"
+     "i"},
 };
 
 char letter(KernelArgKind k) {
