@@ -17,7 +17,7 @@ import collections
 import functools
 import hashlib
 import itertools
-from typing import List
+from typing import List, Tuple
 
 import sympy
 import torch
@@ -60,14 +60,9 @@ class MtiaScheduling(BaseScheduling):
         nodes = list(node1.get_nodes()) + list(node2.get_nodes())
         if any(n.is_template() or not hasattr(n, "_body") for n in nodes):
             return False
-        space = space_of(nodes[0])
-        if nodes[0].is_reduction():
-            # A reduction and its epilogue: pointwise nodes over its output rows.
-            rows = list(nodes[0].get_ranges()[0])
-            if any(n.is_reduction() or space_of(n) != (rows, 0) for n in nodes[1:]):
-                return False
-        elif any(n.is_reduction() or space_of(n) != space for n in nodes[1:]):
+        if not kernel_order_ok(nodes):
             return False
+        space = kernel_space(nodes)
         # The fused kernel stays within the device's launch limits: its buffers, and its
         # arguments (buffers plus the size symbols).
         names = OrderedSet()
@@ -90,11 +85,11 @@ class MtiaScheduling(BaseScheduling):
 
     def codegen_node(self, node) -> None:
         # Inductor may reorder a fused node's loops after it fused them; nodes whose loops no
-        # longer agree become kernels of their own, in order (a reduction keeps its epilogue).
+        # longer agree become kernels of their own, in order (a reduction keeps its prologue,
+        # its sibling reductions and its epilogue).
         runs = []
         for n in node.get_nodes():
-            if runs and (space_of(runs[-1][0]) == space_of(n) and not n.is_reduction() and
-                         not runs[-1][0].is_reduction() or self._epilogue_of(runs[-1][0], n)):
+            if runs and kernel_order_ok(runs[-1] + [n]):
                 runs[-1].append(n)
             else:
                 runs.append([n])
@@ -109,13 +104,8 @@ class MtiaScheduling(BaseScheduling):
                     self._codegen_run([n])
         self.free_buffers_in_scheduler()
 
-    @staticmethod
-    def _epilogue_of(first, n) -> bool:
-        return (first.is_reduction() and not n.is_reduction() and
-                space_of(n) == (list(first.get_ranges()[0]), 0))
-
     def _codegen_run(self, nodes) -> None:
-        sizes, nred = space_of(nodes[0])
+        sizes, nred = kernel_space(nodes)
         # Views that merge dimensions index with FloorDiv/ModularIndexing of a loop variable;
         # splitting the variable at those divisors makes the indices affine again (DMA boxes
         # instead of element gathers).
@@ -133,9 +123,11 @@ class MtiaScheduling(BaseScheduling):
                         kb.removed.add(name)
         try:
             with V.set_ops_handler(kb):
+                reduced = False
                 for n in nodes:
                     psizes, rsizes = n.get_ranges()
-                    if n is not nodes[0] and nodes[0].is_reduction():
+                    reduced = reduced or n.is_reduction()
+                    if reduced and not n.is_reduction():
                         kb.begin_epilogue()
                     n._body(loop_vars[:len(psizes)],
                             loop_vars[len(psizes):len(psizes) + len(rsizes)])
@@ -190,6 +182,45 @@ class MtiaScheduling(BaseScheduling):
 
     def benchmark_fused_nodes(self, nodes):
         raise NotImplementedError("mtia does not benchmark fusions")
+
+
+def kernel_space(nodes) -> Tuple[List, int]:
+    """The iteration space of a kernel of these nodes: its reductions' if it has any."""
+    for n in nodes:
+        if n.is_reduction():
+            return space_of(n)
+    return space_of(nodes[0])
+
+
+def kernel_order_ok(nodes) -> bool:
+    """Whether the nodes, in this order, make one kernel: pointwise nodes over one space; or
+    a reduction kernel: pointwise nodes over its whole space (a prologue), reductions over
+    that space that do not read each other's results, then pointwise nodes over their output
+    rows (an epilogue)."""
+    reductions = [n for n in nodes if n.is_reduction()]
+    if not reductions:
+        space = space_of(nodes[0])
+        return all(space_of(n) == space for n in nodes[1:])
+    space = space_of(reductions[0])
+    whole, rows = (space[0], 0), (list(reductions[0].get_ranges()[0]), 0)
+    phase = "prologue"
+    reduced = OrderedSet()
+    for n in nodes:
+        if n.is_reduction():
+            if phase == "epilogue" or space_of(n) != space:
+                return False
+            if any(dep.name in reduced for dep in n.read_writes.reads):
+                return False  # needs another reduction's complete rows
+            reduced |= OrderedSet(dep.name for dep in n.read_writes.writes)
+            phase = "reductions"
+        elif phase == "prologue":
+            if space_of(n) != whole:
+                return False
+        elif space_of(n) == rows:
+            phase = "epilogue"
+        else:
+            return False
+    return True
 
 
 def split_loops(nodes, sizes, nred):
