@@ -60,9 +60,16 @@ def to_cpu(x):
 
 
 def cpu_sample(sample):
-    """The sample with its tensors copied to the CPU (requires_grad kept)."""
-    return sample.transform(lambda x: to_cpu(x).requires_grad_(x.requires_grad)
-                            if isinstance(x, torch.Tensor) else x)
+    """The sample with its tensors copied to the CPU (requires_grad kept), and a `device`
+    argument made the CPU."""
+    cpu = sample.transform(lambda x: to_cpu(x).requires_grad_(x.requires_grad)
+                           if isinstance(x, torch.Tensor) else x)
+    if "device" in cpu.kwargs:
+        cpu.kwargs = dict(cpu.kwargs, device="cpu")
+    # A device among the arguments (x.to("mtia:0")) becomes the CPU.
+    cpu.args = tuple("cpu" if isinstance(a, (str, torch.device)) and str(a).startswith("mtia")
+                     else a for a in cpu.args)
+    return cpu
 
 
 def tolerance(dtype):
@@ -86,6 +93,19 @@ def check_tied_indices(test, op, cpu, actual, expected):
     test.assertEqual(gathered.reshape(values.shape), values, exact_device=True)
 
 
+def result_device_type(sample):
+    """Where the op's results belong: the `device` it is given, else the device its tensors
+    are on; None when the sample says neither (a factory without `device`, a `.to(device)`)."""
+    if "device" in sample.kwargs:
+        return torch.device(sample.kwargs["device"]).type
+    if any(isinstance(a, (str, torch.device)) for a in sample.args):
+        return None
+    found = []
+    tree_map(lambda t: found.append(t.device.type) if isinstance(t, torch.Tensor) else None,
+             (sample.input, sample.args, sample.kwargs))
+    return "mtia" if "mtia" in found else None
+
+
 def compare_with_cpu(test, device, dtype, op):
     """Runs every sample of `op` on the device and on the CPU; the results must be equal
     (TestCase.assertEqual's tolerance for the dtype) and stay on the device."""
@@ -95,11 +115,13 @@ def compare_with_cpu(test, device, dtype, op):
         cpu = cpu_sample(sample)
         expected = op(cpu.input, *cpu.args, **cpu.kwargs)
         actual = op(sample.input, *sample.args, **sample.kwargs)
-        devices = []
-        tree_map(lambda t: devices.append(t.device) if isinstance(t, torch.Tensor) else None,
-                 actual)
-        test.assertTrue(all(d.type == "mtia" for d in devices),
-                        f"{op.full_name} left the device: {devices}")
+        where = result_device_type(sample)
+        if where is not None:
+            devices = []
+            tree_map(lambda t: devices.append(t.device) if isinstance(t, torch.Tensor)
+                     else None, actual)
+            test.assertTrue(all(d.type == where for d in devices),
+                            f"{op.full_name} left the device: {devices}")
         actual = tree_map(to_cpu, actual)
         if op.full_name in TIED_INDICES:
             check_tied_indices(test, op, cpu, actual, expected)
@@ -258,3 +280,16 @@ def test_an_upstream_style_suite_runs_on_mtia_through_torch_test_devices(tmp_pat
     assert ran == ["test_arange_twice_mtia_float32", "test_arange_twice_mtia_int64",
                    "test_ops_abs_mtia_float32", "test_ops_exp_mtia_float32"], r.stderr
     assert "Ran 4 tests" in r.stderr and "OK" in r.stderr
+
+
+def test_every_skip_names_a_real_op_and_is_documented():
+    from torch_mtia_emu import device_type_skips
+
+    names = {op.full_name for op in op_db}
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs",
+                             "device-type-tests.md")).read()
+    for op, cls, test, dtypes, reason in device_type_skips.OP_SKIPS:
+        assert op in names, f"OP_SKIPS names {op!r}, which is no OpInfo's full name"
+        assert reason and f"| `{op}` |" in docs, f"{op} is not in docs/device-type-tests.md"
+    for cls, test, reason in device_type_skips.TEST_SKIPS:
+        assert reason and f"`{cls}.{test}`" in docs, f"{cls}.{test} is not documented"
