@@ -121,7 +121,9 @@ int nll_loss(const uint64_t* args, uint64_t args_bytes) {
   float* wf = (float*)kalloc(&ar, (uint64_t)L * 4);
   float* pr = (float*)kalloc(&ar, (uint64_t)L * 4);
   uint8_t* stage = (uint8_t*)kalloc(&ar, (uint64_t)L * es);
-  if (!stage) return MTIA_KSTATUS_NO_LOCAL_STORE;
+  if (!tg || !x || !w || !xf || !wf || !pr || !stage || (box && !xb)) {
+    return MTIA_KSTATUS_NO_LOCAL_STORE;
+  }
   mtia_pe_dma_desc d;
   nll_elem_desc(&d, MTIA_PE_SPACE_LOCAL, MTIA_PE_SPACE_DEVICE, es);
   const uint64_t one = nll_one(dt);
@@ -264,7 +266,9 @@ int nll_loss_backward(const uint64_t* args, uint64_t args_bytes) {
   float* gf = (float*)kalloc(&ar, (uint64_t)L * 4);
   float* v = (float*)kalloc(&ar, (uint64_t)L * 4);
   uint8_t* stage = (uint8_t*)kalloc(&ar, (uint64_t)L * es);
-  if (!stage) return MTIA_KSTATUS_NO_LOCAL_STORE;
+  if (!tg || !w || !g || !wf || !gf || !v || !stage || (box && !gb)) {
+    return MTIA_KSTATUS_NO_LOCAL_STORE;
+  }
   const int per_pos = (flags & NLL_PER_POS) != 0;
   if (!per_pos) {
     mtia_wait(mtia_dma_in(sc, A->grad_out, es));

@@ -299,7 +299,9 @@ int upsample(const uint64_t* args, uint64_t args_bytes) {
   const uint64_t tile = (uint64_t)(hcap * ccap * OW);
   const int cl = is[US_C] < is[US_W];
   uint8_t* in_t = (uint8_t*)kalloc(&ar, (uint64_t)(hcap * ccap * W) * es);
-  uint8_t* g = (uint8_t*)kalloc(&ar, tile * es);
+  /* fp32 linear gathers straight into f and stores from its sums: no g, no stage. */
+  const int direct = linear && es == 4;
+  uint8_t* g = direct ? 0 : (uint8_t*)kalloc(&ar, tile * es);
   float *f = 0, *tw = 0, *th = 0, *td = 0, *wt0 = 0, *wt1 = 0;
   uint8_t* stage = 0;
   if (linear) {
@@ -309,9 +311,12 @@ int upsample(const uint64_t* args, uint64_t args_bytes) {
     td = (float*)kalloc(&ar, tile * 4);
     wt0 = (float*)kalloc(&ar, tile * 4);
     wt1 = (float*)kalloc(&ar, tile * 4);
-    stage = (uint8_t*)kalloc(&ar, tile * es);
+    if (!direct) stage = (uint8_t*)kalloc(&ar, tile * es);
   }
-  if (!in_t || !g || (linear && !stage)) return MTIA_KSTATUS_NO_LOCAL_STORE;
+  if (!in_t || (!direct && !g) ||
+      (linear && (!f || !tw || !th || !td || !wt0 || !wt1 || (!direct && !stage)))) {
+    return MTIA_KSTATUS_NO_LOCAL_STORE;
+  }
   const utile ti = utile_of(cl, ccap, W, es), to = utile_of(cl, ccap, OW, es);
   const utile t4 = utile_of(cl, ccap, OW, 4);
   if (linear) {
@@ -473,7 +478,9 @@ int upsample_backward(const uint64_t* args, uint64_t args_bytes) {
     wt0 = (float*)kalloc(&ar, qtile * 4);
     wt1 = (float*)kalloc(&ar, qtile * 4);
   }
-  if (!touched || (linear && !wt1)) return MTIA_KSTATUS_NO_LOCAL_STORE;
+  if (!acc || !stage || !g || !gf || !q || !p || !touched || (linear && (!wt0 || !wt1))) {
+    return MTIA_KSTATUS_NO_LOCAL_STORE;
+  }
   const utile to = utile_of(cl, ccap, OW, es), t4 = utile_of(cl, ccap, OW, 4);
   if (linear) {
     const int64_t cnt[3] = {icap, ccap, OW};
