@@ -327,7 +327,7 @@ Tensor nll_forward_kernel(const NllView& x, const NllView& t, const Tensor& weig
                           bool index_error) {
   const int64_t N = x.size[0], C = x.size[1], S = x.size[2];
   const at::ScalarType dt = x.t.scalar_type();
-  const mtia::Grid grid = grid_for(N * S, 4096);
+  const mtia::Grid grid = grid_for(N * S, 1024);
   const int64_t pes = int64_t(grid.rows) * grid.cols;
   Tensor sums = out ? Tensor() : empty_device({pes, 2}, at::kFloat);
   const bool check = !Runtime::get().device().is_capturing(current_stream());
@@ -395,7 +395,7 @@ void nll_backward_kernel(const Tensor& gi, const Tensor& g, bool per_pos, const 
   const int64_t flags = (weight.defined() ? kNllWeight : 0) | (per_pos ? kNllPerPos : 0) |
                         (reduction == at::Reduction::Mean ? kNllMean : 0) | (box ? kNllBox : 0);
   const mtia::DevicePtr gp = tensor_address(gv->t);
-  launch("nll_loss_backward", grid_for(N * S, 4096),
+  launch("nll_loss_backward", grid_for(N * S, 1024),
          {gp, tensor_address(go.t), tensor_address(t.t),
           weight.defined() ? tensor_address(weight) : gp, tensor_address(total_weight),
           mtia::Arg::dtype(*kernel_dtype(dt)), flags, ignore_index, N, C, S, gv->stride[0],
