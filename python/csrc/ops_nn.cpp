@@ -259,6 +259,11 @@ constexpr int64_t kNllWeight = 1, kNllPerPos = 2, kNllSums = 4, kNllCheck = 8, k
                   kNllBox = 32;
 // Up to this many classes the kernels move whole [C, chunk] boxes and pick on the PE.
 constexpr int64_t kNllBoxClasses = 256;
+// Positions per PE: picking from a loaded box costs the core a few instructions a position; a
+// single-element DMA per position (more classes) costs a DMA's latency, so those spread wider.
+int64_t nll_positions_per_pe(int64_t C) {
+  return C <= kNllBoxClasses ? 1024 : 64;
+}
 // The kernels' status for a target out of range (the index kernels' own).
 constexpr int64_t kNllBadTarget = 16;
 
@@ -318,16 +323,31 @@ std::string bad_target_message(const Tensor& target, int64_t C, int64_t ignore_i
   return "a target is out of bounds.";
 }
 
+// With S = 1 (the plain loss) the kernels would take one position a chunk: the positions go along
+// s instead, [N, ..., 1] becoming [1, ..., N].
+NllView along_s(NllView v) {
+  if (v.size.back() != 1 || v.size[0] <= 1) return v;
+  v.size.back() = v.size[0];
+  v.stride.back() = v.stride[0];
+  v.size[0] = 1;
+  v.stride[0] = 0;
+  return v;
+}
+
 // Runs the nll_loss kernel on x ([N, C, S]) and t ([N, S]): per-position losses into `out`
 // ([N, S] view) when it is given, else the fp32 (loss sum, weight sum) pair, returned. A target
 // out of range raises (IndexError for nll_loss, RuntimeError for nll_loss2d, as on the CPU)
 // unless the stream is capturing a graph, where the host cannot wait for the check.
-Tensor nll_forward_kernel(const NllView& x, const NllView& t, const Tensor& weight,
-                          int64_t ignore_index, const NllView* out, const Tensor& target,
+Tensor nll_forward_kernel(const NllView& x_in, const NllView& t_in, const Tensor& weight,
+                          int64_t ignore_index, const NllView* out_in, const Tensor& target,
                           bool index_error) {
+  const NllView x = along_s(x_in), t = along_s(t_in);
+  const std::optional<NllView> out_v =
+      out_in ? std::optional<NllView>(along_s(*out_in)) : std::nullopt;
+  const NllView* out = out_v ? &*out_v : nullptr;
   const int64_t N = x.size[0], C = x.size[1], S = x.size[2];
   const at::ScalarType dt = x.t.scalar_type();
-  const mtia::Grid grid = grid_for(N * S, 1024);
+  const mtia::Grid grid = grid_for(N * S, nll_positions_per_pe(C));
   const int64_t pes = int64_t(grid.rows) * grid.cols;
   Tensor sums = out ? Tensor() : empty_device({pes, 2}, at::kFloat);
   const bool check = !Runtime::get().device().is_capturing(current_stream());
@@ -376,32 +396,35 @@ void write_reduced(const Tensor& total, bool mean, const Tensor& output,
 
 // Runs nll_loss_backward: `gi` is a view of grad_input (already sized) as [N, C, ...], `g`
 // grad_output as [N, ...] when `per_pos`, else its one element.
-void nll_backward_kernel(const Tensor& gi, const Tensor& g, bool per_pos, const NllView& t,
+void nll_backward_kernel(const Tensor& gi, const Tensor& g, bool per_pos, const NllView& t_in,
                          const Tensor& weight, int64_t reduction, int64_t ignore_index,
                          const Tensor& total_weight) {
   const at::ScalarType dt = gi.scalar_type();
   const int64_t C = gi.size(1);
   // With few classes the kernel writes every element of grad_input, else only the picked ones.
   const bool box = C <= kNllBoxClasses;
-  if (!box || t.t.numel() == 0) launch_fill(gi, scalar_bits(0, dt));
-  if (t.t.numel() == 0 || gi.numel() == 0) return;
+  if (!box || t_in.t.numel() == 0) launch_fill(gi, scalar_bits(0, dt));
+  if (t_in.t.numel() == 0 || gi.numel() == 0) return;
   std::optional<NllView> gv = fold_tail(gi, 2);
   if (!gv) {
     gv = fold_tail(empty_device(gi.sizes(), dt), 2);
     if (!box) launch_fill(gv->t, scalar_bits(0, dt));
   }
-  const NllView go = per_pos ? folded(g, 1) : NllView{g.reshape({}), {1, 1}, {0, 0}};
+  const NllView go = along_s(per_pos ? folded(g, 1) : NllView{g.reshape({}), {1, 1}, {0, 0}});
+  const NllView t = along_s(t_in);
+  const Tensor gi_t = gv->t;
+  gv = along_s(*gv);
   const int64_t N = gv->size[0], S = gv->size[2];
   const int64_t flags = (weight.defined() ? kNllWeight : 0) | (per_pos ? kNllPerPos : 0) |
                         (reduction == at::Reduction::Mean ? kNllMean : 0) | (box ? kNllBox : 0);
   const mtia::DevicePtr gp = tensor_address(gv->t);
-  launch("nll_loss_backward", grid_for(N * S, 1024),
+  launch("nll_loss_backward", grid_for(N * S, nll_positions_per_pe(C)),
          {gp, tensor_address(go.t), tensor_address(t.t),
           weight.defined() ? tensor_address(weight) : gp, tensor_address(total_weight),
           mtia::Arg::dtype(*kernel_dtype(dt)), flags, ignore_index, N, C, S, gv->stride[0],
           gv->stride[1], gv->stride[2], go.stride[0], go.stride[1], t.stride[0], t.stride[1],
           weight.defined() ? weight.stride(0) : int64_t{0}});
-  if (!gv->t.is_same(gi)) write_into(gi, gv->t);
+  if (!gi_t.is_same(gi)) write_into(gi, gi_t);
 }
 
 std::tuple<Tensor&, Tensor&> nll_loss_forward_out(const Tensor& self, const Tensor& target,
