@@ -146,7 +146,7 @@ def compare_backward_with_cpu(test, device, op):
             if not outs or not inputs:
                 break
             # A fixed, non-uniform upstream gradient (the same values on both devices).
-            grads = [torch.linspace(-1, 1, o.numel(), dtype=o.dtype).reshape(o.shape)
+            grads = [torch.linspace(-1, 1, o.numel()).to(o.dtype).reshape(o.shape)
                      .to(o.device) for o in outs]
             results.append(torch.autograd.grad(outs, inputs, grads, allow_unused=True))
         if len(results) == 2:
