@@ -80,7 +80,7 @@ def tolerance(dtype):
 
 # Ops returning (values, indices) whose indices may pick any of several equal values: the
 # values must be equal, and the indices must point at them.
-TIED_INDICES = {"topk": 1, "sort": 0}  # the position of `dim` among the sample's args
+TIED_INDICES = {"topk": 1, "sort": 0, "kthvalue": 1}  # the position of `dim` in the args
 
 
 def check_tied_indices(test, op, cpu, actual, expected):
@@ -89,7 +89,11 @@ def check_tied_indices(test, op, cpu, actual, expected):
     position = TIED_INDICES[op.full_name]
     dim = cpu.args[position] if len(cpu.args) > position else cpu.kwargs.get("dim", -1)
     source = cpu.input if cpu.input.dim() > 0 else cpu.input.reshape(1)
-    gathered = source.gather(dim, indices.reshape(values.shape if values.dim() > 0 else (1,)))
+    dim = dim % source.dim()
+    index = indices.reshape(values.shape) if values.dim() > 0 else indices.reshape(1)
+    if index.dim() < source.dim():  # a reduction without keepdim
+        index = index.unsqueeze(dim)
+    gathered = source.gather(dim, index)
     test.assertEqual(gathered.reshape(values.shape), values, exact_device=True)
 
 
