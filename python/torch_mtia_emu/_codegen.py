@@ -217,6 +217,9 @@ class KernelBuilder:
         self.scalars: Dict[str, str] = {}  # 0-d CPU tensors, passed by value -> C name
         self.stored: Dict[Tuple[str, str], Value] = {}  # (buffer, index) -> value stored
         self.loaded: Dict[Tuple[str, str], Value] = {}
+        # (element strides per loop dimension, element bytes) of each affine load and store.
+        self.accesses: List[Tuple[List, int]] = []
+        self.gathers = 0  # loads that are not one DMA of the box
         # Values already computed, by (op, dtypes, shape, operands): Inductor's bodies repeat
         # subexpressions (a backward recomputes its forward's), and each would be an SE pass.
         self.computed: Dict[tuple, Value] = {}
@@ -379,6 +382,7 @@ class KernelBuilder:
         aff = affine(index, self.vars) if self.mask is None else None
         if aff is not None:
             coeffs, off = aff
+            self.accesses.append((coeffs, es))
             st = ", ".join(self._sym(c) for c in coeffs)
             issue = (f"{{ const int64_t st[{self.n}] = {{{st}}}; (void)kgen_load(&pl, &b, "
                      f"{t.ref}, {ptr}, st, {self._sym(off)}, {es}, {self.n}); }}")
@@ -471,6 +475,7 @@ class KernelBuilder:
         return [indent + x for x in lines]
 
     def _gather(self, t: Value, ptr: str, index, es: int) -> None:
+        self.gathers += 1
         step = self._row_step(index)
         if step is not None:
             self._gather_rows(t, ptr, index, es, step)
@@ -628,6 +633,7 @@ class KernelBuilder:
             return None
         out = self._cast(value, dtype)
         coeffs, off = aff
+        self.accesses.append((coeffs, DTYPES[dtype][1]))
         st = ", ".join(self._sym(c) for c in coeffs)
         self.lines.append(f"{{ const int64_t st[{self.n}] = {{{st}}}; (void)kgen_store(&pl, "
                           f"&b, {self._ptr(name)}, st, {self._sym(off)}, {out.ref}, "
@@ -702,6 +708,7 @@ class KernelBuilder:
             return
         out = self._cast(value, dtype)
         coeffs, off = aff
+        self.accesses.append((coeffs, DTYPES[dtype][1]))
         st = ", ".join(self._sym(c) for c in coeffs)
         store = (f"{{ const int64_t st[{self.n}] = {{{st}}}; (void)kgen_store(&pl, &b, "
                  f"{self._ptr(name)}, st, {self._sym(off)}, {out.ref}, {DTYPES[dtype][1]}, "

@@ -110,28 +110,28 @@ class MtiaScheduling(BaseScheduling):
         # splitting the variable at those divisors makes the indices affine again (DMA boxes
         # instead of element gathers).
         sub_sizes, nred_split, expand = split_loops(nodes, sizes, nred)
-        kb = KernelBuilder(sub_sizes, nred_split)
-        loop_vars = expand(kb.vars)
         fused = OrderedSet(n.get_name() for n in nodes)
         outputs = OrderedSet(V.graph.get_output_names())
+        removed = OrderedSet()
         if len(nodes) > 1:
             for n in nodes:
                 for buf in n.get_outputs():
                     name = buf.get_name()
                     if name not in outputs and self.scheduler.can_buffer_be_removed_through_fusion(
                             name, fused):
-                        kb.removed.add(name)
+                        removed.add(name)
+        order = list(range(len(sub_sizes)))
         try:
-            with V.set_ops_handler(kb):
-                reduced = False
-                for n in nodes:
-                    psizes, rsizes = n.get_ranges()
-                    reduced = reduced or n.is_reduction()
-                    if reduced and not n.is_reduction():
-                        kb.begin_epilogue()
-                    n._body(loop_vars[:len(psizes)],
-                            loop_vars[len(psizes):len(psizes) + len(rsizes)])
-                kb.end_epilogue()
+            if nred_split == 0 and len(sub_sizes) > 1:
+                # A pointwise space may be walked in any order: the innermost dimension is the
+                # one along which most of the kernel's bytes are contiguous (a channels-last
+                # tensor beside per-channel vectors walks channels innermost), since a DMA
+                # pays a whole burst for each shorter run.
+                # Gathers read rows along today's innermost dimension: those kernels keep it.
+                dry = self._build(nodes, sub_sizes, 0, expand, order, removed)
+                if dry.gathers == 0:
+                    order = contiguous_order(dry.accesses, len(sub_sizes))
+            kb = self._build(nodes, sub_sizes, nred_split, expand, order, removed)
         except Unsupported as e:
             if len(nodes) > 1:
                 raise
@@ -142,6 +142,25 @@ class MtiaScheduling(BaseScheduling):
         for n in nodes:
             n.mark_run()  # allocates the node's output buffers in the wrapper
         self._emit(nodes, kb, sizes)
+
+    @staticmethod
+    def _build(nodes, sizes, nred, expand, order, removed) -> KernelBuilder:
+        """The nodes' bodies run over `sizes` walked in `order` (order[k]: the dimension that
+        is loop k, outermost first)."""
+        kb = KernelBuilder([sizes[i] for i in order], nred)
+        kb.removed |= set(removed)
+        loop_vars = expand([kb.vars[order.index(i)] for i in range(len(sizes))])
+        with V.set_ops_handler(kb):
+            reduced = False
+            for n in nodes:
+                psizes, rsizes = n.get_ranges()
+                reduced = reduced or n.is_reduction()
+                if reduced and not n.is_reduction():
+                    kb.begin_epilogue()
+                n._body(loop_vars[:len(psizes)],
+                        loop_vars[len(psizes):len(psizes) + len(rsizes)])
+            kb.end_epilogue()
+        return kb
 
     def _emit(self, nodes, kb: KernelBuilder, sizes) -> None:
         wrapper = V.graph.wrapper_code
@@ -221,6 +240,20 @@ def kernel_order_ok(nodes) -> bool:
         else:
             return False
     return True
+
+
+def contiguous_order(accesses, n: int) -> List[int]:
+    """A loop order for a pointwise space whose affine accesses have these (element strides
+    per dimension, element bytes): the dimension along which the most bytes are contiguous
+    (stride 1) goes innermost, the others keep their order. Ties keep today's order."""
+    def contiguous_bytes(d):
+        return sum(es for coeffs, es in accesses if coeffs[d] == 1)
+
+    best = n - 1
+    for d in range(n - 1):
+        if contiguous_bytes(d) > contiguous_bytes(best):
+            best = d
+    return [i for i in range(n) if i != best] + [best]
 
 
 def split_loops(nodes, sizes, nred):

@@ -157,6 +157,29 @@ def test_a_repeated_subexpression_is_computed_once(no_fallback):
         assert len(calls) == len(set(calls)), src
 
 
+def test_a_mixed_layout_pointwise_kernel_walks_the_most_contiguous_dimension(no_fallback):
+    # Batch norm's backward step in a convolution network: a contiguous gradient (first, so
+    # the output is contiguous too), two channels-last activations and per-channel vectors.
+    # Most accesses are contiguous along the channels, so the channels are the innermost
+    # loop: four of the six accesses move one run per position instead of strided elements.
+    def f(g, x, z, scale, shift):
+        return g * torch.relu(x * scale[None, :, None, None] + shift[None, :, None, None]) - z
+
+    g = rand(2, 24, 8, 8)
+    x = rand(2, 24, 8, 8, seed=1).contiguous(memory_format=torch.channels_last)
+    z = rand(2, 24, 8, 8, seed=4).contiguous(memory_format=torch.channels_last)
+    scale, shift = rand(24, seed=2), rand(24, seed=3)
+    before = set(torch_mtia_emu._compiler._all_kernels())
+    cpu_and_device(f, g, x, z, scale, shift)
+    sources = [k.source for k in torch_mtia_emu._compiler._all_kernels() if k not in before]
+    assert len(sources) == 1
+    strides = re.findall(r"const int64_t st\[\d\] = \{([^}]*)\}; \(void\)kgen_(?:load|store)",
+                         sources[0])
+    assert len(strides) == 6, sources[0]
+    innermost = [s.split(", ")[-1] for s in strides]
+    assert innermost.count("((int64_t)1)") == 4, strides
+
+
 def test_a_long_fused_body_is_spread_over_more_pes():
     # Twelve rounds of math on 64Ki elements: one generated kernel whose launch takes more PEs
     # than one operation on as many elements would, so it finishes well before the same ops
