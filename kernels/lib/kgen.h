@@ -104,7 +104,10 @@ static inline int kgen_plan_init(kgen_plan* p, uint64_t budget, uint64_t elem_by
   }
   if (p->bk < 1) p->bk = 1;
   p->k = k;
-  p->row_chunked = p->nred > 0 && k >= first_red;
+  /* A row spans boxes when dimension k is reduced and cut, or a reduced dimension is outside
+   * the box (taken an index at a time); all of the reduced dimensions inside one box is a
+   * whole row. */
+  p->row_chunked = p->nred > 0 && (k > first_red || (k == first_red && p->bk < p->size[k]));
   if (need_rows && p->row_chunked) return MTIA_KSTATUS_NO_LOCAL_STORE;
   p->chunks_k = p->n > 0 ? (p->size[k] + p->bk - 1) / p->bk : 1;
   p->cap = inner * (uint64_t)p->bk;

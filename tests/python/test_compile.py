@@ -92,6 +92,14 @@ def test_reductions_against_the_cpu(op, dim, no_fallback):
     cpu_and_device(f, x, rtol=1e-4, atol=1e-4)
 
 
+def test_whole_row_reductions_over_every_dimension(no_fallback):
+    # var, std and argmax of a whole small tensor: one row that fits one box, which a
+    # whole-row (Welford, argmax) reduction needs.
+    x = rand(5, 5, 5)
+    cpu_and_device(lambda t: (torch.var(t), torch.std(t, correction=0), torch.argmax(t)), x,
+                   rtol=1e-5, atol=1e-5)
+
+
 def test_reduction_longer_than_a_tile_accumulates(no_fallback):
     def f(x):
         return x.abs().sum(), x.max()
