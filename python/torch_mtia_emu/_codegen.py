@@ -26,7 +26,7 @@ import sympy
 import torch
 from torch._inductor.utils import sympy_product
 from torch._inductor.virtualized import V
-from torch.utils._sympy.functions import (CeilDiv, CleanDiv, FloorDiv, Identity,
+from torch.utils._sympy.functions import (CeilDiv, CleanDiv, FloorDiv, Identity, Max, Min,
                                           ModularIndexing)
 
 
@@ -161,8 +161,11 @@ class CPrinter:
             return self(e.args[0])
         if isinstance(e, sympy.Pow) and isinstance(e.args[1], sympy.Integer) and e.args[1] > 0:
             return "(" + " * ".join([self(e.args[0])] * int(e.args[1])) + ")"
-        if isinstance(e, (sympy.Min, sympy.Max)):
-            op = "<" if isinstance(e, sympy.Min) else ">"
+        if isinstance(e, sympy.Abs):  # reflection padding's indices
+            a = self(e.args[0])
+            return f"(({a}) < 0 ? -({a}) : ({a}))"
+        if isinstance(e, (sympy.Min, sympy.Max, Min, Max)):
+            op = "<" if isinstance(e, (sympy.Min, Min)) else ">"
             out = self(e.args[0])
             for a in e.args[1:]:
                 b = self(a)

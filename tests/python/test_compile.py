@@ -220,6 +220,15 @@ def test_a_long_fused_body_is_spread_over_more_pes():
     assert 0 < compiled < eager / 4, (compiled, eager)
 
 
+def test_reflection_and_replication_padding(no_fallback):
+    # Indices with absolute values and clamps (Abs, Min, Max) in the gathers' addresses.
+    def f(x):
+        return (torch.nn.functional.pad(x, (2, 3, 1, 2), mode="reflect") * 2,
+                torch.nn.functional.pad(x, (1, 2, 3, 0), mode="replicate") + 1)
+
+    cpu_and_device(f, rand(2, 3, 6, 7))
+
+
 def test_embedding_is_an_indirect_gather(no_fallback):
     def f(w, i):
         return w[i] * 2
