@@ -52,3 +52,25 @@ def run_child(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
     e.update(env or {})
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e,
                           capture_output=True, text=True, timeout=timeout)
+
+
+# Element types of the device's float kernels, and the tolerances against a float32 CPU
+# reference rounded once to each.
+FLOATS = [torch.float32, torch.float16, torch.bfloat16]
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=2e-3, atol=2e-3),
+       torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+
+
+def layout_input(shape, layout, seed=0):
+    """A seeded random CPU tensor in a layout: "contiguous", "channels_last" (4-D or 5-D) or
+    "strided" (every other element of the last dimension)."""
+    g = torch.Generator().manual_seed(seed)
+    if layout == "strided":  # every other column of a wider tensor
+        big = list(shape)
+        big[-1] *= 2
+        return torch.randn(big, generator=g)[..., ::2]
+    x = torch.randn(shape, generator=g)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4
+                         else torch.channels_last_3d)
+    return x

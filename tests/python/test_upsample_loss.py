@@ -13,25 +13,7 @@ import torch
 import torch.nn.functional as F
 import torch_mtia_emu
 
-from conftest import DEVICE, run_child
-
-FLOATS = [torch.float32, torch.float16, torch.bfloat16]
-TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=2e-3, atol=2e-3),
-       torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
-
-
-def _input(shape, layout, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if layout == "strided":  # every other column of a wider tensor
-        big = list(shape)
-        big[-1] *= 2
-        return torch.randn(big, generator=g)[..., ::2]
-    x = torch.randn(shape, generator=g)
-    if layout == "channels_last":
-        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4
-                         else torch.channels_last_3d)
-    return x
-
+from conftest import DEVICE, FLOATS, TOL, layout_input as _input, run_child
 
 def _run(fn, x, dtype, device):
     """fn(x) on `device` in `dtype` (the CPU reference in float32, rounded once), and the
