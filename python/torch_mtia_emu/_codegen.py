@@ -63,7 +63,7 @@ BINARY = {
     "floordiv": "FLOOR_DIV", "truncdiv": "DIV", "pow": "POW", "atan2": "ATAN2",
     "hypot": "HYPOT", "copysign": "COPYSIGN", "bitwise_and": "BAND", "bitwise_or": "BOR",
     "bitwise_xor": "BXOR", "bitwise_left_shift": "SHL", "bitwise_right_shift": "SHR",
-    "int_truediv": "DIV",
+    "int_truediv": "DIV", "div_rn": "DIV",
 }
 COMPARE = {"eq": "EQ", "ne": "NE", "lt": "LT", "le": "LE", "gt": "GT", "ge": "GE",
            "logical_and": "LAND", "logical_or": "LOR", "logical_xor": "LXOR"}
@@ -727,14 +727,16 @@ class KernelBuilder:
             raise Unsupported("a masked load in an epilogue")
         if mask.kind == "imm":
             raise Unsupported("a constant mask")
-        if self.mask is not None:
-            raise Unsupported("nested masks")
+        outer = self.mask
         mask = self._cast(mask, torch.bool)
+        if outer is not None:
+            # A masked body inside another (circular padding): loads need both.
+            mask = self._compare("LAND", outer, mask)
         self.mask = mask
         try:
             result = body()
         finally:
-            self.mask = None
+            self.mask = outer
         result = getattr(result, "value", result)  # ops.* results are wrapped (OpsValue)
         if isinstance(result, tuple):
             raise Unsupported("a masked body with several results")
@@ -772,6 +774,56 @@ class KernelBuilder:
     def _compare(self, op: str, a: Value, b: Value):
         a, b, dt = self._same(a, b)
         return self._se(op, dt, torch.bool, [a, b])
+
+    def _bool_or_bits(self, logical: str, bitwise: str, a: Value, b: Value):
+        # Inductor's and_/or_/xor are Python's &, | and ^: logical on masks, bitwise on ints.
+        if a.dtype == torch.bool and b.dtype == torch.bool:
+            return self._compare(logical, a, b)
+        return self._binary(bitwise, a, b)
+
+    def and_(self, a, b):
+        return self._bool_or_bits("LAND", "BAND", a, b)
+
+    def or_(self, a, b):
+        return self._bool_or_bits("LOR", "BOR", a, b)
+
+    def xor(self, a, b):
+        return self._bool_or_bits("LXOR", "BXOR", a, b)
+
+    def signbit(self, x):
+        # The sign bit without a bitcast: copysign(1, x) is -1 exactly when it is set (-0.0
+        # and negative NaNs included).
+        if x.dtype not in FLOATS:
+            return self._compare("LT", x, self.constant(0, x.dtype))
+        one = self._binary("COPYSIGN", self.constant(1.0, x.dtype), x)
+        return self._compare("LT", one, self.constant(0.0, x.dtype))
+
+    def _poly(self, w: Value, coeffs) -> Value:
+        """coeffs[0] * w^(n-1) + ... + coeffs[-1] by Horner's rule on the SE."""
+        p = self.constant(coeffs[0], w.dtype)
+        for c in coeffs[1:]:
+            p = self._binary("ADD", self._binary("MUL", p, w), self.constant(c, w.dtype))
+        return p
+
+    def erfinv(self, x):
+        # Giles' single-precision approximation (two polynomials in w = -log(1 - x^2)), with
+        # erfinv(+-1) = +-inf set exactly: the polynomial alone gives -inf at both ends.
+        if x.dtype not in FLOATS:
+            x = self._cast(x, torch.float32)
+        one = self.constant(1.0, x.dtype)
+        w = self._unary("NEG", self._unary("LOG", self._binary(
+            "MUL", self._binary("SUB", one, x), self._binary("ADD", one, x))))
+        central = self._poly(self._binary("SUB", w, self.constant(2.5, x.dtype)), (
+            2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+            -0.00125372503, -0.00417768164, 0.246640727, 1.50140941))
+        tail = self._poly(self._binary("SUB", self._unary("SQRT", w),
+                                       self.constant(3.0, x.dtype)), (
+            -0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+            -0.0076224613, 0.00943887047, 1.00167406, 2.83297682))
+        p = self.where(self._compare("LT", w, self.constant(5.0, x.dtype)), central, tail)
+        at_end = self._compare("EQ", self._unary("ABS", x), one)
+        return self.where(at_end, self._binary("MUL", x, self.constant(float("inf"), x.dtype)),
+                          self._binary("MUL", p, x))
 
     def logical_not(self, x):
         return self._se("LNOT", x.dtype, torch.bool, [x])

@@ -229,6 +229,41 @@ def test_reflection_and_replication_padding(no_fallback):
     cpu_and_device(f, rand(2, 3, 6, 7))
 
 
+def test_concatenation_constant_and_circular_padding_combine_masks(no_fallback):
+    # cat and constant padding AND their bounds masks (ops.and_); circular padding nests one
+    # masked load inside another.
+    def f(x, y):
+        return (torch.hstack([x, y]), torch.vstack([x, y]), torch.dstack([x, y]),
+                torch.nn.functional.pad(x, (1, 2, 2, 1), value=0.5),
+                torch.nn.functional.pad(x[None], (1, 2, 2, 1), mode="circular"))
+
+    assert cpu_and_device(f, rand(5, 6), rand(5, 6, seed=1)) > 0
+
+
+def test_floor_division_and_the_sign_bit(no_fallback):
+    # Values on integer quotients and signed zeros, where floor rounding and signbit differ
+    # from a naive a / b or x < 0.
+    def f(a, b, x):
+        return (torch.div(a, b, rounding_mode="floor"), torch.floor_divide(a, b),
+                torch.signbit(x), (a > 0) ^ (b > 0), (a > 0) | (b > 0))
+
+    a = torch.tensor([-7.0, 7.0, -6.0, 6.0, 0.5, -0.5, 9.0, -9.0])
+    b = torch.tensor([2.0, -2.0, 3.0, -3.0, 0.25, 0.25, 3.0, 3.0])
+    x = torch.tensor([-0.0, 0.0, -1.0, 1.0, float("-inf"), float("inf"), -1e-30, 3.0])
+    assert cpu_and_device(f, a, b, x) > 0
+
+
+def test_erfinv_is_composed_on_the_se(no_fallback):
+    # No SE operation computes it: a polynomial approximation, within 2e-5 of the CPU's over
+    # the whole domain, infinite at +-1 and NaN outside.
+    x = torch.cat([torch.linspace(-1, 1, 4001),
+                   torch.tensor([0.9999999, -0.99999994, 1e-30, -0.0, 1.5, float("nan")])])
+    want = torch.erfinv(x)
+    got, launches = generated_launches(torch.compile(torch.erfinv), x.to(DEVICE))
+    torch.testing.assert_close(got.cpu(), want, rtol=2e-5, atol=1e-6, equal_nan=True)
+    assert launches == 1
+
+
 def test_embedding_is_an_indirect_gather(no_fallback):
     def f(w, i):
         return w[i] * 2
