@@ -34,13 +34,13 @@ typedef uint64_t mtia_tag_t;
  * (and structs holding a uint64_t) are whole 8-byte words: inline word stores take a fraction
  * of the instructions of a call to the byte-generic memset, and the empty asm keeps the
  * compiler from turning the loop back into that call. */
-#define MTIA_ZERO_(x)                                                   \
-  do {                                                                  \
-    uint64_t* mtia_w_ = (uint64_t*)&(x);                                \
-    for (unsigned mtia_i_ = 0; mtia_i_ < sizeof(x) / 8; ++mtia_i_) {    \
-      __asm__("" : "+r"(mtia_w_));                                      \
-      mtia_w_[mtia_i_] = 0;                                             \
-    }                                                                   \
+#define MTIA_ZERO_(x)                                                \
+  do {                                                               \
+    uint64_t* mtia_w_ = (uint64_t*)&(x);                             \
+    for (unsigned mtia_i_ = 0; mtia_i_ < sizeof(x) / 8; ++mtia_i_) { \
+      __asm__("" : "+r"(mtia_w_));                                   \
+      mtia_w_[mtia_i_] = 0;                                          \
+    }                                                                \
   } while (0)
 
 /* The assembler text of an instruction up to its register operands:

@@ -19,7 +19,8 @@ const std::string& installed_data_dir() {
     const fs::path so = fs::weakly_canonical(info.dli_fname, ec);
     if (ec) return std::string();
     // so: <prefix>/lib/pythonX.Y/site-packages/torch_mtia_emu/_C...so
-    const fs::path prefix = so.parent_path().parent_path().parent_path().parent_path().parent_path();
+    const fs::path prefix =
+        so.parent_path().parent_path().parent_path().parent_path().parent_path();
     const fs::path data = prefix / "share" / "mtia-emu";
     return fs::is_regular_file(data / "mtia_kernels.elf", ec) ? data.string() : std::string();
   }();
