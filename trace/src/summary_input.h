@@ -48,8 +48,8 @@ struct SummaryInput {
   std::map<std::string, uint64_t> memory_bytes;  // payload per memory name
 };
 
-// The preset's name and peaks from a configuration ({"key": {"value": ...}}); throws BadTrace
-// naming a missing key.
+// The preset's name and peaks from a configuration ({"key": {"value": ...}}); an error
+// status names a missing key.
 isa::Status read_config(const nlohmann::json& config, SummaryInput& in);
 // The kind of copy a successful host DMA job was.
 const char* copy_kind(bool fill, bool from_host, bool to_host);
