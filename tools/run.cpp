@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "mtia/device.h"
+#include "mtia/isa/sanitize.h"
 #include "mtia/trace.h"
 #include "run_args.h"
 
@@ -25,6 +26,7 @@ struct RunOptions {
   std::vector<std::string> args;
   std::string grid = "1x1";
   std::string out = "out/run";
+  std::string sanitize;  // --sanitize CHECKS; empty: $MTIA_EMU_SANITIZE, else off
 };
 
 Grid parse_grid(const std::string& text) {
@@ -58,7 +60,14 @@ void run_kernel(const RunOptions& o) {
   std::vector<RunArg> args;
   for (const std::string& text : o.args) args.push_back(parse_run_arg(text));
 
-  Device device = Device::open(o.device.options());
+  DeviceOptions options = o.device.options();
+  if (!o.sanitize.empty()) {
+    if (auto checks = isa::parse_sanitize_checks(o.sanitize, "--sanitize"); !checks) {
+      throw std::invalid_argument(checks.error().reason);
+    }
+    options.sanitize = o.sanitize;
+  }
+  Device device = Device::open(options);
   const KernelModule module = device.load_module(o.module);
   const Kernel& kernel = module.kernel(o.kernel);
   check_run_args(kernel, args);
@@ -144,6 +153,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--grid", o->grid, "PEs to launch on, ROWSxCOLS")->capture_default_str();
   cmd->add_option("--out", o->out, "folder for trace.json, summary.json, stats.json, config.json")
       ->capture_default_str();
+  cmd->add_option("--sanitize", o->sanitize,
+                  "device sanitizer checks, comma-separated: memcheck (docs/sanitizer.md); "
+                  "default $MTIA_EMU_SANITIZE if set, else off");
   cmd->callback([o] { run_kernel(*o); });
 }
 

@@ -94,6 +94,7 @@ isa::Result<uint64_t> Allocator::allocate(uint64_t bytes, uint64_t alignment) {
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
     stats_.allocations += 1;
     stats_.total_allocations += 1;
+    if (observer_) observer_(addr, bytes, true);
     return addr;
   }
   return out_of_memory();
@@ -155,7 +156,13 @@ isa::Status Allocator::free(uint64_t address) {
 
   if (freed_.size() >= kFreedMemory) freed_.erase(freed_.begin());
   freed_.emplace(address, block.bytes);
+  if (observer_) observer_(address, block.bytes, false);
   return {};
+}
+
+void Allocator::set_observer(Observer observer) {
+  std::lock_guard lock(mu_);
+  observer_ = std::move(observer);
 }
 
 std::optional<Allocation> Allocator::find(uint64_t address, uint64_t bytes) const {

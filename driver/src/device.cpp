@@ -31,6 +31,7 @@
 #include "mtia/isa/address_map.h"
 #include "mtia/isa/error_record.h"
 #include "mtia/isa/registers.h"
+#include "mtia/isa/sanitize.h"
 #include "mtia/isa/wait.h"
 #include "mtia/log/logger.h"
 
@@ -123,8 +124,8 @@ isa::Failure bad_argument(std::string why) {
 
 class DeviceImpl final : public Device {
  public:
-  DeviceImpl(std::unique_ptr<Backend> backend, isa::WaitPolicy wait)
-      : wait_(wait), backend_(std::move(backend)) {
+  DeviceImpl(std::unique_ptr<Backend> backend, isa::WaitPolicy wait, uint64_t sanitize)
+      : wait_(wait), sanitize_(sanitize), backend_(std::move(backend)) {
     be_ = backend_.get();
   }
 
@@ -133,6 +134,7 @@ class DeviceImpl final : public Device {
   isa::Status init() {
     MTIA_RETURN_IF_ERROR(read_info());
     MTIA_RETURN_IF_ERROR(layout_queues());
+    MTIA_RETURN_IF_ERROR(start_sanitizer());
     be_->set_interrupt_handler([this](uint64_t mask) { on_interrupt(mask); });
     be_->set_lost_handler([this](const std::string& why) { on_lost(why); });
     for (auto& q : queues_) configure_queue(*q, /*reset_first=*/true);
@@ -334,6 +336,32 @@ class DeviceImpl final : public Device {
     std::memcpy(name, &n0, 8);
     std::memcpy(name + 8, &n1, 8);
     info_.preset_name = name;
+    return {};
+  }
+
+  // Switches on the sanitizer's checks, if any, and from now on tells the device of every
+  // allocation and free (docs/sanitizer.md); the allocator is still empty.
+  isa::Status start_sanitizer() {
+    if (sanitize_ == 0) return {};
+    be_->write_register(isa::reg::kSanitize, sanitize_);
+    isa::Result<uint64_t> on = be_->read_register(isa::reg::kSanitize);
+    if (!on || on.value() != sanitize_) {
+      return isa::reject(
+          isa::ErrorCode::kUnsupported,
+          fmt::format(
+              "the device cannot run the sanitizer's {} ({}); it runs on the in-process "
+              "device",
+              isa::sanitize_checks_name(sanitize_),
+              on ? fmt::format("it reports checks 0x{:x}", on.value()) : on.error().reason));
+    }
+    Backend* be = be_;
+    allocator_->set_observer([be](uint64_t address, uint64_t bytes, bool live) {
+      be->write_register(isa::reg::kMemcheckBase, address);
+      be->write_register(isa::reg::kMemcheckBytes, bytes);
+      be->write_register(
+          isa::reg::kMemcheckOp,
+          static_cast<uint64_t>(live ? isa::MemcheckOp::kLive : isa::MemcheckOp::kFreed));
+    });
     return {};
   }
 
@@ -643,7 +671,8 @@ class DeviceImpl final : public Device {
   }
 
   const isa::WaitPolicy wait_;
-  Backend* be_ = nullptr;  // backend_.get(), also valid while backend_.reset() runs
+  const uint64_t sanitize_;  // SanitizeCheck bits (BackendOptions::sanitize)
+  Backend* be_ = nullptr;    // backend_.get(), also valid while backend_.reset() runs
   DeviceInfo info_;
   uint64_t reserved_end_ = 0;
   uint64_t all_queues_mask_ = 0;
@@ -661,7 +690,7 @@ class DeviceImpl final : public Device {
 isa::Result<std::unique_ptr<Device>> Device::open(const std::string& backend_name,
                                                   const BackendOptions& options) {
   MTIA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, create_backend(backend_name, options));
-  auto device = std::make_unique<DeviceImpl>(std::move(backend), options.wait);
+  auto device = std::make_unique<DeviceImpl>(std::move(backend), options.wait, options.sanitize);
   MTIA_RETURN_IF_ERROR(device->init());
   return std::unique_ptr<Device>(std::move(device));
 }

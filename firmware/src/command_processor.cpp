@@ -39,7 +39,7 @@ void log_message(Platform& platform, LogLevel level, fmt::format_string<Args...>
   }
 }
 
-Failure bad_register(uint64_t offset, const char* what) {
+Failure bad_register(uint64_t offset, std::string_view what) {
   return isa::reject(ErrorCode::kBadRegister,
                      fmt::format("BAR0 offset 0x{:04x}: {}", offset, what));
 }
@@ -117,6 +117,14 @@ isa::Result<uint64_t> CommandProcessor::read_register(uint64_t offset) const {
       }
       return word;
     }
+    case reg::kSanitize:
+      return sanitize_;
+    case reg::kMemcheckBase:
+      return memcheck_base_;
+    case reg::kMemcheckBytes:
+      return memcheck_bytes_;
+    case reg::kMemcheckOp:
+      return uint64_t{0};  // write-only command register
     case reg::kIntStatus:
       return int_status_;
     case reg::kIntEnable:
@@ -174,6 +182,38 @@ isa::Result<bool> CommandProcessor::write_register(uint64_t offset, uint64_t val
     const uint64_t queue_mask =
         config_.num_queues >= 64 ? ~uint64_t{0} : (uint64_t{1} << config_.num_queues) - 1;
     int_enable_ = value & queue_mask;
+    return true;
+  }
+  if (offset == reg::kSanitize) {
+    if ((value & ~isa::kSanitizeChecksMask) != 0) {
+      return bad_register(offset, fmt::format("sanitizer checks 0x{:x} are not implemented "
+                                              "(this firmware knows 0x{:x})",
+                                              value & ~isa::kSanitizeChecksMask,
+                                              uint64_t{isa::kSanitizeChecksMask}));
+    }
+    if (isa::Status set = platform_.set_sanitize(value); !set) {
+      return bad_register(offset, set.error().reason);
+    }
+    sanitize_ = value;
+    return true;
+  }
+  if (offset == reg::kMemcheckBase || offset == reg::kMemcheckBytes) {
+    (offset == reg::kMemcheckBase ? memcheck_base_ : memcheck_bytes_) = value;
+    return true;
+  }
+  if (offset == reg::kMemcheckOp) {
+    if ((sanitize_ & isa::kSanitizeMemcheck) == 0) {
+      return bad_register(offset, "memcheck is off (reg::kSanitize)");
+    }
+    const auto op = static_cast<isa::MemcheckOp>(value);
+    if (op != isa::MemcheckOp::kLive && op != isa::MemcheckOp::kFreed) {
+      return bad_register(offset, fmt::format("{} is not a memcheck operation (1: live, 2: "
+                                              "freed)",
+                                              value));
+    }
+    if (isa::Status done = platform_.memcheck_update(op, memcheck_base_, memcheck_bytes_); !done) {
+      return bad_register(offset, done.error().reason);
+    }
     return true;
   }
   if (offset >= reg::kQueueBlock && offset < isa::kBar0Bytes) {

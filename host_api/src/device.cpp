@@ -11,6 +11,7 @@
 
 #include "device_choice.h"
 #include "device_impl.h"
+#include "mtia/isa/sanitize.h"
 #include "mtia/log/logger.h"
 #include "mtia/runtime.h"
 
@@ -60,6 +61,15 @@ WaitPolicy resolve_wait_policy(const DeviceOptions& o) {
   return value_or_raise(isa::wait_policy_from_environment());
 }
 
+// DeviceOptions::sanitize, else $MTIA_EMU_SANITIZE, else off: SanitizeCheck bits.
+uint64_t resolve_sanitize(const DeviceOptions& o) {
+  isa::Result<uint64_t> checks =
+      o.sanitize ? isa::parse_sanitize_checks(*o.sanitize, "DeviceOptions::sanitize")
+                 : isa::sanitize_checks_from_environment();
+  if (!checks) throw Error(ErrorKind::kInvalidArgument, checks.error().reason);
+  return checks.value();
+}
+
 }  // namespace
 
 std::shared_ptr<spdlog::logger> host_api_logger() {
@@ -85,6 +95,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   bo.inline_work_ns = o.inline_work_ns;
   bo.lazy_loads = o.lazy_loads;
   bo.server = choice.server;
+  bo.sanitize = resolve_sanitize(o);
   isa::Result<std::unique_ptr<driver::Device>> opened = driver::Device::open(choice.backend, bo);
   if (!opened) {
     const isa::Failure& f = opened.error();
@@ -121,6 +132,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
     }
   }
   props.wait = bo.wait;
+  props.sanitize = isa::sanitize_checks_name(bo.sanitize);
 
   // Queue 0: default stream. The last queue: fence repairs only, so a repair never waits
   // behind user work. The rest: created streams, round-robin.

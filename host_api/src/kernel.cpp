@@ -341,6 +341,14 @@ void Device::launch(const Kernel& kernel, Grid grid, const std::vector<Arg>& arg
   auto on_complete = [&d, args_addr, name, grid, weak](const driver::Completion& c) {
     if (args_addr != 0) d.give_arg_block(args_addr);
     if (c.ok || c.aborted) return;
+    if (c.error == isa::ErrorCode::kSanitizerError) {
+      // The device's report names the launch, the PE, the pc, the access and the allocation.
+      std::string error = fmt::format("sanitizer: kernel '{}' on a {}x{} grid: {}", name, grid.rows,
+                                      grid.cols, c.reason);
+      host_api_logger()->error("{}", error);
+      if (auto st = weak.lock()) st->refine_failure(c.message, std::move(error));
+      return;
+    }
     const bool kernel_error =
         c.error == isa::ErrorCode::kKernelFault || c.error == isa::ErrorCode::kWatchdog;
     if (!kernel_error && c.error != isa::ErrorCode::kBadKernelImage) return;

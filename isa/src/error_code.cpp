@@ -40,6 +40,8 @@ const char* error_code_name(ErrorCode code) {
       return "kernel watchdog";
     case ErrorCode::kBadLink:
       return "bad link";
+    case ErrorCode::kSanitizerError:
+      return "sanitizer error";
     case ErrorCode::kInvalidArgument:
       return "invalid argument";
     case ErrorCode::kInvalidPointer:

@@ -342,6 +342,8 @@ struct DeviceServer::Impl {
         return slot.window.bytes;
       case reg::kIntEnable:
         return slot.int_enable;
+      case reg::kSanitize:
+        return uint64_t{0};  // the sanitizer's table is device-wide: not offered to clients
       case reg::kIntStatus: {
         MTIA_ASSIGN_OR_RETURN(const uint64_t all, device->read_register(offset));
         return (all >> slot.first_queue) & slot.mask();
@@ -383,6 +385,14 @@ struct DeviceServer::Impl {
         return;
       }
       return device->write_register(reg::queue_reg(slot.first_queue + q->queue, q->field), value);
+    }
+    if (offset == reg::kSanitize || offset == reg::kMemcheckBase || offset == reg::kMemcheckBytes ||
+        offset == reg::kMemcheckOp) {
+      logger()->warn(
+          "client {}: register write at BAR0 offset 0x{:04x} dropped: the device "
+          "server does not run the sanitizer for its clients",
+          s.id, offset);
+      return;
     }
     device->write_register(offset, value);
   }

@@ -46,6 +46,7 @@ void PeGrid::Pe::begin(uint64_t t0_ps) {
   at_barrier = false;
   barrier_arrival = 0;
   failed_at = kNoTicket;
+  sanitizer_finding.clear();
   log_.clear();
   resolved_.clear();
 }
@@ -170,6 +171,12 @@ UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   auto job = dma_.check(d, now, grid_.scope_);
   if (!job.ok()) return UnitResponse::fault(job.error().reason);
   DmaPlan& plan = job.value().plan;
+  if (grid_.shared_.memcheck.on()) [[unlikely]] {
+    if (std::string found = memcheck(r, plan); !found.empty()) {
+      sanitizer_finding = found;
+      return UnitResponse::fault(std::move(found));
+    }
+  }
   if (d.dst_space != MTIA_PE_SPACE_LOCAL) {
     if (!grid_.pooled()) {
       grid_.before_device_access(plan.dst.span, true);
@@ -190,6 +197,19 @@ UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   e.tag = tag;
   log(std::move(e));
   return UnitResponse::done(tag);
+}
+
+std::string PeGrid::Pe::memcheck(const pe::UnitRequest& r, const DmaPlan& plan) const {
+  // Only DRAM holds the driver's allocations; SRAM and the local stores are the launch's own.
+  for (const bool write : {false, true}) {
+    const SideInfo& side = write ? plan.dst : plan.src;
+    if (side.host || side.memory != MemoryKind::kDram) continue;
+    Memcheck::Miss miss;
+    if (grid_.shared_.memcheck.inside(side.span.lo, side.span.hi, miss)) continue;
+    return fmt::format("memcheck: dma.start at pc 0x{:x} {} {} bytes at 0x{:x}: the access {}",
+                       r.pc, write ? "writes" : "reads", side.span.size(), side.span.lo, miss.what);
+  }
+  return {};
 }
 
 uint64_t PeGrid::Pe::take_turn(DmaPlan& plan, uint64_t issue_ps) {

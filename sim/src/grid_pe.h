@@ -8,6 +8,7 @@
 #include <deque>
 #include <mutex>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -66,6 +67,8 @@ class PeGrid::Pe : public pe::UnitPort {
   pe::RiscvCore& core() { return core_; }
   bool at_barrier = false;
   uint64_t barrier_arrival = 0;  // core cycle at which it reached the barrier
+  // The sanitizer finding its fault reports (kSanitizerError), or "" for a kernel fault.
+  std::string sanitizer_finding;
 
   UnitResponse issue(pe::RiscvCore& core, const pe::UnitRequest& r) override;
 
@@ -119,6 +122,8 @@ class PeGrid::Pe : public pe::UnitPort {
   Extent dma_side(uint8_t space, uint64_t addr, const uint64_t* strides, const mtia_pe_dma_desc& d);
 
   UnitResponse dma(pe::RiscvCore& core, const pe::UnitRequest& r);
+  // memcheck (docs/sanitizer.md): what is wrong with the DMA's DRAM sides, or "" if nothing.
+  std::string memcheck(const pe::UnitRequest& r, const DmaPlan& plan) const;
 
   PeGrid& grid_;
   uint32_t chip_index_;

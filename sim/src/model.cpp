@@ -245,6 +245,20 @@ void CommandProcessorModule::dma_start(unsigned engine, const firmware::DmaJob& 
   engines_[engine]->submit(job, shared_.tracer->on() ? dispatch_queue_ : Tracer::kNoQueue);
 }
 
+isa::Status CommandProcessorModule::set_sanitize(uint64_t checks) {
+  if (grid_.busy()) {
+    return isa::reject(isa::ErrorCode::kInvalidArgument,
+                       "the sanitizer cannot be switched while a launch runs");
+  }
+  shared_.memcheck.enable((checks & isa::kSanitizeMemcheck) != 0);
+  return {};
+}
+
+isa::Status CommandProcessorModule::memcheck_update(isa::MemcheckOp op, uint64_t base,
+                                                    uint64_t bytes) {
+  return shared_.memcheck.update(op, base, bytes);
+}
+
 void CommandProcessorModule::launch_start(const isa::LaunchPacket& launch,
                                           const isa::AccessScope& scope) {
   assert(!grid_.busy());

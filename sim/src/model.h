@@ -32,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "memcheck.h"
 #include "mtia/firmware/command_processor.h"
 #include "mtia/firmware/platform.h"
 #include "mtia/isa/result.h"
@@ -122,6 +123,8 @@ struct SimShared {
   isa::WaitPolicy wait = isa::WaitPolicy::kAuto;
   // How the PE grid uses the host (threads, hand-off threshold, lazy loads).
   PeGridHostSettings grid_host;
+  // The sanitizer's allocation table (memcheck.h), off unless the driver switches it on.
+  Memcheck memcheck;
 
   // Publishes the simulator's current time to host threads (simulator thread only).
   void sync_time();
@@ -169,6 +172,8 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   unsigned dma_engine_count() const override;
   void dma_start(unsigned engine, const firmware::DmaJob& job) override;
   void launch_start(const isa::LaunchPacket& launch, const isa::AccessScope& scope) override;
+  isa::Status set_sanitize(uint64_t checks) override;
+  isa::Status memcheck_update(isa::MemcheckOp op, uint64_t base, uint64_t bytes) override;
   uint64_t now_ps() const override;
   void raise_interrupt(uint64_t queue_mask) override;
   // For the trace: nothing happens here while it is off.

@@ -373,6 +373,17 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
                           core.pc(), i, core.exit_status()};
     }
     const pe::Fault& f = core.fault();
+    if (!pes[i]->sanitizer_finding.empty()) {
+      ++stats_.sanitizer_errors;
+      // Counted when it ends: this is launch number launches + 1 of the device.
+      return isa::reject(
+          isa::ErrorCode::kSanitizerError,
+          fmt::format("launch {} of the device (packet seq {}, image 0x{:x}, entry offset 0x{:x}), "
+                      "PE {} (row {}, col {}): {}",
+                      stats_.launches + 1, launch.header.seq, launch.image_addr,
+                      launch.entry_offset, i, r, c, pes[i]->sanitizer_finding),
+          f.pc, i);
+    }
     const bool watchdog_hit = f.kind == pe::FaultKind::kWatchdog;
     return isa::reject(watchdog_hit ? isa::ErrorCode::kWatchdog : isa::ErrorCode::kKernelFault,
                        fmt::format("PE {} (row {}, col {}): {}", i, r, c, f.reason), f.pc, i);
@@ -508,6 +519,8 @@ Json PeGrid::stats_json() const {
   add_stat(m, "launches", stats_.launches, "launches", "kernel launches run (failed included)");
   add_stat(m, "failed_launches", stats_.failed_launches, "launches",
            "launches that ended in a fault, a bad image or a non-zero exit status (logged)");
+  add_stat(m, "sanitizer_errors", stats_.sanitizer_errors, "launches",
+           "launches failed by a sanitizer finding (docs/sanitizer.md; logged)");
   add_stat(m, "busy_ps", stats_.busy_ps, "ps", "simulated time the grid spent running launches");
   add_stat(m, "pe_cycles", stats_.pe_cycles, "cycles", "sum over PEs of their core cycles");
   add_stat(m, "instructions", stats_.instructions, "instructions",

@@ -113,6 +113,7 @@ class PeGrid : public sc_core::sc_module {
   struct Stats {
     uint64_t launches = 0;
     uint64_t failed_launches = 0;
+    uint64_t sanitizer_errors = 0;  // launches failed by a sanitizer finding
     uint64_t busy_ps = 0;
     uint64_t pe_cycles = 0;     // sum over PEs of their final cycle counts
     uint64_t instructions = 0;  // retired, all PEs

@@ -36,7 +36,7 @@ TEST_CASE("identity registers report the configuration", "[firmware][registers]"
 
   CHECK(h.reg(reg::kDeviceId) == 0x4D54'4941'0000'0001ull);
   CHECK(h.reg(reg::kIsaVersion) == 1);
-  CHECK(h.reg(reg::kFirmwareVer) == 0x0001'0002);  // 1.2: DRAM window, queue contexts
+  CHECK(h.reg(reg::kFirmwareVer) == 0x0001'0003);  // 1.3: the sanitizer registers
   // The driver of a device it owns gets all of DRAM.
   CHECK(h.reg(reg::kDramWindowBase) == isa::kDramBase);
   CHECK(h.reg(reg::kDramWindowBytes) == 64ull << 30);
@@ -82,11 +82,11 @@ TEST_CASE("read-only registers reject writes and keep their value", "[firmware][
 TEST_CASE("unmapped and misaligned offsets are rejected", "[firmware][registers]") {
   Harness h(2, test_config(4));
   const uint64_t bad[] = {
-      0x0004,                     // misaligned
-      reg::kDramWindowBytes + 8,  // past the identity block
-      0x0110,                     // past the interrupt registers
-      0x0800,                     // between blocks
-      reg::queue_reg(0, 0x60),    // past a queue block's registers
+      0x0004,                   // misaligned
+      reg::kMemcheckOp + 8,     // past the identity and sanitizer block
+      0x0110,                   // past the interrupt registers
+      0x0800,                   // between blocks
+      reg::queue_reg(0, 0x60),  // past a queue block's registers
       reg::queue_reg(0, reg::kQueueTail) + 4,
       reg::queue_reg(4, reg::kQueueBase),  // queue 4 of 4 does not exist
       reg::queue_reg(15, reg::kQueueBase),
@@ -102,6 +102,27 @@ TEST_CASE("unmapped and misaligned offsets are rejected", "[firmware][registers]
     REQUIRE_FALSE(write.ok());
     CHECK(write.error().code == isa::ErrorCode::kBadRegister);
   }
+}
+
+TEST_CASE("sanitizer registers need a platform that sanitizes", "[firmware][registers]") {
+  Harness h(2, test_config(4));
+  // The fake platform has no sanitizer: switching it on is refused, and the table too.
+  auto on = h.cp.write_register(reg::kSanitize, isa::kSanitizeMemcheck);
+  REQUIRE_FALSE(on.ok());
+  CHECK_THAT(on.error().reason, Catch::Contains("this device has no sanitizer"));
+  CHECK(h.reg(reg::kSanitize) == 0);
+  auto unknown = h.cp.write_register(reg::kSanitize, 0x2);
+  REQUIRE_FALSE(unknown.ok());
+  CHECK_THAT(unknown.error().reason, Catch::Contains("are not implemented"));
+  h.set_reg(reg::kMemcheckBase, 0x1000);
+  h.set_reg(reg::kMemcheckBytes, 256);
+  CHECK(h.reg(reg::kMemcheckBase) == 0x1000);
+  CHECK(h.reg(reg::kMemcheckBytes) == 256);
+  auto op = h.cp.write_register(reg::kMemcheckOp, static_cast<uint64_t>(isa::MemcheckOp::kLive));
+  REQUIRE_FALSE(op.ok());
+  CHECK_THAT(op.error().reason, Catch::Contains("memcheck is off"));
+  // Switching it off is always accepted.
+  CHECK(h.cp.write_register(reg::kSanitize, 0).ok());
 }
 
 TEST_CASE("interrupt enable is read/write over existing queues", "[firmware][registers]") {

@@ -55,6 +55,12 @@ struct DeviceOptions {
   // Leave local DMA loads in device memory until their bytes are needed. Unset:
   // $MTIA_EMU_LAZY_LOADS (0 or 1), else on.
   std::optional<bool> lazy_loads;
+  // The device sanitizer (docs/sanitizer.md): a comma-separated list of checks ("memcheck"), or
+  // "off". memcheck checks every PE DMA to or from device memory against the live allocations
+  // and fails a launch with a bad access (kDeviceFault, naming the kernel, PE, pc, access and
+  // allocation). racecheck, initcheck and synccheck are not implemented yet and are refused.
+  // Unset: $MTIA_EMU_SANITIZE, else off. Only the in-process device runs it.
+  std::optional<std::string> sanitize;
 };
 
 struct DeviceProperties {
@@ -73,6 +79,7 @@ struct DeviceProperties {
   uint32_t hardware_queues = 0;         // command queues the firmware serves
   bool timing = true;                   // whether the timing model is on
   WaitPolicy wait = WaitPolicy::kAuto;  // the wait policy in effect (DeviceOptions::wait)
+  std::string sanitize = "off";         // the sanitizer checks in effect (DeviceOptions::sanitize)
   // Launch limits (Device::launch). The argument block holds one 8-byte slot per argument:
   // at most 64, the kernel metadata's limit (kernel_meta.h, MTIA_KMETA_MAX_ARGS).
   uint32_t max_kernel_args = 64;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,13 @@ class Allocator {
   AllocatorStats stats() const;
   void reset_peak();
 
+  // Told of every allocation (live: true, its requested bytes) and free (live: false), in the
+  // order they happen, under the allocator's lock: it must not call back into the allocator.
+  // The driver tells the device's sanitizer this way (docs/sanitizer.md). Set it before the
+  // first allocation.
+  using Observer = std::function<void(uint64_t address, uint64_t bytes, bool live)>;
+  void set_observer(Observer observer);
+
  private:
   Allocator(uint64_t base, uint64_t bytes, uint64_t alignment);
 
@@ -61,6 +69,7 @@ class Allocator {
   std::map<uint64_t, Block> live_;      // user address -> block
   std::map<uint64_t, uint64_t> freed_;  // recently freed user addresses -> bytes (for messages)
   AllocatorStats stats_;
+  Observer observer_;
 };
 
 }  // namespace mtia::driver

@@ -36,6 +36,10 @@ struct BackendOptions {
   std::optional<uint32_t> unit_threads;    // helper threads, 0..256
   std::optional<uint64_t> inline_work_ns;  // ns, 0..10^9
   std::optional<bool> lazy_loads;
+  // The device sanitizer's checks (isa/sanitize.h SanitizeCheck bits; docs/sanitizer.md), 0 for
+  // none. The driver switches them on through the device's registers and tells the device of
+  // every allocation; a device that cannot run them fails the open (kUnsupported).
+  uint64_t sanitize = 0;
 };
 
 // Every call that can fail answers with an isa::Result or isa::Status (isa/result.h); a backend

@@ -116,6 +116,8 @@ class CommandProcessor {
   std::array<Queue, isa::kMaxQueues> queues_{};
   uint64_t int_status_ = 0;
   uint64_t int_enable_ = 0;
+  uint64_t sanitize_ = 0;  // reg::kSanitize
+  uint64_t memcheck_base_ = 0, memcheck_bytes_ = 0;
   uint32_t next_queue_ = 0;  // round-robin cursor
   bool last_step_replayed_ = false;
   // Which queue each DMA engine is working for, if any.

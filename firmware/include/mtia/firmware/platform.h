@@ -13,6 +13,7 @@
 #include "mtia/isa/access_scope.h"
 #include "mtia/isa/packets.h"
 #include "mtia/isa/result.h"
+#include "mtia/isa/sanitize.h"
 
 namespace mtia::firmware {
 
@@ -65,6 +66,20 @@ class Platform {
   // DMA reach only `scope`'s window (and the launch's scratch: the PE local stores and SRAM);
   // anything else fails the launch with kDeviceAddressFault or kKernelFault.
   virtual void launch_start(const isa::LaunchPacket& launch, const isa::AccessScope& scope) = 0;
+
+  // The sanitizer (isa/sanitize.h, docs/sanitizer.md). set_sanitize: the checks (SanitizeCheck
+  // bits, only implemented ones) that run on later launches; 0 turns them off and forgets the
+  // allocation table. memcheck_update: one change to memcheck's table of the driver's
+  // allocations. A platform without a sanitizer (the default) rejects both (kUnsupported),
+  // but accepts set_sanitize(0).
+  virtual isa::Status set_sanitize(uint64_t checks) {
+    if (checks == 0) return {};
+    return isa::reject(isa::ErrorCode::kUnsupported, "this device has no sanitizer");
+  }
+  virtual isa::Status memcheck_update(isa::MemcheckOp /*op*/, uint64_t /*base*/,
+                                      uint64_t /*bytes*/) {
+    return isa::reject(isa::ErrorCode::kUnsupported, "this device has no sanitizer");
+  }
 
   // Current simulated time in picoseconds.
   virtual uint64_t now_ps() const = 0;

@@ -24,7 +24,9 @@ enum class ErrorCode : uint16_t {
   kKernelFault = 15,        // a PE faulted or exited non-zero (arg0 = pc, arg1 = PE index)
   kWatchdog = 16,           // a PE ran past the launch's cycle limit (arg0 = pc, arg1 = PE index)
   kBadLink = 17,  // a link transfer names a link the chip lacks (arg0 = link, arg1 = links)
-  kCount,         // one past the last code a device reports
+  // The sanitizer (docs/sanitizer.md) found a bad access in a launch (arg0 = pc, arg1 = PE index)
+  kSanitizerError = 18,
+  kCount,  // one past the last code a device reports
 
   // Host-side failures below the public API (driver, backends, the simulator's set-up). They
   // never travel in a completion or error record; host_api maps each to an mtia::ErrorKind.

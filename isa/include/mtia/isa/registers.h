@@ -14,8 +14,9 @@ inline constexpr uint64_t kBar0Bytes = 0x10000;
 // 'MTIA' in the upper half, generation (1 or 2) in the lower half.
 inline constexpr uint64_t kDeviceIdMagic = 0x4D544941ull << 32;
 // major.minor as 16.16; 1.1 added the per-queue error record (kQueueErrorRecord); 1.2 the DRAM
-// window registers and each queue's context and window (several clients, access_scope.h).
-inline constexpr uint64_t kFirmwareVersion = 0x0001'0002;
+// window registers and each queue's context and window (several clients, access_scope.h); 1.3
+// the sanitizer registers (sanitize.h).
+inline constexpr uint64_t kFirmwareVersion = 0x0001'0003;
 inline constexpr uint32_t kMaxQueues = 16;
 
 namespace reg {
@@ -37,6 +38,17 @@ inline constexpr uint64_t kPresetName1 = 0x0058;
 // its clients, as a PCIe virtual function's registers would).
 inline constexpr uint64_t kDramWindowBase = 0x0060;
 inline constexpr uint64_t kDramWindowBytes = 0x0068;
+
+// --- the sanitizer (sanitize.h, docs/sanitizer.md) --------------------------------------------
+// RW: the checks that run on the device's launches (SanitizeCheck bits); a bit the device does
+// not implement is rejected. 0 (the default): none, and the device keeps no allocation table.
+inline constexpr uint64_t kSanitize = 0x0070;
+// memcheck's allocation table: write base and bytes, then an operation (MemcheckOp) to
+// kMemcheckOp, which applies it; the driver's allocator does this for each allocation and free.
+// Rejected while memcheck is off.
+inline constexpr uint64_t kMemcheckBase = 0x0078;   // RW device address
+inline constexpr uint64_t kMemcheckBytes = 0x0080;  // RW bytes
+inline constexpr uint64_t kMemcheckOp = 0x0088;     // W  MemcheckOp; reads as zero
 
 // --- interrupts ------------------------------------------------------------------------------
 inline constexpr uint64_t kIntStatus = 0x0100;  // bit q: queue q has new completion records; W1C

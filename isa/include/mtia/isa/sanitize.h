@@ -1,0 +1,39 @@
+// The device sanitizer's settings (docs/sanitizer.md): which checks run on a device's launches,
+// as the driver programs them (registers.h, reg::kSanitize) and as people name them
+// ($MTIA_EMU_SANITIZE, `mtia-emu run --sanitize`, DeviceOptions::sanitize).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "mtia/isa/result.h"
+
+namespace mtia::isa {
+
+// Bits of reg::kSanitize.
+enum SanitizeCheck : uint64_t {
+  // Every PE DMA to or from DRAM lies inside one live allocation of the driver's allocator.
+  kSanitizeMemcheck = 1u << 0,
+  kSanitizeChecksMask = kSanitizeMemcheck,  // the checks this release implements
+};
+
+// Operations written to reg::kMemcheckOp, on [kMemcheckBase, + kMemcheckBytes).
+enum class MemcheckOp : uint64_t {
+  kLive = 1,   // a new allocation (bytes >= 1, not overlapping a live one)
+  kFreed = 2,  // the live allocation that starts at the base was freed (bytes: its size)
+};
+
+// A comma-separated list of check names ("memcheck"; spaces around names are ignored) to
+// SanitizeCheck bits. "" and "off" are 0. Fails (kInvalidArgument) for an unknown name, naming
+// it, and for racecheck, initcheck and synccheck, which this release does not implement yet;
+// `source` (e.g. "MTIA_EMU_SANITIZE") begins the message.
+Result<uint64_t> parse_sanitize_checks(std::string_view list, std::string_view source);
+
+// $MTIA_EMU_SANITIZE, parsed as above; 0 when unset or empty.
+Result<uint64_t> sanitize_checks_from_environment();
+
+// "memcheck", or "off" for 0 (names joined by commas).
+std::string sanitize_checks_name(uint64_t checks);
+
+}  // namespace mtia::isa

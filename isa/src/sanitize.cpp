@@ -1,0 +1,56 @@
+#include "mtia/isa/sanitize.h"
+
+#include <cstdlib>
+
+namespace mtia::isa {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+Result<uint64_t> parse_sanitize_checks(std::string_view list, std::string_view source) {
+  const std::string head = std::string(source) + "=" + std::string(list) + ": ";
+  if (trim(list).empty() || trim(list) == "off") return uint64_t{0};
+  uint64_t checks = 0;
+  while (true) {
+    const size_t comma = list.find(',');
+    const std::string_view name = trim(list.substr(0, comma));
+    if (name == "memcheck") {
+      checks |= kSanitizeMemcheck;
+    } else if (name == "racecheck" || name == "initcheck" || name == "synccheck") {
+      return reject(ErrorCode::kInvalidArgument,
+                    head + std::string(name) +
+                        " is not available yet; this release implements memcheck only "
+                        "(docs/sanitizer.md)");
+    } else {
+      return reject(ErrorCode::kInvalidArgument,
+                    head + "'" + std::string(name) +
+                        "' is not a sanitizer check; give a comma-separated list of memcheck, "
+                        "racecheck, initcheck and synccheck (memcheck is the one available), "
+                        "or off");
+    }
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return checks;
+}
+
+Result<uint64_t> sanitize_checks_from_environment() {
+  const char* env = std::getenv("MTIA_EMU_SANITIZE");
+  if (env == nullptr || *env == 0) return uint64_t{0};
+  return parse_sanitize_checks(env, "MTIA_EMU_SANITIZE");
+}
+
+std::string sanitize_checks_name(uint64_t checks) {
+  if (checks == 0) return "off";
+  std::string out;
+  if (checks & kSanitizeMemcheck) out += "memcheck";
+  return out;
+}
+
+}  // namespace mtia::isa

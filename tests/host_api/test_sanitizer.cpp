@@ -1,0 +1,238 @@
+// The device sanitizer's memcheck (docs/sanitizer.md) through the public API: the smoke kernel
+// (out[i] = in[i] + 1, int32) given a length larger than its tensors reads past the end of its
+// input into the neighbouring allocation, writes past the end of its output, or reads an
+// allocation that was freed. Each bad launch fails its stream with a report naming the kernel,
+// the PE, the pc of the dma.start, the access and the allocation, and the device keeps working;
+// without the sanitizer the same launch succeeds, reading the neighbour's bytes.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "device_helpers.h"
+#include "mtia/isa/pe/pe_ops.h"
+
+using namespace mtia;
+using mtia::test::expect_error;
+
+namespace {
+
+std::string hex(uint64_t v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+// The instruction word at virtual address `pc` of the ELF64 file's executable sections.
+uint32_t instruction_at(const std::vector<uint8_t>& elf, uint64_t pc) {
+  auto read = [&](uint64_t off, auto& v) {
+    REQUIRE(off + sizeof v <= elf.size());
+    std::memcpy(&v, elf.data() + off, sizeof v);
+  };
+  uint64_t shoff = 0;
+  uint16_t shentsize = 0, shnum = 0;
+  read(0x28, shoff);
+  read(0x3A, shentsize);
+  read(0x3C, shnum);
+  for (uint16_t i = 0; i < shnum; ++i) {
+    const uint64_t sh = shoff + uint64_t{i} * shentsize;
+    uint64_t flags = 0, addr = 0, off = 0, size = 0;
+    read(sh + 0x08, flags);
+    read(sh + 0x10, addr);
+    read(sh + 0x18, off);
+    read(sh + 0x20, size);
+    if ((flags & 0x4) == 0 || pc < addr || pc + 4 > addr + size) continue;  // SHF_EXECINSTR
+    uint32_t word = 0;
+    read(off + (pc - addr), word);
+    return word;
+  }
+  FAIL("pc " << hex(pc) << " is in no executable section of the kernel image");
+  return 0;
+}
+
+// The pc a report names ("dma.start at pc 0x...") is a dma.start of the smoke kernel.
+void check_pc_is_dma_start(const std::string& report) {
+  std::smatch m;
+  REQUIRE(std::regex_search(report, m, std::regex("dma\\.start at pc 0x([0-9a-f]+)")));
+  const uint64_t pc = std::stoull(m[1].str(), nullptr, 16);
+  const uint32_t word = instruction_at(test::file_bytes(MTIA_SMOKE_KERNEL_ELF), pc);
+  CHECK((word & 0x7F) == MTIA_PE_OPC_DMA);
+  CHECK(((word >> 12) & 0x7) == MTIA_PE_F3_DMA);
+  CHECK((word >> 25) == MTIA_PE_F7_V1);
+}
+
+DeviceOptions options(const char* sanitize, uint32_t pe_threads = 1) {
+  DeviceOptions o = test::functional_options();
+  o.sanitize = sanitize;
+  o.pe_threads = pe_threads;
+  return o;
+}
+
+// Only the in-process device runs the sanitizer: a served one refuses it when it opens.
+bool sanitizer_available() {
+  if (test::environment_backend() == "inprocess") return true;
+  expect_error(ErrorKind::kDeviceUnavailable, "cannot run the sanitizer's memcheck",
+               [] { Device::open(options("memcheck")); });
+  return false;
+}
+
+// The report of the stream's failed launch (its synchronize() must throw kDeviceFault).
+std::string failure(Device& dev, Stream stream = {}) {
+  try {
+    dev.synchronize(stream);
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kDeviceFault);
+    return e.what();
+  }
+  FAIL("the launch did not fail");
+  return {};
+}
+
+std::vector<int32_t> iota(size_t n, int32_t first) {
+  std::vector<int32_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = first + static_cast<int32_t>(i) * 3;
+  return v;
+}
+
+// The smoke kernel over n elements of `in` into `out`, with its CPU reference.
+void expect_smoke(Device& dev, DevicePtr out, const std::vector<int32_t>& in, size_t n) {
+  const std::vector<int32_t> got = test::download<int32_t>(dev, out, n);
+  int64_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += got[i] != in[i] + 1;
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("memcheck reports a read past a tensor into its neighbour", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  // in: 384 int32 (1536 bytes, a multiple of the 256-byte allocation granule, so the next
+  // allocation starts right after it); the kernel is told 385. On a 1x2 grid PE 1 takes
+  // elements 256..384: one DMA of 129 elements, the last of them the neighbour's first.
+  const std::vector<int32_t> in_data = iota(384, 5), neighbour_data = iota(256, 7000);
+  std::string first_report;
+  for (const auto& [sanitize, pe_threads] : std::vector<std::pair<const char*, uint32_t>>{
+           {"off", 1}, {"memcheck", 1}, {"memcheck", 2}}) {
+    INFO("sanitize " << sanitize << ", pe_threads " << pe_threads);
+    Device dev = Device::open(options(sanitize, pe_threads));
+    const KernelModule smoke = dev.load_module(MTIA_SMOKE_KERNEL_ELF);
+    const Kernel kernel = smoke.entry_kernel();
+    DevicePtr in = test::upload(dev, in_data);
+    DevicePtr neighbour = test::upload(dev, neighbour_data);
+    DevicePtr out = dev.malloc(4 * 512);
+    REQUIRE(neighbour.address() == in.address() + 1536);
+    dev.launch(kernel, {1, 2}, {in, out, int64_t{385}});
+    if (std::string(sanitize) == "off") {
+      // Silently wrong: the 385th result comes from the neighbour.
+      dev.synchronize();
+      std::vector<int32_t> expect = in_data;
+      expect.push_back(neighbour_data[0]);
+      expect_smoke(dev, out, expect, 385);
+      continue;
+    }
+    CHECK(dev.properties().sanitize == "memcheck");
+    const std::string report = failure(dev);
+    INFO("report: " << report);
+    CHECK_THAT(report, Catch::Contains("sanitizer: kernel '" + kernel.name + "' on a 1x2 grid"));
+    CHECK_THAT(report, Catch::Contains("PE 1 (row 0, col 1): memcheck: dma.start at pc 0x"));
+    CHECK_THAT(report, Catch::Contains("reads 516 bytes at " + hex(in.address() + 1024)));
+    CHECK_THAT(report, Catch::Contains("runs 4 bytes past the end of the allocation at " +
+                                       hex(in.address()) + " (1536 bytes) into the allocation at " +
+                                       hex(neighbour.address()) + " (1024 bytes)"));
+    check_pc_is_dma_start(report);
+    // The same report at any host thread count.
+    if (first_report.empty()) {
+      first_report = report;
+    } else {
+      CHECK(report == first_report);
+    }
+    // The device, the failed stream included, keeps working: the right length passes.
+    dev.launch(kernel, {1, 2}, {in, out, int64_t{384}});
+    dev.synchronize();
+    expect_smoke(dev, out, in_data, 384);
+    test::check_device_works(dev);
+  }
+}
+
+TEST_CASE("memcheck reports a write that straddles the end of its allocation", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  Device dev = Device::open(options("memcheck"));
+  const KernelModule smoke = dev.load_module(MTIA_SMOKE_KERNEL_ELF);
+  const std::vector<int32_t> in_data = iota(512, -40);
+  DevicePtr in = test::upload(dev, in_data);
+  DevicePtr out = dev.malloc(4 * 128);
+  Stream stream = dev.create_stream();
+  dev.launch(smoke.entry_kernel(), {1, 1}, {in, out, int64_t{129}}, stream);
+  const std::string report = failure(dev, stream);
+  INFO("report: " << report);
+  CHECK_THAT(report, Catch::Contains("PE 0 (row 0, col 0): memcheck: dma.start at pc 0x"));
+  CHECK_THAT(report, Catch::Contains("writes 516 bytes at " + hex(out.address())));
+  CHECK_THAT(report, Catch::Contains("runs 4 bytes past the end of the allocation at " +
+                                     hex(out.address()) + " (512 bytes)"));
+  check_pc_is_dma_start(report);
+  test::check_device_works(dev, stream);
+}
+
+TEST_CASE("memcheck reports a read of freed memory", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  Device dev = Device::open(options("memcheck"));
+  const KernelModule smoke = dev.load_module(MTIA_SMOKE_KERNEL_ELF);
+  const std::vector<int32_t> in_data = iota(256, 11);
+  DevicePtr in = test::upload(dev, in_data);
+  DevicePtr out = dev.malloc(4 * 256);
+  // Correct first (and the runtime's argument blocks exist before the free).
+  dev.launch(smoke.entry_kernel(), {1, 1}, {in, out, int64_t{256}});
+  dev.synchronize();
+  expect_smoke(dev, out, in_data, 256);
+  const uint64_t freed = in.address();
+  dev.free(in);
+  dev.launch(smoke.entry_kernel(), {1, 1}, {in, out, int64_t{256}});
+  const std::string report = failure(dev);
+  INFO("report: " << report);
+  CHECK_THAT(report, Catch::Contains("reads 1024 bytes at " + hex(freed) +
+                                     ": the access touches freed memory: the allocation at " +
+                                     hex(freed) + " (1024 bytes), freed"));
+  check_pc_is_dma_start(report);
+  test::check_device_works(dev);
+}
+
+TEST_CASE("memcheck passes a correct kernel", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  Device dev = Device::open(options("memcheck"));
+  const KernelModule smoke = dev.load_module(MTIA_SMOKE_KERNEL_ELF);
+  const std::vector<int32_t> in_data = iota(5000, -2500);
+  DevicePtr in = test::upload(dev, in_data);
+  DevicePtr out = dev.malloc(4 * 5000);
+  dev.launch(smoke.entry_kernel(), {2, 2}, {in, out, int64_t{5000}});
+  dev.synchronize();
+  expect_smoke(dev, out, in_data, 5000);
+  // Allocations made after the launch, and a reused address, are live too.
+  dev.free(out);
+  DevicePtr again = dev.malloc(4 * 5000);
+  dev.launch(smoke.entry_kernel(), {2, 2}, {in, again, int64_t{5000}});
+  dev.synchronize();
+  expect_smoke(dev, again, in_data, 5000);
+}
+
+TEST_CASE("a bad sanitizer setting is refused with its reason", "[sanitizer]") {
+  expect_error(ErrorKind::kInvalidArgument,
+               "DeviceOptions::sanitize=memcheck,racecheck: racecheck is not available yet",
+               [] { Device::open(options("memcheck,racecheck")); });
+  expect_error(ErrorKind::kInvalidArgument, "'memchek' is not a sanitizer check",
+               [] { Device::open(options("memchek")); });
+  const char* old = std::getenv("MTIA_EMU_SANITIZE");
+  const std::string saved = old != nullptr ? old : "";
+  ::setenv("MTIA_EMU_SANITIZE", "initcheck", 1);
+  DeviceOptions from_environment = test::functional_options();
+  expect_error(ErrorKind::kInvalidArgument,
+               "MTIA_EMU_SANITIZE=initcheck: initcheck is not available yet",
+               [&] { Device::open(from_environment); });
+  if (old != nullptr) {
+    ::setenv("MTIA_EMU_SANITIZE", saved.c_str(), 1);
+  } else {
+    ::unsetenv("MTIA_EMU_SANITIZE");
+  }
+}

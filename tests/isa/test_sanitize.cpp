@@ -1,0 +1,85 @@
+// The sanitizer's settings (isa/sanitize.h): check names, what is not implemented yet, and
+// $MTIA_EMU_SANITIZE.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "mtia/isa/sanitize.h"
+
+using namespace mtia::isa;
+
+namespace {
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      old_ = old;
+      had_ = true;
+    }
+    if (value) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+std::string rejection(std::string_view list) {
+  auto r = parse_sanitize_checks(list, "SRC");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == ErrorCode::kInvalidArgument);
+  return r.error().reason;
+}
+
+}  // namespace
+
+TEST_CASE("sanitizer checks parse from their names", "[isa][sanitize]") {
+  CHECK(parse_sanitize_checks("memcheck", "SRC").value() == kSanitizeMemcheck);
+  CHECK(parse_sanitize_checks(" memcheck , memcheck", "SRC").value() == kSanitizeMemcheck);
+  CHECK(parse_sanitize_checks("", "SRC").value() == 0);
+  CHECK(parse_sanitize_checks("off", "SRC").value() == 0);
+  CHECK(sanitize_checks_name(kSanitizeMemcheck) == "memcheck");
+  CHECK(sanitize_checks_name(0) == "off");
+}
+
+TEST_CASE("unknown and unimplemented sanitizer checks are refused", "[isa][sanitize]") {
+  const std::string unknown = rejection("memcheck,bogus");
+  CHECK_THAT(unknown, Catch::StartsWith("SRC=memcheck,bogus: 'bogus' is not a sanitizer check"));
+  CHECK_THAT(rejection("memcheck,"), Catch::Contains("'' is not a sanitizer check"));
+  for (const char* later : {"racecheck", "initcheck", "synccheck"}) {
+    INFO(later);
+    const std::string why = rejection(std::string("memcheck,") + later);
+    CHECK_THAT(why, Catch::Contains(std::string(later) + " is not available yet"));
+  }
+}
+
+TEST_CASE("MTIA_EMU_SANITIZE selects the checks", "[isa][sanitize]") {
+  {
+    ScopedEnv env("MTIA_EMU_SANITIZE", nullptr);
+    CHECK(sanitize_checks_from_environment().value() == 0);
+  }
+  {
+    ScopedEnv env("MTIA_EMU_SANITIZE", "memcheck");
+    CHECK(sanitize_checks_from_environment().value() == kSanitizeMemcheck);
+  }
+  {
+    ScopedEnv env("MTIA_EMU_SANITIZE", "mem");
+    auto r = sanitize_checks_from_environment();
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().reason, Catch::StartsWith("MTIA_EMU_SANITIZE=mem: 'mem'"));
+  }
+}
