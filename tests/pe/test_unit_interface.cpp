@@ -191,6 +191,7 @@ TEST_CASE("unit interface: cost is the throughput model's", "[units][interface]"
   v1.dpe_fp16_macs_per_cycle = 512;
   v1.dpe_fp32_macs_per_cycle = 128;
   v1.se_vector_bytes = 64;
+  v1.se_elements_per_cycle = 64;
   v1.re_elements_per_cycle = 16;
   v1.mlu_bytes_per_cycle = 64;
   const pe::UnitTiming v2;
@@ -208,11 +209,12 @@ TEST_CASE("unit interface: cost is the throughput model's", "[units][interface]"
   // SE: issue + ceil(count / lanes) * cycles of the op's cost class.
   pe::SeUnit se2(ls.bytes, v2), se1(ls.bytes, v1);
   const auto add = eltwise(MTIA_PE_SE_ADD, MTIA_PE_DT_FP32, MTIA_PE_DT_FP32, 1000);
-  CHECK(se2.cost(add).busy_cycles == 32 + 8);
+  CHECK(se2.cost(add).busy_cycles == 16 + 8);  // v2: 64 lanes; v1: 16 fp32 lanes
   CHECK(se1.cost(add).busy_cycles == 63 + 8);
   CHECK(se2.cost(add).work == 1000);
   const auto cast = eltwise(MTIA_PE_SE_CAST, MTIA_PE_DT_INT8, MTIA_PE_DT_INT64, 129);
-  CHECK(se2.cost(cast).busy_cycles == 9 + 8);  // int64 is the widest: 16 lanes
+  CHECK(se2.cost(cast).busy_cycles == 5 + 8);   // int64 is the widest: 256 / 8 = 32 lanes
+  CHECK(se1.cost(cast).busy_cycles == 17 + 8);  // v1: 64 / 8 = 8 lanes
 
   // RE: issue + ceil(rows*cols / rate); MLU: issue + ceil(bytes / rate).
   const auto sum = reduce(MTIA_PE_RE_SUM, MTIA_PE_DT_FP32, MTIA_PE_DT_FP32, 100, 33);
@@ -255,8 +257,9 @@ TEST_CASE("unit interface: every SE op of the table runs and costs by its row",
     const uint32_t per_vector = row.cost == MTIA_PE_SE_COST_DIVIDE           ? 3
                                 : row.cost == MTIA_PE_SE_COST_TRANSCENDENTAL ? 7
                                                                              : 1;
-    // 100 elements of 4 bytes (bool outputs are narrower; the input is the widest): 4 vectors.
-    CHECK(se.cost(d).busy_cycles == 8 + 4 * per_vector);
+    // 100 elements of 4 bytes (bool outputs are narrower; the input is the widest): 64 lanes,
+    // 2 vectors.
+    CHECK(se.cost(d).busy_cycles == 8 + 2 * per_vector);
     CHECK(se.host_cost_ns(d) == (row.cost == MTIA_PE_SE_COST_TRANSCENDENTAL ? 500u : 50u));
     std::memset(ls.bytes.data() + 131072, 0xee, 512);
     se.execute(d);                                                 // every row has a kernel

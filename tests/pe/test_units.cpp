@@ -1275,6 +1275,7 @@ UnitTiming v1_timing() {
   t.dpe_fp16_macs_per_cycle = 512;
   t.dpe_fp32_macs_per_cycle = 128;
   t.se_vector_bytes = 64;
+  t.se_elements_per_cycle = 64;
   t.re_elements_per_cycle = 16;
   t.mlu_bytes_per_cycle = 64;
   return t;
@@ -1324,31 +1325,37 @@ TEST_CASE("unit timing: hand-computed busy cycles on both presets", "[units][tim
   se.src[0] = L;
   se.src[1] = L + 4096;
   se.dst = L + 8192;
-  // 1000 fp32 lanes / 32 per cycle = 31.25 -> 32 vectors, + 8 issue; v1 16 lanes: 63 + 8.
-  CHECK(v2.units.eltwise(se).value().busy_cycles == 32 + 8);
+  // v2: 64 lanes whatever the dtype (256-byte vector, 64-lane limit); v1: a 64-byte vector,
+  // 16 fp32 / 32 fp16 / 64 int8 lanes.
+  // 1000 fp32 / 64 per cycle = 15.6 -> 16 vectors, + 8 issue; v1 16 lanes: 63 + 8.
+  CHECK(v2.units.eltwise(se).value().busy_cycles == 16 + 8);
   CHECK(v1.units.eltwise(se).value().busy_cycles == 63 + 8);
   // Division: 4 cycles per vector.
   se.op = MTIA_PE_SE_DIV;
-  CHECK(v2.units.eltwise(se).value().busy_cycles == 32 * 4 + 8);
-  // exp on 100 fp16: 64 lanes -> 2 vectors x 8 cycles + 8.
+  CHECK(v2.units.eltwise(se).value().busy_cycles == 16 * 4 + 8);
+  // exp on 100 fp16: 64 lanes -> 2 vectors x 8 cycles + 8; v1 32 lanes: 4 x 8 + 8.
   se.op = MTIA_PE_SE_EXP;
   se.in_dtype = se.out_dtype = MTIA_PE_DT_FP16;
   se.count = 100;
   se.mode[1] = 0;
   se.src[1] = 0;
   CHECK(v2.units.eltwise(se).value().busy_cycles == 2 * 8 + 8);
-  // A cast int8 -> fp32 runs at the fp32 width: 129 / 32 -> 5 vectors + 8.
+  CHECK(v1.units.eltwise(se).value().busy_cycles == 4 * 8 + 8);
+  // A cast int8 -> fp32 runs at the fp32 width: 129 / 64 -> 3 vectors + 8; v1 129 / 16 -> 9.
   se.op = MTIA_PE_SE_CAST;
   se.in_dtype = MTIA_PE_DT_INT8;
   se.out_dtype = MTIA_PE_DT_FP32;
   se.count = 129;
-  CHECK(v2.units.eltwise(se).value().busy_cycles == 5 + 8);
-  // int8 add: 128 lanes: 129 -> 2 vectors + 8.
+  CHECK(v2.units.eltwise(se).value().busy_cycles == 3 + 8);
+  CHECK(v1.units.eltwise(se).value().busy_cycles == 9 + 8);
+  // int8 add: the 256-byte vector would hold 256 lanes, the lane limit keeps 64: 129 -> 3
+  // vectors + 8 (the same rate as fp32); v1 64 lanes: 3 + 8.
   se.op = MTIA_PE_SE_ADD;
   se.out_dtype = MTIA_PE_DT_INT8;
   se.mode[1] = MTIA_PE_OPND_BROADCAST;
   se.src[1] = L + 4096;
-  CHECK(v2.units.eltwise(se).value().busy_cycles == 2 + 8);
+  CHECK(v2.units.eltwise(se).value().busy_cycles == 3 + 8);
+  CHECK(v1.units.eltwise(se).value().busy_cycles == 3 + 8);
 
   mtia_pe_re_desc re{};
   re.hdr = header(MTIA_PE_DESC_RE);
@@ -1388,13 +1395,20 @@ TEST_CASE("unit timing: the defaults are mtia-v2's, and zero rates are refused",
   // 354 TOPS int8 and 177 TFLOPS fp16 over 64 PEs at 1.35 GHz.
   CHECK(UnitTiming{}.dpe_int8_macs_per_cycle == 2048);
   CHECK(UnitTiming{}.dpe_fp16_macs_per_cycle == 1024);
-  CHECK(UnitTiming{}.se_vector_bytes == 128);
+  // The SIMD Engine's 5.5 TOPS for every dtype: 64 lanes of up to 4 bytes.
+  CHECK(UnitTiming{}.se_vector_bytes == 256);
+  CHECK(UnitTiming{}.se_elements_per_cycle == 64);
   std::vector<uint64_t> mem(16);
   UnitTiming t;
   t.se_vector_bytes = 0;
   CHECK_THROWS_WITH(
       FunctionalUnits(std::span<uint8_t>(reinterpret_cast<uint8_t*>(mem.data()), 128), t),
       Catch::Contains("se_vector_bytes"));
+  t = UnitTiming{};
+  t.se_elements_per_cycle = 0;
+  CHECK_THROWS_WITH(
+      FunctionalUnits(std::span<uint8_t>(reinterpret_cast<uint8_t*>(mem.data()), 128), t),
+      Catch::Contains("se_elements_per_cycle"));
 }
 
 // ================================ Through the core ============================================

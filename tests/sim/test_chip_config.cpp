@@ -2,6 +2,7 @@
 // input with messages that name the problem.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -55,24 +56,75 @@ nlohmann::json preset_doc(const std::string& name) {
   return nlohmann::json::parse(in);
 }
 
+// The published figures each preset field is checked against: ISCA'25 (Coburn et al., "Meta's
+// Second Generation AI Chip", Table 2 and sections 3-4), with its MTIA 1 column for mtia-v1.
+// Rates are chip totals; a preset's per-PE, per-cycle figure times 64 PEs and the clock must
+// give them back.
+struct Published {
+  double clock_hz;
+  uint64_t local_store_bytes;
+  double local_store_Bps;  // per PE
+  double gemm_int8_ops;    // dense
+  double gemm_fp16_flops;  // dense, FP16/BF16
+  double se_ops[3];        // SIMD Engine by element bytes 1, 2, 4 (INT8, FP16/BF16, FP32); 0: none
+  uint64_t sram_bytes;
+  double sram_Bps;
+  uint64_t dram_bytes_max;  // the upper end of the published capacity range
+  double dram_Bps;
+  double pcie_Bps;  // listed per direction, before 128b/130b line coding
+};
+
+constexpr double kTera = 1e12;
+constexpr Published kMtia2i = {1.35e9,       384 * 1024,  1.0 * kTera,
+                               354 * kTera,  177 * kTera, {5.5 * kTera, 5.5 * kTera, 5.5 * kTera},
+                               256ull << 20, 2.7 * kTera, 128ull << 30,
+                               204.8e9,      32e9};
+constexpr Published kMtia1 = {0.8e9,         128 * 1024,   0.4 * kTera,
+                              102.4 * kTera, 51.2 * kTera, {3.2 * kTera, 1.6 * kTera, 0},
+                              128ull << 20,  0.8 * kTera,  64ull << 30,
+                              176e9,         16e9};
+
+// SE lanes for elements of `bytes` bytes (the formula of unit_timing.h).
+double se_lanes(const ChipConfig& c, unsigned bytes) {
+  return std::min<double>(c.units.se_elements_per_cycle, c.units.se_vector_bytes / bytes);
+}
+
+// The preset's fields against the paper: exact where the paper gives the field itself, and
+// within `rate_tol` where the paper gives a chip total the field is derived from (MTIA 1's
+// column rounds: 102.4 TOPS is 1000 int8 MACs per cycle per PE, the preset's array 1024).
+void check_against_paper(const ChipConfig& c, const Published& p, double rate_tol) {
+  const double pe_hz = c.pe_rows * c.pe_cols * static_cast<double>(c.clock_hz);
+  CHECK(c.pe_rows == 8);
+  CHECK(c.pe_cols == 8);
+  CHECK(c.clock_hz == p.clock_hz);
+  CHECK(c.local_store_bytes == p.local_store_bytes);
+  CHECK(c.local_store_bandwidth_GBps * 1e9 == Approx(p.local_store_Bps).epsilon(1e-12));
+  CHECK(2 * c.units.dpe_int8_macs_per_cycle * pe_hz == Approx(p.gemm_int8_ops).epsilon(rate_tol));
+  CHECK(2 * c.units.dpe_fp16_macs_per_cycle * pe_hz == Approx(p.gemm_fp16_flops).epsilon(rate_tol));
+  const unsigned bytes[3] = {1, 2, 4};
+  for (int i = 0; i < 3; ++i) {
+    if (p.se_ops[i] == 0) continue;
+    INFO("SE elements of " << bytes[i] << " bytes");
+    // One operation per element per cycle at se_simple_cycles = 1.
+    CHECK(c.units.se_simple_cycles == 1);
+    CHECK(se_lanes(c, bytes[i]) * pe_hz == Approx(p.se_ops[i]).epsilon(rate_tol));
+  }
+  CHECK(c.sram_bytes == p.sram_bytes);
+  CHECK(c.sram_bandwidth_GBps * 1e9 == Approx(p.sram_Bps).epsilon(1e-12));
+  CHECK(c.dram_bytes == p.dram_bytes_max);
+  CHECK(c.dram_bandwidth_GBps * 1e9 == Approx(p.dram_Bps).epsilon(1e-12));
+  // The paper's PCIe figure is the raw rate of the x8 link; the preset takes off the line coding.
+  CHECK(c.pcie_h2d_bandwidth_GBps * 1e9 == Approx(p.pcie_Bps * 128 / 130).epsilon(0.001));
+  CHECK(c.pcie_d2h_bandwidth_GBps * 1e9 == Approx(p.pcie_Bps * 128 / 130).epsilon(0.001));
+}
+
 }  // namespace
 
 TEST_CASE("mtia-v1 preset carries the published v1 numbers", "[config]") {
   const ChipConfig c = must(load_preset("mtia-v1"));
   CHECK(c.name == "mtia-v1");
   CHECK(c.generation == 1);
-  CHECK(c.pe_rows == 8);
-  CHECK(c.pe_cols == 8);
-  CHECK(c.clock_hz == 800'000'000);
-  CHECK(c.local_store_bytes == 128 * 1024);
-  CHECK(c.sram_bytes == 128ull << 20);
-  CHECK(c.sram_bandwidth_GBps == 800.0);
-  CHECK(c.dram_bytes == 64ull << 30);
-  CHECK(c.dram_bandwidth_GBps == 176.0);
-  // PCIe Gen4 x8: 16 GT/s x 8 lanes x 128/130 encoding / 8 bits.
-  const double gen4_x8 = 16.0 * 8 * 128.0 / 130.0 / 8.0;
-  CHECK(c.pcie_h2d_bandwidth_GBps == Approx(gen4_x8).epsilon(0.001));
-  CHECK(c.pcie_d2h_bandwidth_GBps == Approx(gen4_x8).epsilon(0.001));
+  check_against_paper(c, kMtia1, 0.025);
   CHECK(c.timing);
 }
 
@@ -80,50 +132,38 @@ TEST_CASE("mtia-v2 preset carries the published v2 numbers", "[config]") {
   const ChipConfig c = must(load_preset("mtia-v2"));
   CHECK(c.name == "mtia-v2");
   CHECK(c.generation == 2);
-  CHECK(c.pe_rows * c.pe_cols == 64);
-  CHECK(c.clock_hz == 1'350'000'000);
-  CHECK(c.local_store_bytes == 384 * 1024);
-  CHECK(c.sram_bytes == 256ull << 20);
-  CHECK(c.sram_bandwidth_GBps == 2700.0);
-  CHECK(c.dram_bytes == 128ull << 30);
-  CHECK(c.dram_bandwidth_GBps == 204.8);
-  const double gen5_x8 = 32.0 * 8 * 128.0 / 130.0 / 8.0;
-  CHECK(c.pcie_h2d_bandwidth_GBps == Approx(gen5_x8).epsilon(0.001));
-  CHECK(c.pcie_d2h_bandwidth_GBps == Approx(gen5_x8).epsilon(0.001));
+  check_against_paper(c, kMtia2i, 0.006);
+  // The DPE: two 32 x 32B x 32 MAC tiles giving 2.76 TFLOPS per PE in FP16/BF16 (section 3.2).
+  CHECK(2 * c.units.dpe_fp16_macs_per_cycle * static_cast<double>(c.clock_hz) ==
+        Approx(2.76e12).epsilon(0.002));
+  // The SE is 2x the RISC-V vector core's FP16 rate (2.8) and 4x its FP32 rate (1.4).
+  const double pe_hz = 64 * static_cast<double>(c.clock_hz);
+  CHECK(se_lanes(c, 2) * pe_hz == Approx(2 * 2.8e12).epsilon(0.02));
+  CHECK(se_lanes(c, 4) * pe_hz == Approx(4 * 1.4e12).epsilon(0.02));
   CHECK(c.num_queues >= 8);
 }
 
 TEST_CASE("every preset field has a value, the field's unit and a source", "[config]") {
-  // Fields published in shared/reference/mtia-hardware.md cite it; the rest say they are
-  // assumptions. Some fields are never published; the published ones must cite.
-  const std::set<std::string> assumed = {"sram_latency_ns",
-                                         "sram_burst_bytes",
-                                         "dram_latency_ns",
-                                         "dram_burst_bytes",
-                                         "pcie_latency_ns",
-                                         "pcie_burst_bytes",
-                                         "dma_engines",
-                                         "dma_setup_ns",
-                                         "num_queues",
-                                         "cp_packet_ns",
-                                         "local_store_bandwidth_GBps",
-                                         "dpe_fp32_macs_per_cycle",
-                                         "dpe_issue_cycles",
-                                         "se_divide_cycles",
-                                         "se_transcendental_cycles",
-                                         "se_issue_cycles",
-                                         "re_elements_per_cycle",
-                                         "re_issue_cycles",
-                                         "mlu_bytes_per_cycle",
-                                         "mlu_issue_cycles",
-                                         "link_count",
-                                         "link_bandwidth_GBps",
-                                         "link_latency_ns"};
+  // Fields ISCA'25 publishes cite it (and never call themselves assumptions or unpublished);
+  // the rest say they are assumptions.
+  const std::set<std::string> assumed = {
+      "sram_latency_ns",     "sram_burst_bytes",      "dram_latency_ns",
+      "dram_burst_bytes",    "pcie_latency_ns",       "pcie_burst_bytes",
+      "dma_engines",         "dma_setup_ns",          "num_queues",
+      "cp_packet_ns",        "cp_replay_packet_ns",   "dpe_fp32_macs_per_cycle",
+      "dpe_issue_cycles",    "se_divide_cycles",      "se_transcendental_cycles",
+      "se_issue_cycles",     "re_elements_per_cycle", "re_issue_cycles",
+      "mlu_bytes_per_cycle", "mlu_issue_cycles",      "link_count",
+      "link_bandwidth_GBps", "link_latency_ns"};
   const std::set<std::string> published = {"generation",
                                            "pe_rows",
                                            "pe_cols",
                                            "clock_hz",
                                            "local_store_bytes",
+                                           "local_store_bandwidth_GBps",
+                                           "se_vector_bytes",
+                                           "se_elements_per_cycle",
+                                           "se_simple_cycles",
                                            "sram_bytes",
                                            "sram_bandwidth_GBps",
                                            "dram_bytes",
@@ -151,15 +191,18 @@ TEST_CASE("every preset field has a value, the field's unit and a source", "[con
       if (published.count(key.key)) {
         CHECK(!is_assumption);
         CHECK(source.find("assumption") == std::string::npos);
+        CHECK(source.find("not published") == std::string::npos);
+        CHECK(source.find("ISCA'25") != std::string::npos);
       }
       // Every other field is one or the other, never an unsourced number.
       CHECK((is_assumption || cites));
     }
   }
-  CHECK(preset_doc("mtia-v1")["dram_bytes"]["source"].get<std::string>().find(
-            "production card likely 64 GB") != std::string::npos);
+  // Where the paper and the blog or Hot Chips differ, the source says what the other said.
+  CHECK(preset_doc("mtia-v2")["se_vector_bytes"]["source"].get<std::string>().find(
+            "11.06 / 5.53 / 2.76") != std::string::npos);
   CHECK(preset_doc("mtia-v2")["sram_bandwidth_GBps"]["source"].get<std::string>().find(
-            "unconfirmed") != std::string::npos);
+            "blog said 3.5x") != std::string::npos);
 }
 
 TEST_CASE("presets are found by name, by path and through MTIA_EMU_PRESET_DIR", "[config]") {

@@ -35,7 +35,15 @@ isa::Status read_config(const nlohmann::json& config, SummaryInput& in) {
   p.dpe_int8_ops = 2 * config_value("dpe_int8_macs_per_cycle") * per_s;
   p.dpe_16bit_flops = 2 * config_value("dpe_fp16_macs_per_cycle") * per_s;
   p.dpe_fp32_flops = 2 * config_value("dpe_fp32_macs_per_cycle") * per_s;
-  p.se_fp32_flops = config_value("se_vector_bytes") / 4 * per_s;
+  // Lanes of fp32: the vector width in fp32 elements, capped by the lane count (a trace of an
+  // older build has no cap).
+  double se_lanes = config_value("se_vector_bytes") / 4;
+  if (config.contains("se_elements_per_cycle")) {
+    const char* const before = missing;
+    se_lanes = std::min(se_lanes, config_value("se_elements_per_cycle"));
+    missing = before;
+  }
+  p.se_fp32_flops = se_lanes * per_s;
   p.memory_Bps["dram"] = config_value("dram_bandwidth_GBps") * 1e9;
   p.memory_Bps["sram"] = config_value("sram_bandwidth_GBps") * 1e9;
   p.memory_Bps["pcie_h2d"] = config_value("pcie_h2d_bandwidth_GBps") * 1e9;

@@ -235,7 +235,8 @@ isa::Status SeUnit::validate(const mtia_pe_se_desc& d) const {
 
 UnitWork SeUnit::cost(const mtia_pe_se_desc& d) const {
   const unsigned widest = std::max(dtype_bytes(d.in_dtype), dtype_bytes(d.out_dtype));
-  const uint64_t lanes = std::max(1u, timing_.se_vector_bytes / std::max(1u, widest));
+  const uint64_t lanes = std::max(
+      1u, std::min(timing_.se_elements_per_cycle, timing_.se_vector_bytes / std::max(1u, widest)));
   uint32_t per_vector = timing_.se_simple_cycles;
   switch (mtia_pe_se_info(d.op).cost) {
     case MTIA_PE_SE_COST_DIVIDE:

@@ -34,6 +34,7 @@ void check_timing(const UnitTiming& t) {
       {"dpe_fp16_macs_per_cycle", t.dpe_fp16_macs_per_cycle},
       {"dpe_fp32_macs_per_cycle", t.dpe_fp32_macs_per_cycle},
       {"se_vector_bytes", t.se_vector_bytes},
+      {"se_elements_per_cycle", t.se_elements_per_cycle},
       {"re_elements_per_cycle", t.re_elements_per_cycle},
       {"mlu_bytes_per_cycle", t.mlu_bytes_per_cycle},
   };

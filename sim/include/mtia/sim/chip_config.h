@@ -22,7 +22,7 @@ struct ChipConfig {
   uint64_t local_store_bytes = 384 << 10;  // per PE
   // A PE's own local-store port: what a DMA to or from it moves per second at most. Private
   // to the PE, so it is not shared with the others (unlike the SRAM and LPDDR).
-  double local_store_bandwidth_GBps = 172.8;
+  double local_store_bandwidth_GBps = 1000;
 
   // Throughput and latency of each PE's units (DPE, SE, RE, MLU), in PE clock cycles: the
   // preset keys dpe_*, se_*, re_* and mlu_* (mtia/sim/pe/unit_timing.h gives each operation's

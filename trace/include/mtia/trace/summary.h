@@ -25,7 +25,7 @@ struct TracePeaks {
   double dpe_int8_ops = 0;     // 2 x int8 MACs per cycle x PEs x clock, operations per second
   double dpe_16bit_flops = 0;  // fp16 and bf16
   double dpe_fp32_flops = 0;
-  double se_fp32_flops = 0;                  // SE: fp32 lanes (se_vector_bytes / 4) x PEs x clock
+  double se_fp32_flops = 0;                  // SE: fp32 lanes per cycle x PEs x clock
   std::map<std::string, double> memory_Bps;  // "dram", "sram", "pcie_h2d", "pcie_d2h"
 };
 
