@@ -1,8 +1,11 @@
 // Matrix products on the matmul, bmm and addmm kernels: mm, addmm, bmm, baddbmm for float32,
-// float16 and bfloat16 (the DPE accumulates in float32). Operands keep their strides: the
-// kernels load transposed operands as they lie (x @ W.T needs no copy).
+// float16 and bfloat16 (the DPE accumulates in float32), and _int_mm for int8 (int32
+// accumulation, exact). Operands keep their strides: the kernels load transposed operands as
+// they lie (x @ W.T needs no copy).
 #include <ATen/Functions.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_int_mm_ops.h>
 #include <ATen/ops/addmm_meta.h>
 #include <ATen/ops/addmv_meta.h>
 #include <ATen/ops/baddbmm_meta.h>
@@ -164,6 +167,37 @@ Tensor& baddbmm_out(const Tensor& self, const Tensor& batch1, const Tensor& batc
   return out;
 }
 
+// int8 @ int8 -> int32 on the DPE's int8 path: torch._int_mm, which int8 linear layers
+// (dynamic quantization in torch.ao and torchao) call. uint8 operands take the CPU.
+Tensor& int_mm_out(const Tensor& self, const Tensor& mat2, Tensor& out) {
+  TORCH_CHECK(self.dim() == 2, "_int_mm: expected self to be of dimension 2 but got ", self.dim());
+  TORCH_CHECK(mat2.dim() == 2, "_int_mm: expected mat2 to be of dimension 2 but got ", mat2.dim());
+  TORCH_CHECK(self.size(1) == mat2.size(0), "_int_mm: self.size(1) needs to match mat2.size(0) ",
+              "but got ", self.size(1), " and ", mat2.size(0));
+  TORCH_CHECK(out.scalar_type() == at::kInt, "_int_mm: expected out to be int32 but got ",
+              out.scalar_type());
+  if (self.scalar_type() != at::kChar || mat2.scalar_type() != at::kChar) {
+    TORCH_CHECK(self.scalar_type() == mat2.scalar_type() &&
+                    (self.scalar_type() == at::kChar || self.scalar_type() == at::kByte),
+                "_int_mm: expected int8 or uint8 operands of one dtype but got ",
+                self.scalar_type(), " and ", mat2.scalar_type());
+    return run_on_cpu<ATEN_OP2(_int_mm, out)>(dtype_reason(self.scalar_type()), self, mat2, out);
+  }
+  at::native::resize_output(out, {self.size(0), mat2.size(1)});
+  if (self.size(1) == 0) {
+    if (out.numel() > 0) launch_fill(out, 0);
+    return out;
+  }
+  launch_matmul(out, self, mat2);
+  return out;
+}
+
+Tensor int_mm(const Tensor& self, const Tensor& mat2) {
+  Tensor out = empty_device({0}, at::kInt);
+  int_mm_out(self, mat2, out);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
@@ -171,6 +205,8 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("addmm.out", MTIA_FN(addmm_out));
   m.impl("addmv.out", MTIA_FN(addmv_out));
   m.impl("dot", MTIA_FN(dot));
+  m.impl("_int_mm", MTIA_FN(int_mm));
+  m.impl("_int_mm.out", MTIA_FN(int_mm_out));
   m.impl("bmm.out", MTIA_FN(bmm_out));
   m.impl("baddbmm.out", MTIA_FN(baddbmm_out));
 }

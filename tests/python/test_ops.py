@@ -312,3 +312,34 @@ def test_activation_backward_ops_match_cpu(dtype, no_fallback):
     for g_, w in zip(got, run("cpu", torch.float32)):
         torch.testing.assert_close(g_, w, rtol=tol, atol=tol)
     assert launches == {"pointwise": 4} if dtype == torch.float32 else "pointwise" in launches
+
+
+@pytest.mark.parametrize("shape", [(5, 7, 3), (70, 130, 90), (9, 0, 4), (0, 5, 6)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_int8_matmul_runs_on_the_dpe_exactly(shape, no_fallback):
+    """torch._int_mm (what int8 linear layers call): int8 operands, int32 results, exact, one
+    matmul launch; a transposed operand is read as it lies."""
+    m, k, n = shape
+    g = torch.Generator().manual_seed(3)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g)
+    bt = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g)
+    want = a.int() @ bt.int().t()  # the nested-sum reference, in int32
+    torch_mtia_emu.reset_kernel_launch_counts()
+    got = torch._int_mm(a.to(DEVICE), bt.to(DEVICE).t())
+    assert got.dtype == torch.int32 and got.shape == (m, n)
+    assert torch.equal(got.cpu(), want)
+    out = torch.empty(0, dtype=torch.int32, device=DEVICE)
+    torch._int_mm(a.to(DEVICE), bt.t().contiguous().to(DEVICE), out=out)
+    assert torch.equal(out.cpu(), want)
+    launches = torch_mtia_emu.kernel_launch_counts()
+    assert launches.get("matmul", 0) == (2 if m * n * k else 0)
+
+
+def test_int8_matmul_bad_input_is_an_error():
+    a = torch.ones(4, 3, dtype=torch.int8, device=DEVICE)
+    with pytest.raises(RuntimeError, match="self.size\\(1\\) needs to match"):
+        torch._int_mm(a, a)
+    with pytest.raises(RuntimeError, match="int8 or uint8"):
+        torch._int_mm(a.float(), a.t())
+    with pytest.raises(RuntimeError, match="int32"):
+        torch._int_mm(a, a.t(), out=torch.empty(4, 4, device=DEVICE))
