@@ -95,7 +95,7 @@ void run_kernel(const RunOptions& o) {
   device.record(start);
   device.launch(kernel, grid, launch_args);
   device.record(end);
-  device.synchronize(end);
+  device.synchronize();  // throws a failed launch's own error (a fault, a sanitizer report)
   const double kernel_us = static_cast<double>(device.elapsed_ps(start, end)) / 1e6;
 
   const DeviceProperties& props = device.properties();
