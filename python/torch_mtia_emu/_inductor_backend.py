@@ -404,6 +404,9 @@ def _unwrap(x):
 def _on_mtia(args, kwargs) -> bool:
     for a in itertools.chain(args, kwargs.values()):
         for t in (a if isinstance(a, (list, tuple)) else [a]):
+            # Factories (iota, full, eye) name their device instead of taking a tensor.
+            if isinstance(t, torch.device) and t.type == "mtia":
+                return True
             if isinstance(t, ir.IRNode):
                 try:
                     d = t.get_device()

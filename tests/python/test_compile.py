@@ -283,6 +283,20 @@ def test_dtypes_the_units_lack_stay_extern():
     torch.testing.assert_close(torch.compile(f)(x.to(DEVICE)).cpu(), f(x))
 
 
+def test_factories_of_dtypes_the_units_lack_stay_extern():
+    # Factories take no tensor, only a device: a float64 full and a uint8 iota (what
+    # matrix_power(x, 0) and matrix_rank's tolerances build) are checked like other lowerings.
+    def f(x):
+        eye = torch.linalg.matrix_power(x, 0)
+        tol = torch.full((3, 1), 0.25, dtype=torch.float64, device=x.device)
+        return eye * 2, (x.double() > tol).sum(), torch.arange(5, dtype=torch.uint8,
+                                                                 device=x.device) + 1
+
+    x = rand(3, 3)
+    for got, want in zip(torch.compile(f)(x.to(DEVICE)), f(x)):
+        torch.testing.assert_close(got.cpu(), want)
+
+
 def test_dynamic_shapes_recompile_a_bounded_number_of_times(no_fallback):
     def f(x):
         return (x.relu() * 3).sum(dim=-1)
@@ -369,7 +383,9 @@ def test_opinfo_sweep_compiled(capsys):
            "fmod|ge|hypot|isnan|log1p|logical_and|lerp|maximum|mean|mul|neg|pow|reciprocal|"
            "remainder|round|rsqrt|sigmoid|sign|sin|sqrt|square|sub|sum|amax|argmax|tanh|tril|"
            "var_mean|where|nn.functional.gelu|nn.functional.silu|nn.functional.relu|softmax|"
-           "log_softmax|nn.functional.layer_norm|nn.functional.embedding|erfinv|sort|cumsum)$")
+           "log_softmax|nn.functional.layer_norm|nn.functional.embedding|erfinv|sort|cumsum|"
+           "hstack|nn.functional.pad.constant|nn.functional.pad.circular|signbit|"
+           "div.floor_rounding)$")
     status = opinfo_sweep.main(["--compile", "--ops", ops, "--samples", "1"])
     out = capsys.readouterr().out
     print(out)
