@@ -199,6 +199,34 @@ TEST_CASE("memcheck reports a read of freed memory", "[sanitizer]") {
   test::check_device_works(dev);
 }
 
+TEST_CASE("memcheck reports accesses that start outside every allocation", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  Device dev = Device::open(options("memcheck"));
+  const KernelModule smoke = dev.load_module(MTIA_SMOKE_KERNEL_ELF);
+  // a: 100 bytes, in a 256-byte granule; b right after the granule. a + 128 is in a's padding:
+  // memory the allocator reserved but nobody asked for.
+  DevicePtr a = dev.malloc(100);
+  DevicePtr b = dev.malloc(1024);
+  REQUIRE(b.address() == a.address() + 256);
+  DevicePtr out = dev.malloc(1024);
+  const DevicePtr padding = a + 128;
+  // 256 elements from the padding on: the access begins in no allocation and ends in b.
+  dev.launch(smoke.entry_kernel(), {1, 1}, {padding, out, int64_t{256}});
+  std::string report = failure(dev);
+  INFO("report: " << report);
+  CHECK_THAT(report, Catch::Contains("reads 1024 bytes at " + hex(padding.address()) +
+                                     ": the access starts 128 bytes before the allocation at " +
+                                     hex(b.address()) + " (1024 bytes)"));
+  // 32 elements: the access lies wholly in the padding.
+  dev.launch(smoke.entry_kernel(), {1, 1}, {padding, out, int64_t{32}});
+  report = failure(dev);
+  CHECK_THAT(report, Catch::Contains("reads 128 bytes at " + hex(padding.address()) +
+                                     ": the access lies in no live allocation (it starts 28 "
+                                     "bytes past the end of the allocation at " +
+                                     hex(a.address()) + " (100 bytes))"));
+  test::check_device_works(dev);
+}
+
 TEST_CASE("memcheck passes a correct kernel", "[sanitizer]") {
   if (!sanitizer_available()) return;
   Device dev = Device::open(options("memcheck"));
