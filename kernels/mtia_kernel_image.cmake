@@ -8,7 +8,16 @@
 # ${CMAKE_CURRENT_SOURCE_DIR}. Custom commands rather than a CMake language, because the host
 # toolchain builds the host code of the same project.
 #
-# Shared by the build tree (kernels/CMakeLists.txt) and installations (mtia-emu-kernels.cmake).
+# Shared by the build tree (kernels/CMakeLists.txt, the test kernels) and installations
+# (mtia-emu-kernels.cmake).
+
+# What every device kernel is compiled for: the PE's RV64IM control core, without an OS or a C
+# library. Callers add optimisation and warning flags.
+# Cached, so that functions called from any folder of the including project see it.
+set(MTIA_KERNEL_TARGET_FLAGS
+    --target=riscv64-unknown-elf -march=rv64im -mabi=lp64 -nostdlib -ffreestanding
+    CACHE INTERNAL "code generation flags of MTIA device kernels")
+
 function(mtia_kernel_image name)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "TARGET;LINK_SCRIPT"
                         "SOURCES;RUNTIME;INCLUDE_DIRS;FLAGS")
