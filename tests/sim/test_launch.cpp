@@ -308,6 +308,68 @@ TEST_CASE("launches on two queues run one after the other, each correct", "[laun
   CHECK(ses == 2 * 4);
 }
 
+// The file offset of the image byte at PE address `vaddr`, from the ELF64 program headers
+// (read here independently of the simulator's ELF reader).
+uint64_t file_offset_of(const std::vector<uint8_t>& elf, uint64_t vaddr) {
+  const auto rd64 = [&](uint64_t at) {
+    uint64_t v;
+    std::memcpy(&v, elf.data() + at, 8);
+    return v;
+  };
+  const uint64_t phoff = rd64(32);
+  uint16_t phnum;
+  std::memcpy(&phnum, elf.data() + 56, 2);
+  for (uint16_t i = 0; i < phnum; ++i) {
+    const uint64_t ph = phoff + 56ull * i;
+    uint32_t type;
+    std::memcpy(&type, elf.data() + ph, 4);
+    const uint64_t off = rd64(ph + 8), va = rd64(ph + 16), filesz = rd64(ph + 32);
+    if (type == 1 && vaddr >= va && vaddr - va < filesz) return off + (vaddr - va);
+  }
+  FAIL("no loaded segment holds " << vaddr);
+  return 0;
+}
+
+TEST_CASE("a kernel image rewritten in device memory runs as rewritten, not from the decode cache",
+          "[launch][pe]") {
+  Rig rig(must(sim::load_preset("mtia-v2")));
+  rig.setup_queue(0);
+  rig.setup_queue(1);
+  rig.write_input(1000);
+  rig.write_args(kIn, kOut, 1000);
+  rig.submit(0, launch(1, 1, 2));
+  rig.wait_interrupts(1);
+  REQUIRE(rig.record(0, 0).status == kOk);
+  rig.check_output(1000);
+
+  // The entry's instruction word (crt0's first) becomes 0, which is no instruction: the next
+  // launch of the same image address must fault there.
+  const auto elf = smoke_elf();
+  const uint64_t entry_word = kImage + file_offset_of(elf, MTIA_PE_IMAGE_BASE);
+  uint32_t original = 0;
+  REQUIRE(rig.dev->read_memory(entry_word, &original, 4));
+  REQUIRE(original != 0);
+  const uint32_t zero = 0;
+  REQUIRE(rig.dev->write_memory(entry_word, &zero, 4));
+  rig.submit(0, launch(2, 1, 2));
+  rig.wait_interrupts(2);
+  const auto faulted = rig.record(0, 1);
+  CHECK(faulted.status == uint16_t(isa::CompletionStatus::kError));
+  CHECK(faulted.error == uint16_t(isa::ErrorCode::kKernelFault));
+  CHECK(faulted.error_arg0 == MTIA_PE_IMAGE_BASE);
+
+  // Restored, it runs again (queue 0 stays in its error state; queue 1 launches).
+  REQUIRE(rig.dev->write_memory(entry_word, &original, 4));
+  rig.write_input(1000);
+  auto again = launch(1, 1, 2);
+  rig.submit(1, again);
+  rig.wait_interrupts(3);
+  REQUIRE(rig.record(1, 0).status == kOk);
+  rig.check_output(1000);
+  const auto stats = nlohmann::json::parse(must(rig.dev->stats_json()));
+  CHECK(stats["pe_grid"]["program_loads"]["value"] == 3);  // every change decoded anew
+}
+
 TEST_CASE("simulation rate of the smoke kernel on 64 PEs", "[.][perf][launch]") {
   Rig rig(must(sim::load_preset("mtia-v2")));
   rig.setup_queue(0);
