@@ -338,17 +338,19 @@ def table(r: dict, quick: bool) -> str:
             rows.append(f"| {key} | {sec} | {pub} | {sim} | {note} |")
 
     add("gemm", "3.3", "> 92 % of peak",
-        lambda x: (f"{100 * x['of_peak']:.1f} % of peak", f"{x['n']}^3 fp16, {x['sim_ns'] / 1e3:.1f} us; "
-                   f"DRAM {x['dram_bytes'] / 1e6:.1f} MB, DRAM roof {x['dram_roof_ns'] / 1e3:.1f} us"))
+        lambda x: (f"{100 * x['of_peak']:.1f} % of peak",
+                   f"{x['n']}^3 fp16, {x['sim_ns'] / 1e3:.1f} us; DRAM "
+                   f"{x['dram_bytes'] / 1e6:.1f} MB, DRAM roof {x['dram_roof_ns'] / 1e3:.1f} us"))
     add("fc", "4.2", "> 95 % of DRAM bandwidth",
         lambda x: (f"{100 * x['share_min_bytes']:.1f} % (tensor bytes), "
                    f"{100 * x['share_traffic']:.1f} % (DRAM traffic)",
                    f"{'x'.join(map(str, x['shape']))}, {x['sim_ns'] / 1e3:.1f} us, traffic "
                    f"{x['dram_bytes'] / 1e6:.1f} MB vs {x['min_bytes'] / 1e6:.1f} MB of tensors"))
     add("int8", "4.4", "DPE 2x; dynamic quant. ~1.6x",
-        lambda x: (f"DPE {x['dpe_ratio']:.2f}x; dynamic {x['end_to_end_ratio']:.2f}x",
-                   f"{x['n']}^3: fp16 {x['fp16_ns'] / 1e3:.1f} us, int8 {x['int8_ns'] / 1e3:.1f} us, "
-                   f"dynamic {x['dynamic_ns'] / 1e3:.1f} us in {x['dynamic_launches']} launches"))
+        lambda x: (f"DPE {x['dpe_ratio']:.2f}x; dynamic {x['end_to_end_ratio']:.3f}x",
+                   f"{x['n']}^3: fp16 {x['fp16_ns'] / 1e3:.1f} us, "
+                   f"int8 {x['int8_ns'] / 1e3:.1f} us, dynamic {x['dynamic_ns'] / 1e3:.1f} us "
+                   f"in {x['dynamic_launches']} launches"))
     add("launch", "3.3", "launch < 1 us, replace < 0.5 us",
         lambda x: (f"launch {x['launch_ns']:.0f} ns, replace {x['replace_ns']:.0f} ns (CP step)",
                    f"trivial fill {x['kernel_ns']:.0f} ns; per job {x['eager_ns_per_job']:.0f} ns "
@@ -361,8 +363,8 @@ def table(r: dict, quick: bool) -> str:
                    f"{x['head_ns'] / 1e6:.3f} ms; DRAM roof {x['token_dram_roof_ms']:.1f} ms"))
     add("clock", "5.2", "+5 % to +20 % throughput",
         lambda x: (f"{100 * x['gain']:+.1f} %",
-                   f"batch {x['at_1.1']['batch']}: {x['at_1.1']['sim_ns'] / 1e3:.1f} us at 1.1 GHz, "
-                   f"{x['at_1.35']['sim_ns'] / 1e3:.1f} us at 1.35 GHz"))
+                   f"batch {x['at_1.1']['batch']}: {x['at_1.1']['sim_ns'] / 1e3:.1f} us at "
+                   f"1.1 GHz, {x['at_1.35']['sim_ns'] / 1e3:.1f} us at 1.35 GHz"))
     if quick:
         rows.append("")
         rows.append("(--quick: reduced shapes; the published figures are for the full ones)")

@@ -86,6 +86,7 @@ def test_every_experiment_has_a_figure_and_respects_rooflines(results):
     c = results["clock"]
     assert c["at_1.1"]["clock_hz"] == 1100000000
     assert c["at_1.35"]["clock_hz"] == p["clock_hz"]
+    assert not c["at_1.1"]["fallbacks"] and not c["at_1.35"]["fallbacks"]
     check_rooflines(c["at_1.1"]["kernels"], p, 1.1e9)
     check_rooflines(c["at_1.35"]["kernels"], p, p["clock_hz"])
     # a faster clock never slows the model, and cannot speed it up more than the clock ratio
