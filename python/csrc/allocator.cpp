@@ -427,7 +427,12 @@ void CachingAllocator::shutdown() {
 // --- the allocator PyTorch calls: one CachingAllocator per device ---------------------------
 
 DeviceAllocator& DeviceAllocator::instance() {
-  static DeviceAllocator* a = new DeviceAllocator();  // never destroyed: tensors may outlive it
+  // Never destroyed: tensors may outlive it. The runtime's shutdown returns its blocks.
+  static DeviceAllocator* a = [] {
+    auto* created = new DeviceAllocator();
+    Runtime::on_shutdown([] { DeviceAllocator::instance().shutdown(); });
+    return created;
+  }();
   return *a;
 }
 

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <optional>
 #include <sstream>
+#include <vector>
 
-#include "allocator.h"
 #include "install_location.h"
 #include "log.h"
 #include "mtia/runtime.h"
@@ -23,6 +23,11 @@ namespace mtia::torch_backend {
 namespace {
 
 std::mutex g_mu;  // guards g_runtime and g_shut_down transitions
+std::mutex g_hooks_mu;
+std::vector<void (*)()>& shutdown_hooks() {
+  static auto* hooks = new std::vector<void (*)()>();  // never destroyed: used at exit
+  return *hooks;
+}
 std::atomic<Runtime*> g_runtime{nullptr};
 std::atomic<bool> g_shut_down{false};
 thread_local c10::DeviceIndex t_device = 0;
@@ -290,6 +295,11 @@ void Runtime::close_all() {
   }
 }
 
+void Runtime::on_shutdown(void (*hook)()) {
+  std::lock_guard lock(g_hooks_mu);
+  shutdown_hooks().push_back(hook);
+}
+
 void Runtime::shutdown() {
   std::lock_guard lock(g_mu);
   Runtime* r = g_runtime.load();
@@ -304,7 +314,12 @@ void Runtime::shutdown() {
       log::warn(c10::str("mtia:", int(i), ": device error reported at shutdown: ", e.what()));
     }
   }
-  DeviceAllocator::instance().shutdown();
+  std::vector<void (*)()> hooks;
+  {
+    std::lock_guard hooks_lock(g_hooks_mu);
+    hooks = shutdown_hooks();
+  }
+  for (void (*hook)() : hooks) hook();
   std::lock_guard open_lock(r->open_mu_);
   g_runtime.store(nullptr);
   r->close_all();

@@ -119,6 +119,9 @@ class Runtime {
   // still alive keep their (now dead) addresses; freeing them afterwards does nothing.
   static void shutdown();
   static bool is_shut_down();
+  // Adds work that shutdown() runs after the devices are synchronized and before they close
+  // (the caching allocator returns its blocks then), in the order added.
+  static void on_shutdown(void (*hook)());
 
   // Device `index` (-1: the current one; checked), opened on first use.
   DeviceContext& context(c10::DeviceIndex index);
