@@ -485,8 +485,8 @@ DmaPlan MemorySystem::begin_plan(uint64_t now_ps, const DmaReach& reach) const {
   return plan;
 }
 
-DmaPlan MemorySystem::plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps,
-                                const DmaReach& reach) {
+DmaPlan MemorySystem::schedule_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps,
+                                    const DmaReach& reach) {
   DmaPlan plan = check_copy(packet, now_ps, reach);
   if (plan.status.ok()) reserve(plan, now_ps);
   return plan;
@@ -512,8 +512,8 @@ void MemorySystem::reserve(DmaPlan& plan, uint64_t now_ps) {
   schedule(plan, now_ps);
 }
 
-DmaPlan MemorySystem::plan_fill(const isa::FillPacket& packet, uint64_t now_ps,
-                                const DmaReach& reach) {
+DmaPlan MemorySystem::schedule_fill(const isa::FillPacket& packet, uint64_t now_ps,
+                                    const DmaReach& reach) {
   DmaPlan plan = begin_plan(now_ps, reach);
   plan.is_fill = true;
   plan.fill = packet;
@@ -527,8 +527,8 @@ DmaPlan MemorySystem::plan_fill(const isa::FillPacket& packet, uint64_t now_ps,
   return plan;
 }
 
-DmaPlan MemorySystem::plan_link(const isa::LinkTransferPacket& packet, uint64_t now_ps,
-                                const DmaReach& reach) {
+DmaPlan MemorySystem::schedule_link(const isa::LinkTransferPacket& packet, uint64_t now_ps,
+                                    const DmaReach& reach) {
   DmaPlan plan = begin_plan(now_ps, reach);
   plan.is_link = true;
   plan.link = packet;

@@ -394,9 +394,9 @@ void DmaEngine::run() {
     const bool fill = job_->kind == firmware::DmaJob::Kind::kFill;
     const bool link = job_->kind == firmware::DmaJob::Kind::kLink;
     const DmaReach reach{job_->scope, /*launch_scratch=*/false};
-    const DmaPlan plan = fill   ? memory.plan_fill(job_->fill, begin, reach)
-                         : link ? memory.plan_link(job_->link, begin, reach)
-                                : memory.plan_copy(job_->copy, begin, reach);
+    const DmaPlan plan = fill   ? memory.schedule_fill(job_->fill, begin, reach)
+                         : link ? memory.schedule_link(job_->link, begin, reach)
+                                : memory.schedule_copy(job_->copy, begin, reach);
     // One wait per job: the data moves at the end, when the transfer is complete.
     wait(ps(plan.end_ps - begin));
     shared_.sync_time();

@@ -210,7 +210,7 @@ TEST_CASE("DMA jobs move data between host, DRAM, SRAM and local stores", "[dma]
       {region(ls5, AS::kDevice, {1}), region(bus + 0x80000, AS::kHost, {1})},
   };
   for (const auto& [src, dst] : hops) {
-    const auto plan = ms.plan_copy(copy_1d(n, src, dst), 0);
+    const auto plan = ms.schedule_copy(copy_1d(n, src, dst), 0);
     REQUIRE(isa::error_code(plan.status) == isa::ErrorCode::kNone);
     REQUIRE(isa::error_code(ms.perform(plan)) == isa::ErrorCode::kNone);
   }
@@ -225,7 +225,7 @@ TEST_CASE("DMA jobs move data between host, DRAM, SRAM and local stores", "[dma]
   fill.sizes[0] = 3;
   fill.sizes[1] = 5;
   fill.dst = region(dram, AS::kDevice, {64, 2});
-  const auto plan = ms.plan_fill(fill, 0);
+  const auto plan = ms.schedule_fill(fill, 0);
   REQUIRE(isa::error_code(ms.perform(plan)) == isa::ErrorCode::kNone);
   const uint8_t* d = ms.device().translate(dram, 256);
   for (int r = 0; r < 3; ++r) {
@@ -258,7 +258,7 @@ TEST_CASE("regions outside memory fault with the span that does not fit", "[dma]
     p.src = region(bus, AS::kHost, {64, 1});
     const uint64_t lo = config.dram_bytes - 3 * (1 << 20) - 32;
     p.dst = region(lo, AS::kDevice, {1 << 20, 1});
-    const auto plan = ms.plan_copy(p, now);
+    const auto plan = ms.schedule_copy(p, now);
     CHECK(isa::error_code(plan.status) == isa::ErrorCode::kDeviceAddressFault);
     CHECK(plan.status.error().arg0 == lo);
     CHECK(plan.status.error().arg1 == 3 * (1 << 20) + 64);
@@ -267,14 +267,14 @@ TEST_CASE("regions outside memory fault with the span that does not fit", "[dma]
   }
   SECTION("device source in the hole after a local store") {
     const uint64_t lo = isa::kLocalStoreBase + config.local_store_bytes - 8;
-    const auto plan =
-        ms.plan_copy(copy_1d(16, region(lo, AS::kDevice, {1}), region(0, AS::kDevice, {1})), now);
+    const auto plan = ms.schedule_copy(
+        copy_1d(16, region(lo, AS::kDevice, {1}), region(0, AS::kDevice, {1})), now);
     CHECK(isa::error_code(plan.status) == isa::ErrorCode::kDeviceAddressFault);
     CHECK(plan.status.error().arg0 == lo);
     CHECK(plan.status.error().arg1 == 16);
   }
   SECTION("host region not registered") {
-    const auto plan = ms.plan_copy(
+    const auto plan = ms.schedule_copy(
         copy_1d(128, region(0, AS::kDevice, {1}), region(bus + (1 << 16) - 64, AS::kHost, {1})),
         now);
     CHECK(isa::error_code(plan.status) == isa::ErrorCode::kHostAddressFault);
@@ -282,7 +282,7 @@ TEST_CASE("regions outside memory fault with the span that does not fit", "[dma]
     CHECK(plan.status.error().arg1 == 128);
   }
   SECTION("host memory unregistered between planning and the end of the job") {
-    const auto plan = ms.plan_copy(
+    const auto plan = ms.schedule_copy(
         copy_1d(4096, region(bus + 0x8000, AS::kHost, {1}), region(0, AS::kDevice, {1})), now);
     REQUIRE(isa::error_code(plan.status) == isa::ErrorCode::kNone);
     host.truncate(0x4000);
@@ -297,7 +297,7 @@ TEST_CASE("regions outside memory fault with the span that does not fit", "[dma]
     f.pattern_size = 8;
     f.sizes[0] = 4;
     f.dst = region(isa::kSramBase + config.sram_bytes - 16, AS::kDevice, {8});
-    const auto plan = ms.plan_fill(f, now);
+    const auto plan = ms.schedule_fill(f, now);
     CHECK(isa::error_code(plan.status) == isa::ErrorCode::kDeviceAddressFault);
     CHECK(plan.status.error().arg0 == isa::kSramBase + config.sram_bytes - 16);
     CHECK(plan.status.error().arg1 == 32);

@@ -84,8 +84,8 @@ TEST_CASE("contiguous 1 MiB host-to-device on mtia-v2", "[dma][timing]") {
   test::HostBuffer host(kMiB);
   sim::MemorySystem ms(config, host);
   const uint64_t now = 7'000'000;
-  const auto plan =
-      ms.plan_copy(copy(1, 1, kMiB, 0, region(kBus, AS::kHost, 1), region(0, AS::kDevice, 1)), now);
+  const auto plan = ms.schedule_copy(
+      copy(1, 1, kMiB, 0, region(kBus, AS::kHost, 1), region(0, AS::kDevice, 1)), now);
   REQUIRE(plan.status.ok());
   // setup + 1 MiB / 31.5 GB/s + max(PCIe 500 ns, DRAM 100 ns)
   CHECK(plan.ready_ps == now + 100'000);
@@ -99,8 +99,8 @@ TEST_CASE("contiguous 1 MiB host-to-device on mtia-v2", "[dma][timing]") {
   CHECK(ms.stats(sim::Resource::kPcieH2D).bytes == kMiB);
 
   // Device-to-host the other way uses the D2H direction, which is idle: no queueing.
-  const auto back =
-      ms.plan_copy(copy(1, 1, kMiB, 0, region(0, AS::kDevice, 1), region(kBus, AS::kHost, 1)), now);
+  const auto back = ms.schedule_copy(
+      copy(1, 1, kMiB, 0, region(0, AS::kDevice, 1), region(kBus, AS::kHost, 1)), now);
   // Each resource is its own queue: the DRAM read waits until now + 5.22 us for the first
   // job, the idle D2H link starts at once, and the job ends when the longer PCIe part does.
   CHECK(back.start_ps == now + 100'000);
@@ -117,7 +117,7 @@ TEST_CASE("a transposed copy pays for partial bursts on the strided side", "[dma
     // 64 x 64 fp32 from dense host rows into a column-major DRAM layout: DRAM sees 4096 runs
     // of 4 bytes, each charged a 64-byte burst: 262144 bytes / 204.8 GB/s = 1'280'000 ps;
     // PCIe sees one 16 KiB run: 16384e6 / 31500 = 520'126.98 -> 520'127 ps.
-    const auto plan = ms.plan_copy(
+    const auto plan = ms.schedule_copy(
         copy(2, 4, 64, 64, region(kBus, AS::kHost, 256, 4), region(0, AS::kDevice, 4, 256)), 0);
     CHECK(plan.effective_bytes[int(sim::Resource::kDram)] == 262'144);
     CHECK(plan.effective_bytes[int(sim::Resource::kPcieH2D)] == 16'384);
@@ -127,16 +127,17 @@ TEST_CASE("a transposed copy pays for partial bursts on the strided side", "[dma
   }
   SECTION("host side strided") {
     // Now PCIe carries the 4096 partial bursts: 262144e6 / 31500 = 8'322'031.7 -> 8'322'032.
-    const auto plan = ms.plan_copy(
+    const auto plan = ms.schedule_copy(
         copy(2, 4, 64, 64, region(kBus, AS::kHost, 4, 256), region(0, AS::kDevice, 256, 4)), 0);
     CHECK(plan.busy_ps[int(sim::Resource::kPcieH2D)] == 8'322'032);
     CHECK(plan.end_ps == 100'000 + 8'322'032 + 500'000);
   }
   SECTION("runs of 96 bytes cost two 64-byte bursts") {
     // 100 rows of 96 bytes, source rows 128 bytes apart, within SRAM -> DRAM.
-    const auto plan = ms.plan_copy(copy(2, 8, 100, 12, region(isa::kSramBase, AS::kDevice, 128, 8),
-                                        region(0, AS::kDevice, 96, 8)),
-                                   0);
+    const auto plan =
+        ms.schedule_copy(copy(2, 8, 100, 12, region(isa::kSramBase, AS::kDevice, 128, 8),
+                              region(0, AS::kDevice, 96, 8)),
+                         0);
     CHECK(plan.effective_bytes[int(sim::Resource::kSram)] == 100 * 128);
     CHECK(plan.effective_bytes[int(sim::Resource::kDram)] == 9600);  // one dense run
     // SRAM: 12800e6 / 2'700'000 = 4740.7 -> 4741; DRAM: 9600e6 / 204800 = 46875.
@@ -154,15 +155,15 @@ TEST_CASE("engines that share DRAM share its bandwidth", "[dma][timing]") {
   auto job = [](uint64_t src, uint64_t dst) {
     return copy(1, 8, kMiB / 8, 0, region(src, AS::kDevice, 8), region(dst, AS::kDevice, 8));
   };
-  const auto a = ms.plan_copy(job(0, 16 * kMiB), 0);
+  const auto a = ms.schedule_copy(job(0, 16 * kMiB), 0);
   CHECK(a.busy_ps[int(sim::Resource::kDram)] == 10'240'000);
   CHECK(a.end_ps == 100'000 + 10'240'000 + 100'000);  // alone: setup + busy + latency
-  const auto b = ms.plan_copy(job(32 * kMiB, 48 * kMiB), 0);
+  const auto b = ms.schedule_copy(job(32 * kMiB, 48 * kMiB), 0);
   // Submitted at the same time: waits for A's reservation, so ends one busy time later.
   CHECK(b.start_ps == a.start_ps + 10'240'000);
   CHECK(b.end_ps - a.end_ps == 10'240'000);
   // A job on another memory is not delayed: SRAM -> host does not touch DRAM.
-  const auto c = ms.plan_copy(
+  const auto c = ms.schedule_copy(
       copy(1, 8, 512, 0, region(isa::kSramBase, AS::kDevice, 8), region(kBus, AS::kHost, 8)), 0);
   CHECK(c.start_ps == 100'000);
   CHECK(ms.stats(sim::Resource::kDram).busy_ps == 2 * 10'240'000);
@@ -171,9 +172,9 @@ TEST_CASE("engines that share DRAM share its bandwidth", "[dma][timing]") {
   // behind C on the SRAM, and is also bound by the local-store port (1 TB/s on v2: 4096 B take
   // 4096 ps there against 1517 ps on the SRAM).
   const uint64_t sram_free = ms.free_at_ps(sim::Resource::kSram);
-  const auto d = ms.plan_copy(copy(1, 8, 512, 0, region(isa::kLocalStoreBase, AS::kDevice, 8),
-                                   region(isa::kSramBase + 4096, AS::kDevice, 8)),
-                              0);
+  const auto d = ms.schedule_copy(copy(1, 8, 512, 0, region(isa::kLocalStoreBase, AS::kDevice, 8),
+                                       region(isa::kSramBase + 4096, AS::kDevice, 8)),
+                                  0);
   CHECK(d.effective_bytes[int(sim::Resource::kSram)] == 4096);
   CHECK(d.local_store_bytes == 4096);
   CHECK(d.start_ps == std::max<uint64_t>(100'000, sram_free));
@@ -191,7 +192,7 @@ TEST_CASE("timing off: every duration is zero, the data is the same", "[dma][tim
   for (uint64_t i = 0; i < kMiB; ++i) host.data()[i] = static_cast<uint8_t>(i ^ (i >> 8));
   sim::MemorySystem ms(config, host);
   const uint64_t now = 123;
-  const auto plan = ms.plan_copy(
+  const auto plan = ms.schedule_copy(
       copy(2, 4, 512, 512, region(kBus, AS::kHost, 4, 2048), region(0, AS::kDevice, 2048, 4)), now);
   CHECK(plan.ready_ps == now);
   CHECK(plan.start_ps == now);

@@ -28,7 +28,7 @@
 //               data and reserves nothing.
 // With timing off every duration is zero: start = end = now.
 //
-// Inter-chip links (plan_link): each direction of each link is one more timeline, apart from
+// Inter-chip links (schedule_link): each direction of each link is one more timeline, apart from
 // the resources above (the device memory side of a link transfer is not charged: the link is
 // far slower than the memories). With busy = ceil(bytes * 10^6 / link BW) and L the link
 // latency:
@@ -138,7 +138,7 @@ struct DmaPlan {
   std::array<uint64_t, kNumResources> resource_start_ps{};  // start_r: its turn on each resource
   uint64_t local_store_bytes = 0;  // bytes through PE local-store ports (private, not shared)
   uint32_t context = 0;            // the host context its host side is translated in
-  // A link transfer (plan_link): `copy` is its 1-D copy, `link` the packet; its timeline span.
+  // A link transfer (schedule_link): `copy` is its 1-D copy, `link` the packet; its timeline span.
   bool is_link = false;
   isa::LinkTransferPacket link{};
   uint64_t link_start_ps = 0;  // the bytes start to cross
@@ -176,20 +176,21 @@ class MemorySystem {
   // Validates both regions against the memory map and what `reach` allows (kDeviceAddressFault
   // / kHostAddressFault with arg0 = span start, arg1 = span bytes) and reserves bandwidth for
   // the job at now_ps.
-  DmaPlan plan_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps, const DmaReach& reach = {});
-  // plan_copy in two halves, for a caller that must validate a job before its turn on the
+  DmaPlan schedule_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps,
+                        const DmaReach& reach = {});
+  // schedule_copy in two halves, for a caller that must validate a job before its turn on the
   // timelines comes (the PE grid's pool): check_copy validates and sizes the job and reserves
-  // nothing; reserve() then charges a valid plan to the timelines as plan_copy would have at
+  // nothing; reserve() then charges a valid plan to the timelines as schedule_copy would have at
   // now_ps.
   DmaPlan check_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps,
                      const DmaReach& reach = {}) const;
   void reserve(DmaPlan& plan, uint64_t now_ps);
-  DmaPlan plan_fill(const isa::FillPacket& packet, uint64_t now_ps, const DmaReach& reach = {});
+  DmaPlan schedule_fill(const isa::FillPacket& packet, uint64_t now_ps, const DmaReach& reach = {});
   // Validates a link transfer (the link exists; the device side is device memory and the host
   // side registered host memory, both within `reach`) and reserves its link direction at
   // now_ps (formulas above).
-  DmaPlan plan_link(const isa::LinkTransferPacket& packet, uint64_t now_ps,
-                    const DmaReach& reach = {});
+  DmaPlan schedule_link(const isa::LinkTransferPacket& packet, uint64_t now_ps,
+                        const DmaReach& reach = {});
   // Moves the data of a plan without error. The regions are translated again, so host memory
   // unregistered since planning ends in kHostAddressFault instead of a stray write.
   isa::Status perform(const DmaPlan& plan);
