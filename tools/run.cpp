@@ -154,8 +154,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--out", o->out, "folder for trace.json, summary.json, stats.json, config.json")
       ->capture_default_str();
   cmd->add_option("--sanitize", o->sanitize,
-                  "device sanitizer checks, comma-separated: memcheck (docs/sanitizer.md); "
-                  "default $MTIA_EMU_SANITIZE if set, else off");
+                  "device sanitizer checks, comma-separated: memcheck, racecheck "
+                  "(docs/sanitizer.md); default $MTIA_EMU_SANITIZE if set, else off");
   cmd->callback([o] { run_kernel(*o); });
 }
 

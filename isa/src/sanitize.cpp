@@ -22,17 +22,19 @@ Result<uint64_t> parse_sanitize_checks(std::string_view list, std::string_view s
     const std::string_view name = trim(list.substr(0, comma));
     if (name == "memcheck") {
       checks |= kSanitizeMemcheck;
-    } else if (name == "racecheck" || name == "initcheck" || name == "synccheck") {
+    } else if (name == "racecheck") {
+      checks |= kSanitizeRacecheck;
+    } else if (name == "initcheck" || name == "synccheck") {
       return reject(ErrorCode::kInvalidArgument,
                     head + std::string(name) +
-                        " is not available yet; this release implements memcheck only "
+                        " is not available yet; this release implements memcheck and racecheck "
                         "(docs/sanitizer.md)");
     } else {
       return reject(ErrorCode::kInvalidArgument,
                     head + "'" + std::string(name) +
                         "' is not a sanitizer check; give a comma-separated list of memcheck, "
-                        "racecheck, initcheck and synccheck (memcheck is the one available), "
-                        "or off");
+                        "racecheck, initcheck and synccheck (memcheck and racecheck are the ones "
+                        "available), or off");
     }
     if (comma == std::string_view::npos) break;
     list.remove_prefix(comma + 1);
@@ -50,6 +52,7 @@ std::string sanitize_checks_name(uint64_t checks) {
   if (checks == 0) return "off";
   std::string out;
   if (checks & kSanitizeMemcheck) out += "memcheck";
+  if (checks & kSanitizeRacecheck) out += out.empty() ? "racecheck" : ",racecheck";
   return out;
 }
 

@@ -47,6 +47,7 @@ void PeGrid::Pe::begin(uint64_t t0_ps) {
   barrier_arrival = 0;
   failed_at = kNoTicket;
   sanitizer_finding.clear();
+  race_log.clear();
   log_.clear();
   resolved_.clear();
 }
@@ -171,11 +172,14 @@ UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   auto job = dma_.check(d, now, grid_.scope_);
   if (!job.ok()) return UnitResponse::fault(job.error().reason);
   DmaPlan& plan = job.value().plan;
-  if (grid_.shared_.memcheck.on()) [[unlikely]] {
-    if (std::string found = memcheck(r, plan); !found.empty()) {
-      sanitizer_finding = found;
-      return UnitResponse::fault(std::move(found));
+  if (grid_.shared_.sanitize != 0) [[unlikely]] {
+    if (grid_.shared_.memcheck.on()) {
+      if (std::string found = memcheck(r, plan); !found.empty()) {
+        sanitizer_finding = found;
+        return UnitResponse::fault(std::move(found));
+      }
     }
+    if (grid_.shared_.sanitize & isa::kSanitizeRacecheck) log_race_access(r, d, plan);
   }
   if (d.dst_space != MTIA_PE_SPACE_LOCAL) {
     if (!grid_.pooled()) {
@@ -210,6 +214,21 @@ std::string PeGrid::Pe::memcheck(const pe::UnitRequest& r, const DmaPlan& plan) 
                        r.pc, write ? "writes" : "reads", side.span.size(), side.span.lo, miss.what);
   }
   return {};
+}
+
+void PeGrid::Pe::log_race_access(const pe::UnitRequest& r, const mtia_pe_dma_desc& d,
+                                 const DmaPlan& plan) {
+  // The PEs share DRAM and SRAM; a local store is its PE's own (another PE reaches it only
+  // through its device window, which is not checked).
+  auto shared = [](const SideInfo& side) {
+    return !side.host && (side.memory == MemoryKind::kDram || side.memory == MemoryKind::kSram);
+  };
+  if (d.src_space == MTIA_PE_SPACE_DEVICE && shared(plan.src)) {
+    race_log.add(r.pc, false, d.src, d.src_strides, d);
+  }
+  if (d.dst_space == MTIA_PE_SPACE_DEVICE && shared(plan.dst)) {
+    race_log.add(r.pc, true, d.dst, d.dst_strides, d);
+  }
 }
 
 uint64_t PeGrid::Pe::take_turn(DmaPlan& plan, uint64_t issue_ps) {

@@ -20,6 +20,7 @@
 #include "mtia/sim/pe/unit_task.h"
 #include "mtia/sim/pe/units.h"
 #include "pe_grid.h"
+#include "racecheck.h"
 
 namespace mtia::sim::detail {
 
@@ -69,6 +70,8 @@ class PeGrid::Pe : public pe::UnitPort {
   uint64_t barrier_arrival = 0;  // core cycle at which it reached the barrier
   // The sanitizer finding its fault reports (kSanitizerError), or "" for a kernel fault.
   std::string sanitizer_finding;
+  // racecheck: the device bytes its DMAs touched since its last barrier.
+  RaceLog race_log;
 
   UnitResponse issue(pe::RiscvCore& core, const pe::UnitRequest& r) override;
 
@@ -124,6 +127,8 @@ class PeGrid::Pe : public pe::UnitPort {
   UnitResponse dma(pe::RiscvCore& core, const pe::UnitRequest& r);
   // memcheck (docs/sanitizer.md): what is wrong with the DMA's DRAM sides, or "" if nothing.
   std::string memcheck(const pe::UnitRequest& r, const DmaPlan& plan) const;
+  // racecheck: logs the DMA's device-memory sides (DRAM and SRAM).
+  void log_race_access(const pe::UnitRequest& r, const mtia_pe_dma_desc& d, const DmaPlan& plan);
 
   PeGrid& grid_;
   uint32_t chip_index_;

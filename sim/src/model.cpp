@@ -250,6 +250,7 @@ isa::Status CommandProcessorModule::set_sanitize(uint64_t checks) {
     return isa::reject(isa::ErrorCode::kInvalidArgument,
                        "the sanitizer cannot be switched while a launch runs");
   }
+  shared_.sanitize = checks;
   shared_.memcheck.enable((checks & isa::kSanitizeMemcheck) != 0);
   return {};
 }

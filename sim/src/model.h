@@ -123,7 +123,9 @@ struct SimShared {
   isa::WaitPolicy wait = isa::WaitPolicy::kAuto;
   // How the PE grid uses the host (threads, hand-off threshold, lazy loads).
   PeGridHostSettings grid_host;
-  // The sanitizer's allocation table (memcheck.h), off unless the driver switches it on.
+  // The sanitizer's checks (isa/sanitize.h SanitizeCheck bits), 0 unless the driver switches
+  // them on, and memcheck's allocation table (memcheck.h).
+  uint64_t sanitize = 0;
   Memcheck memcheck;
 
   // Publishes the simulator's current time to host threads (simulator thread only).

@@ -363,6 +363,46 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     sync_to(t0 + cycles_to_ps(end));
     return outcome;
   };
+  auto sanitizer_failure = [&](const std::string& finding, uint64_t pc, uint32_t pe) {
+    ++stats_.sanitizer_errors;
+    // Counted when it ends: this is launch number launches + 1 of the device.
+    return isa::reject(
+        isa::ErrorCode::kSanitizerError,
+        fmt::format("launch {} of the device (packet seq {}, image 0x{:x}, entry offset 0x{:x}), "
+                    "{}",
+                    stats_.launches + 1, launch.header.seq, launch.image_addr, launch.entry_offset,
+                    finding),
+        pc, pe);
+  };
+  // racecheck: the PEs' accesses since the last barrier (or the start), compared when every PE
+  // has reached the next one or the launch ends; `barriers` have been released before them.
+  const bool racecheck = (shared_.sanitize & isa::kSanitizeRacecheck) != 0;
+  std::vector<RaceLog*> race_logs;
+  if (racecheck) {
+    for (Pe* p : pes) race_logs.push_back(&p->race_log);
+  }
+  uint64_t barriers = 0;
+  auto race_found = [&](bool at_end) -> std::optional<isa::Failure> {
+    std::optional<Race> race = find_race(race_logs);
+    for (RaceLog* l : race_logs) l->clear();
+    if (!race) return std::nullopt;
+    auto pe = [&](uint32_t i) {
+      return fmt::format("PE {} (row {}, col {})", i, i / cols, i % cols);
+    };
+    auto how = [](uint32_t i, const RaceLog::Run& run) {
+      return fmt::format("PE {} {} them by the dma.start at pc 0x{:x}", i,
+                         run.write ? "writes" : "reads", run.pc);
+    };
+    const std::string from =
+        barriers == 0 ? "the launch's start" : fmt::format("barrier {}", barriers);
+    const std::string to = at_end ? "the launch's end" : fmt::format("barrier {}", barriers + 1);
+    return sanitizer_failure(
+        fmt::format("{} and {}: racecheck: both touch the {} bytes at 0x{:x}..0x{:x} between {} "
+                    "and {}, one of them writing: {}, {}",
+                    pe(race->pe_a), pe(race->pe_b), race->hi - race->lo, race->lo, race->hi - 1,
+                    from, to, how(race->pe_a, race->a), how(race->pe_b, race->b)),
+        race->a.pc, race->pe_a);
+  };
   auto kernel_failure = [&](uint32_t i) {
     pe::RiscvCore& core = pes[i]->core();
     const uint32_t r = i / cols, c = i % cols;
@@ -374,15 +414,8 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     }
     const pe::Fault& f = core.fault();
     if (!pes[i]->sanitizer_finding.empty()) {
-      ++stats_.sanitizer_errors;
-      // Counted when it ends: this is launch number launches + 1 of the device.
-      return isa::reject(
-          isa::ErrorCode::kSanitizerError,
-          fmt::format("launch {} of the device (packet seq {}, image 0x{:x}, entry offset 0x{:x}), "
-                      "PE {} (row {}, col {}): {}",
-                      stats_.launches + 1, launch.header.seq, launch.image_addr,
-                      launch.entry_offset, i, r, c, pes[i]->sanitizer_finding),
-          f.pc, i);
+      return sanitizer_failure(
+          fmt::format("PE {} (row {}, col {}): {}", i, r, c, pes[i]->sanitizer_finding), f.pc, i);
     }
     const bool watchdog_hit = f.kind == pe::FaultKind::kWatchdog;
     return isa::reject(watchdog_hit ? isa::ErrorCode::kWatchdog : isa::ErrorCode::kKernelFault,
@@ -414,6 +447,10 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     }
     if (running == 0) break;
     if (waiting == running) {
+      if (racecheck) [[unlikely]] {
+        if (auto race = race_found(false)) return finish(std::move(*race));
+        ++barriers;
+      }
       ++stats_.barriers;
       // What a PE wrote to device memory before the barrier is there for the others after it,
       // and what it reads there is read before they write. Its local store is its own: others
@@ -438,6 +475,9 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     // (the host DMA engines and the command processor run meanwhile).
     sync_to(t0 + cycles_to_ps(horizon));
     horizon += params_.quantum_cycles;
+  }
+  if (racecheck) [[unlikely]] {
+    if (auto race = race_found(true)) return finish(std::move(*race));
   }
   return finish(isa::Status{});
 }

@@ -111,7 +111,7 @@ TEST_CASE("sanitizer registers need a platform that sanitizes", "[firmware][regi
   REQUIRE_FALSE(on.ok());
   CHECK_THAT(on.error().reason, Catch::Contains("this device has no sanitizer"));
   CHECK(h.reg(reg::kSanitize) == 0);
-  auto unknown = h.cp.write_register(reg::kSanitize, 0x2);
+  auto unknown = h.cp.write_register(reg::kSanitize, 0x4);
   REQUIRE_FALSE(unknown.ok());
   CHECK_THAT(unknown.error().reason, Catch::Contains("are not implemented"));
   h.set_reg(reg::kMemcheckBase, 0x1000);

@@ -53,15 +53,19 @@ uint32_t instruction_at(const std::vector<uint8_t>& elf, uint64_t pc) {
   return 0;
 }
 
-// The pc a report names ("dma.start at pc 0x...") is a dma.start of the smoke kernel.
-void check_pc_is_dma_start(const std::string& report) {
-  std::smatch m;
-  REQUIRE(std::regex_search(report, m, std::regex("dma\\.start at pc 0x([0-9a-f]+)")));
-  const uint64_t pc = std::stoull(m[1].str(), nullptr, 16);
-  const uint32_t word = instruction_at(test::file_bytes(MTIA_SMOKE_KERNEL_ELF), pc);
-  CHECK((word & 0x7F) == MTIA_PE_OPC_DMA);
-  CHECK(((word >> 12) & 0x7) == MTIA_PE_F3_DMA);
-  CHECK((word >> 25) == MTIA_PE_F7_V1);
+// Every pc a report names ("dma.start at pc 0x...") is a dma.start of the kernel module.
+void check_pc_is_dma_start(const std::string& report, const char* elf = MTIA_SMOKE_KERNEL_ELF) {
+  const std::regex pc_re("dma\\.start at pc 0x([0-9a-f]+)");
+  int found = 0;
+  for (auto it = std::sregex_iterator(report.begin(), report.end(), pc_re);
+       it != std::sregex_iterator(); ++it, ++found) {
+    const uint64_t pc = std::stoull((*it)[1].str(), nullptr, 16);
+    const uint32_t word = instruction_at(test::file_bytes(elf), pc);
+    CHECK((word & 0x7F) == MTIA_PE_OPC_DMA);
+    CHECK(((word >> 12) & 0x7) == MTIA_PE_F3_DMA);
+    CHECK((word >> 25) == MTIA_PE_F7_V1);
+  }
+  CHECK(found > 0);
 }
 
 DeviceOptions options(const char* sanitize, uint32_t pe_threads = 1) {
@@ -247,8 +251,8 @@ TEST_CASE("memcheck passes a correct kernel", "[sanitizer]") {
 
 TEST_CASE("a bad sanitizer setting is refused with its reason", "[sanitizer]") {
   expect_error(ErrorKind::kInvalidArgument,
-               "DeviceOptions::sanitize=memcheck,racecheck: racecheck is not available yet",
-               [] { Device::open(options("memcheck,racecheck")); });
+               "DeviceOptions::sanitize=memcheck,synccheck: synccheck is not available yet",
+               [] { Device::open(options("memcheck,synccheck")); });
   expect_error(ErrorKind::kInvalidArgument, "'memchek' is not a sanitizer check",
                [] { Device::open(options("memchek")); });
   const char* old = std::getenv("MTIA_EMU_SANITIZE");
@@ -263,4 +267,171 @@ TEST_CASE("a bad sanitizer setting is refused with its reason", "[sanitizer]") {
   } else {
     ::unsetenv("MTIA_EMU_SANITIZE");
   }
+}
+
+// ---- racecheck ----
+//
+// The race kernel (tests/host_api/kernels/races.c): PE p touches `rows` rows of `row_bytes`
+// bytes, `row_stride` apart, from buf + p * pe_offset; it reads them, writes them (int32 p + 1)
+// or, in mode 2, PE 0 writes and the others read; staged, one PE after another with barriers
+// between them.
+
+namespace {
+
+struct Touch {
+  int64_t pe_offset = 0, rows = 1, row_bytes = 512, row_stride = 512, mode = 1, staged = 0;
+};
+
+constexpr int64_t kRaceBufBytes = 8192;
+
+// Launches the race kernel over a buffer of kRaceBufBytes (filled with -1) on `grid`.
+DevicePtr launch_touch(Device& dev, const KernelModule& races, Grid grid, const Touch& t) {
+  DevicePtr buf = test::upload(dev, std::vector<int32_t>(kRaceBufBytes / 4, -1));
+  dev.launch(races.kernel("touch_rows"), grid,
+             {buf, t.pe_offset, t.rows, t.row_bytes, t.row_stride, t.mode, t.staged});
+  return buf;
+}
+
+// What the buffer holds after the writes of `t` by PEs [0, pes) in PE order (nested loops).
+std::vector<int32_t> touch_reference(const Touch& t, int64_t pes) {
+  std::vector<int32_t> v(kRaceBufBytes / 4, -1);
+  for (int64_t p = 0; p < pes; ++p) {
+    if (t.mode == 0 || (t.mode == 2 && p != 0)) continue;
+    for (int64_t r = 0; r < t.rows; ++r) {
+      for (int64_t b = 0; b < t.row_bytes; b += 4) {
+        v[(p * t.pe_offset + r * t.row_stride + b) / 4] = static_cast<int32_t>(p + 1);
+      }
+    }
+  }
+  return v;
+}
+
+// Runs `t` on `grid` under racecheck at 1, 2 and 4 PE threads; each launch must pass with the
+// reference's bytes.
+void expect_no_race(Grid grid, const Touch& t) {
+  for (const uint32_t pe_threads : {1u, 2u, 4u}) {
+    INFO("pe_threads " << pe_threads);
+    Device dev = Device::open(options("racecheck", pe_threads));
+    const KernelModule races = dev.load_module(MTIA_RACE_KERNELS_ELF);
+    DevicePtr buf = launch_touch(dev, races, grid, t);
+    dev.synchronize();
+    CHECK(test::download<int32_t>(dev, buf, kRaceBufBytes / 4) ==
+          touch_reference(t, int64_t{grid.rows} * grid.cols));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("racecheck reports two PEs writing the same bytes", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  // Four PEs write 512 bytes each, 128 bytes apart: PE 0 [0, 512), PE 1 [128, 640), ... The
+  // lowest overlap is PE 0's and PE 1's, at byte 128: 384 bytes, up to the end of PE 0's row.
+  const Touch t{.pe_offset = 128};
+  std::string first_report;
+  for (const auto& [sanitize, pe_threads] : std::vector<std::pair<const char*, uint32_t>>{
+           {"off", 1}, {"racecheck", 1}, {"racecheck", 2}, {"memcheck,racecheck", 4}}) {
+    INFO("sanitize " << sanitize << ", pe_threads " << pe_threads);
+    Device dev = Device::open(options(sanitize, pe_threads));
+    const KernelModule races = dev.load_module(MTIA_RACE_KERNELS_ELF);
+    DevicePtr buf = launch_touch(dev, races, {2, 2}, t);
+    if (std::string(sanitize) == "off") {
+      dev.synchronize();  // the race goes unnoticed
+      continue;
+    }
+    const std::string report = failure(dev);
+    INFO("report: " << report);
+    CHECK_THAT(report, Catch::Contains("sanitizer: kernel 'touch_rows' on a 2x2 grid"));
+    CHECK_THAT(report, Catch::Contains("PE 0 (row 0, col 0) and PE 1 (row 0, col 1): racecheck: "
+                                       "both touch the 384 bytes at " +
+                                       hex(buf.address() + 128) + ".." + hex(buf.address() + 511) +
+                                       " between the launch's start and the launch's end, one of "
+                                       "them writing: PE 0 writes them by the dma.start at pc 0x"));
+    CHECK_THAT(report, Catch::Contains(", PE 1 writes them by the dma.start at pc 0x"));
+    check_pc_is_dma_start(report, MTIA_RACE_KERNELS_ELF);
+    // The same report at any host thread count, with or without memcheck.
+    if (first_report.empty()) {
+      first_report = report;
+    } else {
+      CHECK(report == first_report);
+    }
+    // The device keeps working, and the fixed twin (rows 512 bytes apart) passes.
+    DevicePtr fixed = launch_touch(dev, races, {2, 2}, Touch{.pe_offset = 512});
+    dev.synchronize();
+    CHECK(test::download<int32_t>(dev, fixed, kRaceBufBytes / 4) ==
+          touch_reference(Touch{.pe_offset = 512}, 4));
+    test::check_device_works(dev);
+  }
+}
+
+#ifdef MTIA_KERNEL_LIBRARY_ELF
+TEST_CASE("racecheck reports the library's fill given an output view whose rows overlap",
+          "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  // A 2 x 2048 int32 view with rows 1024 elements apart: its rows share 1024 elements. On a
+  // 1x2 grid the fill kernel gives each PE one row, so PE 0 and PE 1 both write elements
+  // 1024..2047 of the buffer.
+  for (const uint32_t pe_threads : {1u, 2u}) {
+    INFO("pe_threads " << pe_threads);
+    Device dev = Device::open(options("racecheck", pe_threads));
+    const KernelModule lib = dev.load_module(MTIA_KERNEL_LIBRARY_ELF);
+    DevicePtr out = dev.malloc(4 * 3072);
+    dev.launch(lib.kernel("fill"), {1, 2},
+               {out, Arg::dtype(MTIA_PE_DT_INT32), int64_t{7}, int64_t{2}, int64_t{2048},
+                int64_t{1}, int64_t{1}, int64_t{1024}, int64_t{1}, int64_t{1}, int64_t{1}});
+    const std::string report = failure(dev);
+    INFO("report: " << report);
+    CHECK_THAT(report, Catch::Contains("sanitizer: kernel 'fill' on a 1x2 grid"));
+    CHECK_THAT(report,
+               Catch::Contains("PE 0 (row 0, col 0) and PE 1 (row 0, col 1): racecheck: "
+                               "both touch the 4096 bytes at " +
+                               hex(out.address() + 4096) + ".." + hex(out.address() + 8191) +
+                               " between the launch's start and the launch's end"));
+    CHECK_THAT(report, Catch::Contains("PE 0 writes them by the dma.start at pc 0x"));
+    CHECK_THAT(report, Catch::Contains("PE 1 writes them by the dma.start at pc 0x"));
+    check_pc_is_dma_start(report, MTIA_KERNEL_LIBRARY_ELF);
+    // Rows that do not overlap (2048 elements apart) pass.
+    dev.launch(lib.kernel("fill"), {1, 2},
+               {out, Arg::dtype(MTIA_PE_DT_INT32), int64_t{7}, int64_t{1}, int64_t{3072},
+                int64_t{1}, int64_t{1}, int64_t{3072}, int64_t{1}, int64_t{1}, int64_t{1}});
+    dev.synchronize();
+    CHECK(test::download<int32_t>(dev, out, 3072) == std::vector<int32_t>(3072, 7));
+  }
+}
+#endif
+
+TEST_CASE("racecheck reports a read racing with another PE's write", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  // PE 0 writes [0, 512); PE 1 reads [256, 768).
+  Device dev = Device::open(options("racecheck"));
+  const KernelModule races = dev.load_module(MTIA_RACE_KERNELS_ELF);
+  DevicePtr buf = launch_touch(dev, races, {1, 2}, Touch{.pe_offset = 256, .mode = 2});
+  const std::string report = failure(dev);
+  INFO("report: " << report);
+  CHECK_THAT(report, Catch::Contains("PE 0 (row 0, col 0) and PE 1 (row 0, col 1): racecheck: "
+                                     "both touch the 256 bytes at " +
+                                     hex(buf.address() + 256) + ".." + hex(buf.address() + 511)));
+  CHECK_THAT(report, Catch::Contains("PE 0 writes them by the dma.start"));
+  CHECK_THAT(report, Catch::Contains("PE 1 reads them by the dma.start"));
+  check_pc_is_dma_start(report, MTIA_RACE_KERNELS_ELF);
+}
+
+TEST_CASE("racecheck passes interleaved strided writes by different PEs", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  // Rows of 256 bytes: PE 0 writes the even rows, PE 1 the odd ones. The spans of the two
+  // transfers overlap; their bytes do not.
+  expect_no_race({1, 2}, Touch{.pe_offset = 256, .rows = 8, .row_bytes = 256, .row_stride = 512});
+  // Four PEs, each every fourth row of 64 bytes.
+  expect_no_race({2, 2}, Touch{.pe_offset = 64, .rows = 16, .row_bytes = 64, .row_stride = 256});
+}
+
+TEST_CASE("racecheck passes PEs reading the same bytes", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  expect_no_race({2, 2}, Touch{.pe_offset = 0, .mode = 0});
+  expect_no_race({2, 2}, Touch{.pe_offset = 100 * 4, .rows = 4, .row_stride = 1024, .mode = 0});
+}
+
+TEST_CASE("racecheck passes writes to the same bytes separated by barriers", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  // Every PE writes the same 512 bytes, one after another: the last (PE 3) stays.
+  expect_no_race({2, 2}, Touch{.pe_offset = 0, .staged = 1});
 }

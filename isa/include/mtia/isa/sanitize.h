@@ -15,7 +15,10 @@ namespace mtia::isa {
 enum SanitizeCheck : uint64_t {
   // Every PE DMA to or from DRAM lies inside one live allocation of the driver's allocator.
   kSanitizeMemcheck = 1u << 0,
-  kSanitizeChecksMask = kSanitizeMemcheck,  // the checks this release implements
+  // No two PEs touch the same DRAM or SRAM bytes by DMA between two barriers, one of them
+  // writing.
+  kSanitizeRacecheck = 1u << 1,
+  kSanitizeChecksMask = kSanitizeMemcheck | kSanitizeRacecheck,  // the checks implemented
 };
 
 // Operations written to reg::kMemcheckOp, on [kMemcheckBase, + kMemcheckBytes).
@@ -24,16 +27,16 @@ enum class MemcheckOp : uint64_t {
   kFreed = 2,  // the live allocation that starts at the base was freed (bytes: its size)
 };
 
-// A comma-separated list of check names ("memcheck"; spaces around names are ignored) to
-// SanitizeCheck bits. "" and "off" are 0. Fails (kInvalidArgument) for an unknown name, naming
-// it, and for racecheck, initcheck and synccheck, which this release does not implement yet;
+// A comma-separated list of check names ("memcheck,racecheck"; spaces around names are
+// ignored) to SanitizeCheck bits. "" and "off" are 0. Fails (kInvalidArgument) for an unknown
+// name, naming it, and for initcheck and synccheck, which this release does not implement yet;
 // `source` (e.g. "MTIA_EMU_SANITIZE") begins the message.
 Result<uint64_t> parse_sanitize_checks(std::string_view list, std::string_view source);
 
 // $MTIA_EMU_SANITIZE, parsed as above; 0 when unset or empty.
 Result<uint64_t> sanitize_checks_from_environment();
 
-// "memcheck", or "off" for 0 (names joined by commas).
+// "memcheck", "racecheck", "memcheck,racecheck", or "off" for 0.
 std::string sanitize_checks_name(uint64_t checks);
 
 }  // namespace mtia::isa

@@ -1,0 +1,123 @@
+#include "racecheck.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace mtia::sim::detail {
+
+void RaceLog::add(uint64_t pc, bool write, uint64_t addr, const uint64_t* strides,
+                  const mtia_pe_dma_desc& d) {
+  const int nd = std::min<int>(d.ndims, MTIA_PE_DMA_MAX_DIMS);
+  for (int i = 0; i < nd; ++i) {
+    if (d.sizes[i] == 0) return;  // an empty transfer touches nothing
+  }
+  // The innermost dimensions whose elements follow each other form one run.
+  int k = nd - 1;
+  for (uint64_t run = d.elem_size; k >= 0; --k) {
+    if (d.sizes[k] <= 1) continue;
+    if (strides[k] != run) break;
+    run *= d.sizes[k];
+  }
+  // Rows: every index of dimensions 0..k. Too many: merge the innermost into the span.
+  auto rows_of = [&](int last) {
+    uint64_t rows = 1;
+    for (int i = 0; i <= last; ++i) {
+      if (d.sizes[i] > kMaxRunsPerDma) return kMaxRunsPerDma + 1;
+      rows = std::min(rows * d.sizes[i], kMaxRunsPerDma + 1);
+    }
+    return rows;
+  };
+  while (k >= 0 && rows_of(k) > kMaxRunsPerDma) --k;
+  // The bytes one row covers, relative to its first element.
+  __int128 lo = 0, hi = d.elem_size;
+  for (int i = k + 1; i < nd; ++i) {
+    const __int128 ext = static_cast<__int128>(d.sizes[i] - 1) * static_cast<int64_t>(strides[i]);
+    (ext < 0 ? lo : hi) += ext;
+  }
+  const uint64_t row_lo = static_cast<uint64_t>(static_cast<int64_t>(lo));
+  const uint64_t row_bytes = static_cast<uint64_t>(hi - lo);
+  uint64_t index[MTIA_PE_DMA_MAX_DIMS] = {};
+  for (;;) {
+    uint64_t off = 0;
+    for (int i = 0; i <= k; ++i) off += index[i] * strides[i];  // wraps for negative strides
+    const uint64_t start = addr + off + row_lo;
+    runs_.push_back({start, start + row_bytes, pc, write});
+    int i = k;
+    for (; i >= 0; --i) {
+      if (++index[i] < d.sizes[i]) break;
+      index[i] = 0;
+    }
+    if (i < 0) break;
+  }
+  if (runs_.size() >= 2 * compacted_ + 4096) compact();
+}
+
+void RaceLog::clear() {
+  runs_.clear();
+  compacted_ = 0;
+}
+
+void RaceLog::compact() {
+  std::sort(runs_.begin(), runs_.end(), [](const Run& x, const Run& y) {
+    return std::tie(x.write, x.pc, x.lo, x.hi) < std::tie(y.write, y.pc, y.lo, y.hi);
+  });
+  size_t out = 0;
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    Run& last = runs_[out - (out != 0)];
+    if (out != 0 && last.write == runs_[i].write && last.pc == runs_[i].pc &&
+        runs_[i].lo <= last.hi) {
+      last.hi = std::max(last.hi, runs_[i].hi);
+    } else {
+      runs_[out++] = runs_[i];
+    }
+  }
+  runs_.resize(out);
+  compacted_ = out;
+}
+
+std::span<const RaceLog::Run> RaceLog::merged() {
+  if (compacted_ != runs_.size()) compact();
+  return runs_;
+}
+
+std::optional<Race> find_race(std::span<RaceLog* const> logs) {
+  struct Access {
+    uint32_t pe;
+    RaceLog::Run run;
+  };
+  std::vector<Access> all;
+  size_t writers = 0;
+  for (uint32_t pe = 0; pe < logs.size(); ++pe) {
+    if (logs[pe]->empty()) continue;
+    bool writes = false;
+    for (const RaceLog::Run& r : logs[pe]->merged()) {
+      all.push_back({pe, r});
+      writes |= r.write;
+    }
+    writers += writes;
+  }
+  if (writers == 0) return std::nullopt;  // reads never race
+  std::sort(all.begin(), all.end(), [](const Access& x, const Access& y) {
+    return std::tie(x.run.lo, x.pe, x.run.write, x.run.pc, x.run.hi) <
+           std::tie(y.run.lo, y.pe, y.run.write, y.run.pc, y.run.hi);
+  });
+  // Sweep in address order: the runs still open when a run starts are the ones it overlaps,
+  // from its first byte on, so the first conflict found starts at the lowest address.
+  std::optional<Race> best;
+  std::vector<const Access*> open;
+  for (const Access& x : all) {
+    if (best && x.run.lo > best->lo) break;
+    std::erase_if(open, [&](const Access* y) { return y->run.hi <= x.run.lo; });
+    for (const Access* y : open) {
+      if (y->pe == x.pe || !(x.run.write || y->run.write)) continue;
+      const Access& a = y->pe < x.pe ? *y : x;
+      const Access& b = y->pe < x.pe ? x : *y;
+      if (best && std::tie(best->pe_a, best->pe_b) <= std::tie(a.pe, b.pe)) continue;
+      best = Race{a.pe, b.pe, a.run, b.run, x.run.lo, std::min(x.run.hi, y->run.hi)};
+    }
+    open.push_back(&x);
+  }
+  return best;
+}
+
+}  // namespace mtia::sim::detail
