@@ -23,48 +23,26 @@
 using namespace mtia;
 using mtia::test::expect_error;
 using mtia::test::file_bytes;
+using mtia::test::hex;
 
 namespace {
 
 // The value of symbol `name` in the ELF64 file's symbol table (.symtab).
 uint64_t symbol_address(const std::vector<uint8_t>& elf, const std::string& name) {
-  auto read = [&](uint64_t off, auto& v) {
-    REQUIRE(off + sizeof v <= elf.size());
-    std::memcpy(&v, elf.data() + off, sizeof v);
-  };
-  uint64_t shoff = 0;
-  uint16_t shentsize = 0, shnum = 0;
-  read(0x28, shoff);
-  read(0x3A, shentsize);
-  read(0x3C, shnum);
-  for (uint16_t i = 0; i < shnum; ++i) {
-    const uint64_t sh = shoff + uint64_t{i} * shentsize;
-    uint32_t type = 0, link = 0;
-    uint64_t off = 0, size = 0, entsize = 0, stroff = 0;
-    read(sh + 4, type);
-    if (type != 2) continue;  // SHT_SYMTAB
-    read(sh + 0x18, off);
-    read(sh + 0x20, size);
-    read(sh + 0x28, link);
-    read(sh + 0x38, entsize);
-    read(shoff + uint64_t{link} * shentsize + 0x18, stroff);
-    for (uint64_t s = 0; entsize != 0 && s < size / entsize; ++s) {
-      uint32_t str = 0;
-      uint64_t value = 0;
-      read(off + s * entsize, str);
-      read(off + s * entsize + 8, value);
-      REQUIRE(stroff + str < elf.size());
-      if (name == reinterpret_cast<const char*>(elf.data() + stroff + str)) return value;
+  const std::vector<test::ElfSection> sections = test::elf_sections(elf);
+  for (const test::ElfSection& t : sections) {
+    if (t.type != 2) continue;  // SHT_SYMTAB
+    REQUIRE(t.link < sections.size());
+    const uint64_t strings = sections[t.link].offset;
+    for (uint64_t s = 0; t.entsize != 0 && s < t.size / t.entsize; ++s) {
+      const auto str = test::elf_read<uint32_t>(elf, t.offset + s * t.entsize);
+      const auto value = test::elf_read<uint64_t>(elf, t.offset + s * t.entsize + 8);
+      REQUIRE(strings + str < elf.size());
+      if (name == reinterpret_cast<const char*>(elf.data() + strings + str)) return value;
     }
   }
   FAIL("the ELF file has no symbol " << name);
   return 0;
-}
-
-std::string hex(uint64_t v) {
-  std::ostringstream o;
-  o << "0x" << std::hex << v;
-  return o.str();
 }
 
 // Work for the other stream: the smoke kernel (out[i] = in[i] + 1 over int32) on 2x2 PEs.

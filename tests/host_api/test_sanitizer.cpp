@@ -14,42 +14,21 @@
 
 #include "device_helpers.h"
 #include "mtia/isa/pe/pe_ops.h"
+#include "scoped_env.h"
 
 using namespace mtia;
 using mtia::test::expect_error;
+using mtia::test::hex;
 
 namespace {
 
-std::string hex(uint64_t v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(v));
-  return text;
-}
-
 // The instruction word at virtual address `pc` of the ELF64 file's executable sections.
 uint32_t instruction_at(const std::vector<uint8_t>& elf, uint64_t pc) {
-  auto read = [&](uint64_t off, auto& v) {
-    REQUIRE(off + sizeof v <= elf.size());
-    std::memcpy(&v, elf.data() + off, sizeof v);
-  };
-  uint64_t shoff = 0;
-  uint16_t shentsize = 0, shnum = 0;
-  read(0x28, shoff);
-  read(0x3A, shentsize);
-  read(0x3C, shnum);
-  for (uint16_t i = 0; i < shnum; ++i) {
-    const uint64_t sh = shoff + uint64_t{i} * shentsize;
-    uint64_t flags = 0, addr = 0, off = 0, size = 0;
-    read(sh + 0x08, flags);
-    read(sh + 0x10, addr);
-    read(sh + 0x18, off);
-    read(sh + 0x20, size);
-    if ((flags & 0x4) == 0 || pc < addr || pc + 4 > addr + size) continue;  // SHF_EXECINSTR
-    uint32_t word = 0;
-    read(off + (pc - addr), word);
-    return word;
+  for (const test::ElfSection& s : test::elf_sections(elf)) {
+    if ((s.flags & 0x4) == 0 || pc < s.addr || pc + 4 > s.addr + s.size) continue;  // SHF_EXECINSTR
+    return test::elf_read<uint32_t>(elf, s.offset + (pc - s.addr));
   }
-  FAIL("pc " << hex(pc) << " is in no executable section of the kernel image");
+  FAIL("pc " << test::hex(pc) << " is in no executable section of the kernel image");
   return 0;
 }
 
@@ -255,18 +234,11 @@ TEST_CASE("a bad sanitizer setting is refused with its reason", "[sanitizer]") {
                [] { Device::open(options("memcheck,synccheck")); });
   expect_error(ErrorKind::kInvalidArgument, "'memchek' is not a sanitizer check",
                [] { Device::open(options("memchek")); });
-  const char* old = std::getenv("MTIA_EMU_SANITIZE");
-  const std::string saved = old != nullptr ? old : "";
-  ::setenv("MTIA_EMU_SANITIZE", "initcheck", 1);
+  const test::ScopedEnv env("MTIA_EMU_SANITIZE", "initcheck");
   DeviceOptions from_environment = test::functional_options();
   expect_error(ErrorKind::kInvalidArgument,
                "MTIA_EMU_SANITIZE=initcheck: initcheck is not available yet",
                [&] { Device::open(from_environment); });
-  if (old != nullptr) {
-    ::setenv("MTIA_EMU_SANITIZE", saved.c_str(), 1);
-  } else {
-    ::unsetenv("MTIA_EMU_SANITIZE");
-  }
 }
 
 // ---- racecheck ----

@@ -17,11 +17,14 @@
 
 #include "device_helpers.h"
 #include "mtia/isa/pe/pe_ops.h"
+#include "scoped_env.h"
 
 using namespace mtia;
 using Json = nlohmann::json;
 
 namespace {
+
+using mtia::test::ScopedEnv;
 
 std::filesystem::path temp_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /
@@ -47,26 +50,6 @@ std::vector<Json> slices(const Json& trace, const std::string& cat) {
 uint64_t ps(const Json& us) {
   return static_cast<uint64_t>(std::llround(us.get<double>() * 1e6));
 }
-
-// Sets an environment variable for the scope of a test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_.empty()) {
-      ::unsetenv(name_);
-    } else {
-      ::setenv(name_, old_.c_str(), 1);
-    }
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-};
 
 DeviceOptions traced(TraceLevel level, uint64_t max_events = 0) {
   DeviceOptions o;

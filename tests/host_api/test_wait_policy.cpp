@@ -14,41 +14,17 @@
 #include <vector>
 
 #include "device_helpers.h"
+#include "scoped_env.h"
 
 using namespace mtia;
 using mtia::test::expect_error;
 
 namespace {
 
+using mtia::test::ScopedEnv;
+
 constexpr WaitPolicy kAll[] = {WaitPolicy::kAuto, WaitPolicy::kSpin, WaitPolicy::kYield,
                                WaitPolicy::kBlock};
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      had_ = true;
-      old_ = old;
-    }
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
 
 // CPU time of this process so far (user + system), seconds, from /proc/self/stat.
 double process_cpu_seconds() {

@@ -6,37 +6,13 @@
 #include <string>
 
 #include "mtia/isa/sanitize.h"
+#include "scoped_env.h"
 
 using namespace mtia::isa;
 
 namespace {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      old_ = old;
-      had_ = true;
-    }
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using mtia::test::ScopedEnv;
 
 std::string rejection(std::string_view list) {
   auto r = parse_sanitize_checks(list, "SRC");

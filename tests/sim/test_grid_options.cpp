@@ -16,6 +16,7 @@
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/grid_options.h"
 #include "must.h"
+#include "scoped_env.h"
 
 using mtia::test::must;
 
@@ -27,33 +28,7 @@ using mtia::sim::resolve;
 
 namespace {
 
-// Sets (or with nullptr unsets) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    had_ = std::getenv(name) != nullptr;
-    if (value != nullptr) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      ::setenv(name_, old_.c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using mtia::test::ScopedEnv;
 
 // The mtia-v2 preset written without the given fields, as a preset from before they existed.
 std::filesystem::path preset_without(const std::vector<std::string>& fields) {
