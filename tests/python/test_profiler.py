@@ -289,6 +289,31 @@ def test_nested_and_restarted_profiles_are_defined(dev):
     assert [e.name for e in p.events() if e.device_type == DeviceType.MTIA] == ["binary_scalar"]
 
 
+def test_a_scheduled_profile_writes_tensorboards_trace_with_the_active_steps(dev, tmp_path):
+    # tensorboard_trace_handler and a schedule, as torch-tb-profiler's users set them up: the
+    # file it writes has the device activities of the active steps only, one per launch.
+    x = torch.ones(64, device=dev)
+    torch.mtia.synchronize()
+    launches = []
+    with profile(activities=ACTIVITIES, profile_memory=True,
+                 schedule=torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1),
+                 on_trace_ready=torch.profiler.tensorboard_trace_handler(str(tmp_path))) as p:
+        for step in range(5):
+            before = sum(torch_mtia_emu.kernel_launch_counts().values())
+            (x * (step + 1)).sum()
+            launches.append(sum(torch_mtia_emu.kernel_launch_counts().values()) - before)
+            p.step()
+    files = list(tmp_path.glob("*.pt.trace.json"))
+    assert len(files) == 1, files
+    trace = json.load(open(files[0]))["traceEvents"]
+    steps = [e["name"] for e in trace if e.get("name", "").startswith("ProfilerStep#")
+             and e.get("cat") == "user_annotation"]
+    assert sorted(steps) == ["ProfilerStep#2", "ProfilerStep#3"]
+    assert len(_device_activities(trace)) == launches[2] + launches[3] > 0
+    assert any(e.get("cat") == "cpu_instant_event" and e.get("name") == "[memory]"
+               for e in trace)
+
+
 def test_profile_that_outlives_the_device_keeps_what_it_recorded(training_step):
     result, _, _, _ = training_step
     assert result["outlived"] == ["binary_scalar"]
