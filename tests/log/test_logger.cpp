@@ -1,5 +1,4 @@
 // mtia/log: one factory for every component's logger.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include "mtia/log/logger.h"

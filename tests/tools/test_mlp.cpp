@@ -2,7 +2,6 @@
 // hand-worked bit patterns and exhaustive round trips, the CPU reference against an MLP worked
 // by hand, and the comparison failing on a corrupted output. The device side runs in the
 // cli_demo_* tests (tests/tools/CMakeLists.txt).
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <cmath>
