@@ -9,7 +9,12 @@
  *
  * Chunks are boxes of the iteration space (a partial range of one dimension times every
  * dimension inside it), dealt round-robin to the PEs of the launch. Each PE double-buffers:
- * the DMA brings chunk i+1 in and takes chunk i-1 out while the SE computes chunk i. */
+ * the DMA brings chunk i+1 in and takes chunk i-1 out while the SE computes chunk i.
+ *
+ * An input broadcast inside a chunk (stride 0 along a dimension of the box, such as a per-row
+ * scale [M, 1] against [M, N]) is brought in once per distinct element, into a compact buffer,
+ * and spread over the chunk by a local DMA with zero source strides: read from device memory
+ * element by element, each element would cost a whole DRAM or SRAM burst. */
 #include "klib.h"
 #include "ksig.h"
 
@@ -148,33 +153,83 @@ struct ewjob {
   const pwprog* pw; /* pointwise: the checked program */
 };
 
+/* The compact box of input operand o (o >= 1) in chunk b: the box with every dimension along
+ * which o is broadcast (stride 0) cut to one element. Returns 1 if that leaves fewer elements
+ * than the box. */
+static int ew_compact_box(const ewview* v, int o, const ewbox* b, uint64_t* csize) {
+  int smaller = 0;
+  for (int i = 0; i < b->nb; ++i) {
+    const int bcast = v->st[o][b->first + i] == 0 && b->box[i] > 1;
+    csize[i] = bcast ? 1 : b->box[i];
+    smaller |= bcast;
+  }
+  return smaller;
+}
+
+/* Issues the load of input i (operand i + 1) of chunk b into `full`, or, when the input is
+ * broadcast inside the chunk, of its distinct elements into `compact`; *spread says which. */
+static mtia_tag_t ew_load(const ewjob* j, const ewview* v, int i, const ewbox* b, unsigned es,
+                          void* full, void* compact, int* spread) {
+  const uint64_t dev = j->in[i] + (uint64_t)b->off[i + 1] * es;
+  const int64_t* st = &v->st[i + 1][b->first];
+  uint64_t csize[4];
+  *spread = compact != 0 && ew_compact_box(v, i + 1, b, csize);
+  return kdma_in(*spread ? compact : full, dev, st, *spread ? csize : b->box, b->nb, es);
+}
+
+/* Spreads the compact box of input i over the chunk's contiguous buffer `full`. */
+static void ew_spread(const ewview* v, int i, const ewbox* b, unsigned es, void* full,
+                      const void* compact) {
+  uint64_t csize[4];
+  ew_compact_box(v, i + 1, b, csize);
+  int64_t fs[4], cs[4];
+  kcontig(fs, b->box, b->nb, es);
+  kcontig(cs, csize, b->nb, es);
+  for (int d = 0; d < b->nb; ++d) {
+    if (csize[d] != b->box[d]) cs[d] = 0;
+  }
+  mtia_wait(kdma(kaddr(full), MTIA_PE_SPACE_LOCAL, fs, kaddr(compact), MTIA_PE_SPACE_LOCAL, cs,
+                 b->box, b->nb, es));
+}
+
 static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st) {
   ewview v;
   int s = ewview_make(&v, size, j->nin + 1, st);
   if (s != MTIA_KSTATUS_OK) return s;
   if (v.total == 0) return MTIA_KSTATUS_OK;
+  /* Inputs with a stride-0 dimension: compact buffers for their distinct elements. */
+  int bcast[EW_MAX_IN] = {0, 0, 0, 0, 0};
+  for (int i = 0; i < j->nin; ++i) {
+    for (int d = 0; d < v.nd; ++d) bcast[i] |= v.st[i + 1][d] == 0;
+  }
 
   const uint64_t pe = mtia_pe_id(), pes = mtia_num_pes();
   const unsigned oes = kdt_size(j->out_dt);
   unsigned ies[EW_MAX_IN] = {0, 0, 0, 0, 0};
   uint64_t bpe = oes;
+  uint64_t nbuf = (uint64_t)j->nin + 1; /* buffers per set */
   for (int i = 0; i < j->nin; ++i) {
     ies[i] = kdt_size(j->in_dt[i]);
-    bpe += ies[i];
+    bpe += ies[i] * (bcast[i] ? 2u : 1u);
+    nbuf += (uint64_t)bcast[i];
   }
   karena a;
   karena_init(&a);
-  const uint64_t slack = (2u * (uint64_t)(j->nin + 1) + (uint64_t)j->ntmp) * 64u; /* alignment */
-  const uint64_t per = 2 * bpe + (uint64_t)j->ntmp * oes; /* bytes per element of a chunk */
+  const uint64_t slack = (2u * nbuf + (uint64_t)j->ntmp) * 64u; /* alignment */
+  const uint64_t per = 2 * bpe + (uint64_t)j->ntmp * oes;       /* bytes per element of a chunk */
   uint64_t cap = karena_left(&a) > slack ? (karena_left(&a) - slack) / per : 0;
   cap = KMIN(cap, 1u << 16);
   /* Small tensors: spread them over the PEs rather than fill one PE's buffers. */
   cap = KMIN(cap, KMAX(256u, kceil_div(v.total, pes)));
   if (cap == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
   void* inb[2][EW_MAX_IN + EW_MAX_TMP] = {{0}, {0}};
+  void* cmp[2][EW_MAX_IN] = {{0}, {0}}; /* compact buffers of broadcast inputs */
   void* outb[2];
   for (int set = 0; set < 2; ++set) {
-    for (int i = 0; i < j->nin; ++i) inb[set][i] = kalloc(&a, cap * ies[i]);
+    for (int i = 0; i < j->nin; ++i) {
+      inb[set][i] = kalloc(&a, cap * ies[i]);
+      if (bcast[i]) cmp[set][i] = kalloc(&a, cap * ies[i]);
+    }
     outb[set] = kalloc(&a, cap * oes);
     if (outb[set] == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
   }
@@ -187,14 +242,14 @@ static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st)
   ewchunks_plan(&c, &v, cap);
   ewbox box[2];
   mtia_tag_t ld[2][EW_MAX_IN] = {{0}, {0}};
+  int spread[2][EW_MAX_IN] = {{0}, {0}};
   mtia_tag_t st_tag[2] = {0, 0};
 
   uint64_t idx = pe;
   if (idx < c.n) {
     ewchunk_at(&v, &c, idx, &box[0]);
     for (int i = 0; i < j->nin; ++i) {
-      ld[0][i] = kdma_in(inb[0][i], j->in[i] + (uint64_t)box[0].off[i + 1] * ies[i],
-                         &v.st[i + 1][box[0].first], box[0].box, box[0].nb, ies[i]);
+      ld[0][i] = ew_load(j, &v, i, &box[0], ies[i], inb[0][i], cmp[0][i], &spread[0][i]);
     }
   }
   for (int k = 0; idx < c.n; ++k, idx += pes) {
@@ -204,11 +259,14 @@ static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st)
     if (idx + pes < c.n) {
       ewchunk_at(&v, &c, idx + pes, &box[nxt]);
       for (int i = 0; i < j->nin; ++i) {
-        ld[nxt][i] = kdma_in(inb[nxt][i], j->in[i] + (uint64_t)box[nxt].off[i + 1] * ies[i],
-                             &v.st[i + 1][box[nxt].first], box[nxt].box, box[nxt].nb, ies[i]);
+        ld[nxt][i] =
+            ew_load(j, &v, i, &box[nxt], ies[i], inb[nxt][i], cmp[nxt][i], &spread[nxt][i]);
       }
     }
-    for (int i = 0; i < j->nin; ++i) mtia_wait(ld[cur][i]);
+    for (int i = 0; i < j->nin; ++i) {
+      mtia_wait(ld[cur][i]);
+      if (spread[cur][i]) ew_spread(&v, i, &box[cur], ies[i], inb[cur][i], cmp[cur][i]);
+    }
     mtia_wait(st_tag[cur]); /* chunk k-2's result has left this output buffer */
     j->fn(j, outb[cur], inb[cur], (uint32_t)box[cur].count);
     st_tag[cur] = kdma_out(j->out + (uint64_t)box[cur].off[0] * oes, &v.st[0][box[cur].first],

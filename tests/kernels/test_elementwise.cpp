@@ -168,6 +168,55 @@ TEST_CASE("unary applies every SE unary op for each dtype it takes", "[kernels][
   CHECK(ops.size() == 41);  // every unary op of the table
 }
 
+TEST_CASE("binary with a per-row, per-column or single broadcast operand over large rows",
+          "[kernels][elementwise]") {
+  // [M, N] op [M, 1] (a per-row scale), [M, N] op [1, N] and [M, N] op [1, 1], with rows long
+  // enough that a chunk holds part of a row or several rows: the broadcast operand is read
+  // once per distinct element and spread over the chunk in the local store.
+  std::mt19937 rng(11);
+  struct Case {
+    int64_t m, n;
+    bool rows, cols;  // b varies along dim 2 (rows) / dim 3 (columns)
+    uint32_t pes;
+  };
+  const Case cases[] = {{3, 70001, true, false, 4},
+                        {300, 517, true, false, 64},
+                        {37, 1031, false, true, 1},
+                        {129, 257, false, false, 4},
+                        {5, 40000, true, false, 1}};
+  for (uint8_t dt : {kF32, kF16}) {
+    for (uint8_t op : {uint8_t(MTIA_PE_SE_MUL), uint8_t(MTIA_PE_SE_DIV)}) {
+      for (const Case& c : cases) {
+        Device dev;
+        const Shape size{1, 1, c.m, c.n};
+        Tensor a = make_tensor(dev, dt, size);
+        Tensor b = make_tensor(dev, dt, {1, 1, c.rows ? c.m : 1, c.cols ? c.n : 1});
+        randomize(dev, a, rng, -4, 4);
+        randomize(dev, b, rng, 0.5, 4);  // no 0 divisors
+        const Shape b_st{0, 0, c.rows ? b.stride[2] : 0, c.cols ? b.stride[3] : 0};
+        Tensor out = make_tensor(dev, dt, size);
+        expect_ok(dev.launch(
+            lib(), "binary",
+            cat(cat(cat(cat({ptr(out.addr), ptr(a.addr), ptr(b.addr), i64(op), dtype(dt)},
+                            out.size_args()),
+                        out.stride_args()),
+                    a.stride_args()),
+                {i64(b_st[0]), i64(b_st[1]), i64(b_st[2]), i64(b_st[3])}),
+            grid(c.pes)));
+        check_tensor(
+            dev, out,
+            [&](const Shape& i) {
+              return ref_binary(op, dt, a.at(i),
+                                b.at({0, 0, c.rows ? i[2] : 0, c.cols ? i[3] : 0}));
+            },
+            tol_for(dt),
+            "binary op " + std::to_string(op) + " " + dt_name(dt) + " " + std::to_string(c.m) +
+                "x" + std::to_string(c.n));
+      }
+    }
+  }
+}
+
 TEST_CASE("binary applies every SE binary op with broadcasting", "[kernels][elementwise]") {
   const std::vector<uint8_t> ops = se_ops_of_arity(2);
   std::mt19937 rng(5);
