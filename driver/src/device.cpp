@@ -339,8 +339,8 @@ class DeviceImpl final : public Device {
     return {};
   }
 
-  // Switches on the sanitizer's checks, if any, and for memcheck from now on tells the device
-  // of every allocation and free (docs/sanitizer.md); the allocator is still empty.
+  // Switches on the sanitizer's checks, if any, and for memcheck and initcheck from now on tells
+  // the device of every allocation and free (docs/sanitizer.md); the allocator is still empty.
   isa::Status start_sanitizer() {
     if (sanitize_ == 0) return {};
     be_->write_register(isa::reg::kSanitize, sanitize_);
@@ -354,7 +354,7 @@ class DeviceImpl final : public Device {
               isa::sanitize_checks_name(sanitize_),
               on ? fmt::format("it reports checks 0x{:x}", on.value()) : on.error().reason));
     }
-    if ((sanitize_ & isa::kSanitizeMemcheck) == 0) return {};  // the table is memcheck's
+    if ((sanitize_ & isa::kSanitizeAllocationTable) == 0) return {};
     Backend* be = be_;
     allocator_->set_observer([be](uint64_t address, uint64_t bytes, bool live) {
       be->write_register(isa::reg::kMemcheckBase, address);

@@ -202,8 +202,8 @@ isa::Result<bool> CommandProcessor::write_register(uint64_t offset, uint64_t val
     return true;
   }
   if (offset == reg::kMemcheckOp) {
-    if ((sanitize_ & isa::kSanitizeMemcheck) == 0) {
-      return bad_register(offset, "memcheck is off (reg::kSanitize)");
+    if ((sanitize_ & isa::kSanitizeAllocationTable) == 0) {
+      return bad_register(offset, "memcheck and initcheck are off (reg::kSanitize)");
     }
     const auto op = static_cast<isa::MemcheckOp>(value);
     if (op != isa::MemcheckOp::kLive && op != isa::MemcheckOp::kFreed) {

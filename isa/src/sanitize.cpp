@@ -1,6 +1,7 @@
 #include "mtia/isa/sanitize.h"
 
 #include <cstdlib>
+#include <utility>
 
 namespace mtia::isa {
 namespace {
@@ -24,17 +25,15 @@ Result<uint64_t> parse_sanitize_checks(std::string_view list, std::string_view s
       checks |= kSanitizeMemcheck;
     } else if (name == "racecheck") {
       checks |= kSanitizeRacecheck;
-    } else if (name == "initcheck" || name == "synccheck") {
-      return reject(ErrorCode::kInvalidArgument,
-                    head + std::string(name) +
-                        " is not available yet; this release implements memcheck and racecheck "
-                        "(docs/sanitizer.md)");
+    } else if (name == "initcheck") {
+      checks |= kSanitizeInitcheck;
+    } else if (name == "synccheck") {
+      checks |= kSanitizeSynccheck;
     } else {
       return reject(ErrorCode::kInvalidArgument,
                     head + "'" + std::string(name) +
                         "' is not a sanitizer check; give a comma-separated list of memcheck, "
-                        "racecheck, initcheck and synccheck (memcheck and racecheck are the ones "
-                        "available), or off");
+                        "racecheck, initcheck and synccheck, or off");
     }
     if (comma == std::string_view::npos) break;
     list.remove_prefix(comma + 1);
@@ -51,8 +50,13 @@ Result<uint64_t> sanitize_checks_from_environment() {
 std::string sanitize_checks_name(uint64_t checks) {
   if (checks == 0) return "off";
   std::string out;
-  if (checks & kSanitizeMemcheck) out += "memcheck";
-  if (checks & kSanitizeRacecheck) out += out.empty() ? "racecheck" : ",racecheck";
+  for (const auto& [bit, name] :
+       {std::pair{kSanitizeMemcheck, "memcheck"}, std::pair{kSanitizeRacecheck, "racecheck"},
+        std::pair{kSanitizeInitcheck, "initcheck"}, std::pair{kSanitizeSynccheck, "synccheck"}}) {
+    if ((checks & bit) == 0) continue;
+    if (!out.empty()) out += ",";
+    out += name;
+  }
   return out;
 }
 

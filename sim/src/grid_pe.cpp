@@ -48,6 +48,7 @@ void PeGrid::Pe::begin(uint64_t t0_ps) {
   failed_at = kNoTicket;
   sanitizer_finding.clear();
   race_log.clear();
+  dram_written.clear();
   log_.clear();
   resolved_.clear();
 }
@@ -57,10 +58,14 @@ UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
     case UnitOp::kBarrier:
       at_barrier = true;
       barrier_arrival = r.cycle;
+      barrier_pc = r.pc;
       return UnitResponse::stall();
     case UnitOp::kWait: {
       if (r.rs1 == 0) return UnitResponse::done(0);  // tag 0 is always complete
       if (r.rs1 > tag_done_.size()) {
+        if (grid_.shared_.sanitize & isa::kSanitizeSynccheck) [[unlikely]] {
+          sanitizer_finding = synccheck_tag(r);
+        }
         return UnitResponse::fault(
             fmt::format("pe.wait on tag {}, which was never issued ({} operations issued so far)",
                         r.rs1, tag_done_.size()));
@@ -74,6 +79,9 @@ UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
     case UnitOp::kPoll: {
       if (r.rs1 == 0) return UnitResponse::done(1);
       if (r.rs1 > tag_done_.size()) {
+        if (grid_.shared_.sanitize & isa::kSanitizeSynccheck) [[unlikely]] {
+          sanitizer_finding = synccheck_tag(r);
+        }
         return UnitResponse::fault(
             fmt::format("pe.poll on tag {}, which was never issued ({} operations issued so far)",
                         r.rs1, tag_done_.size()));
@@ -173,8 +181,14 @@ UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   if (!job.ok()) return UnitResponse::fault(job.error().reason);
   DmaPlan& plan = job.value().plan;
   if (grid_.shared_.sanitize != 0) [[unlikely]] {
-    if (grid_.shared_.memcheck.on()) {
+    if (grid_.shared_.sanitize & isa::kSanitizeMemcheck) {
       if (std::string found = memcheck(r, plan); !found.empty()) {
+        sanitizer_finding = found;
+        return UnitResponse::fault(std::move(found));
+      }
+    }
+    if (grid_.shared_.sanitize & isa::kSanitizeInitcheck) {
+      if (std::string found = initcheck(r, d, plan); !found.empty()) {
         sanitizer_finding = found;
         return UnitResponse::fault(std::move(found));
       }
@@ -214,6 +228,62 @@ std::string PeGrid::Pe::memcheck(const pe::UnitRequest& r, const DmaPlan& plan) 
                        r.pc, write ? "writes" : "reads", side.span.size(), side.span.lo, miss.what);
   }
   return {};
+}
+
+std::string PeGrid::Pe::initcheck(const pe::UnitRequest& r, const mtia_pe_dma_desc& d,
+                                  const DmaPlan& plan) {
+  // Only DRAM holds the driver's allocations; SRAM is the launch's scratch.
+  auto in_dram = [](const SideInfo& side) {
+    return !side.host && side.memory == MemoryKind::kDram;
+  };
+  // Bytes of a read row are unwritten when neither the device's record (as of the last barrier)
+  // nor this PE's own writes since hold them, and a live allocation does.
+  constexpr uint64_t kMaxRows = uint64_t{1} << 22;
+  const ByteSet& written = grid_.shared_.initcheck.bytes();
+  std::string found;
+  if (d.src_space == MTIA_PE_SPACE_DEVICE && in_dram(plan.src) &&
+      written.first_gap(plan.src.span.lo, plan.src.span.hi).size() != 0) {
+    for_each_dma_row(d.src, d.src_strides, d, kMaxRows, [&](uint64_t lo, uint64_t hi) {
+      for (uint64_t at = lo; at < hi && found.empty();) {
+        const isa::ByteSpan gap = written.first_gap(at, hi);
+        if (gap.size() == 0) return;
+        const isa::ByteSpan unwritten = dram_written.first_gap(gap.lo, gap.hi);
+        if (unwritten.size() == 0) {
+          at = gap.hi;
+          continue;
+        }
+        uint64_t base = 0, bytes = 0;
+        if (!grid_.shared_.memcheck.first_allocation_in(unwritten.lo, unwritten.hi, base, bytes)) {
+          at = unwritten.hi;  // memcheck's business
+          continue;
+        }
+        const uint64_t ulo = std::max(unwritten.lo, base);
+        const uint64_t uhi = std::min(unwritten.hi, base + bytes);
+        found = fmt::format(
+            "initcheck: dma.start at pc 0x{:x} reads {} bytes at 0x{:x}: the {} bytes at "
+            "0x{:x}..0x{:x} (offset {} of the allocation at 0x{:x} ({} bytes)) were not written "
+            "since the allocation was made",
+            r.pc, plan.src.span.size(), plan.src.span.lo, uhi - ulo, ulo, uhi - 1, ulo - base, base,
+            bytes);
+      }
+    });
+    if (!found.empty()) return found;
+  }
+  if (d.dst_space == MTIA_PE_SPACE_DEVICE && in_dram(plan.dst)) {
+    for_each_dma_row(d.dst, d.dst_strides, d, RaceLog::kMaxRunsPerDma,
+                     [&](uint64_t lo, uint64_t hi) { dram_written.add(lo, hi); });
+  }
+  return found;
+}
+
+std::string PeGrid::Pe::synccheck_tag(const pe::UnitRequest& r) const {
+  const std::string issued = tag_done_.size() <= 1
+                                 ? std::string(tag_done_.empty() ? "no tag" : "tag 1")
+                                 : fmt::format("tags 1 to {}", tag_done_.size());
+  return fmt::format(
+      "synccheck: {} at pc 0x{:x} waits on tag {}, which this PE never issued (its dma.start "
+      "and unit instructions issued {} so far in this launch)",
+      r.op == UnitOp::kWait ? "pe.wait" : "pe.poll", r.pc, r.rs1, issued);
 }
 
 void PeGrid::Pe::log_race_access(const pe::UnitRequest& r, const mtia_pe_dma_desc& d,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "deferred_work.h"
+#include "initcheck.h"
 #include "local_dma.h"
 #include "mtia/sim/memory_system.h"
 #include "mtia/sim/pe/riscv_core.h"
@@ -72,6 +73,10 @@ class PeGrid::Pe : public pe::UnitPort {
   std::string sanitizer_finding;
   // racecheck: the device bytes its DMAs touched since its last barrier.
   RaceLog race_log;
+  // initcheck: the DRAM bytes its DMAs wrote since its last barrier (the grid adds them to
+  // the device's record at each barrier and at the launch's end).
+  ByteSet dram_written;
+  uint64_t barrier_pc = 0;  // of the pe.barrier it waits at (or waited at last)
 
   UnitResponse issue(pe::RiscvCore& core, const pe::UnitRequest& r) override;
 
@@ -127,6 +132,11 @@ class PeGrid::Pe : public pe::UnitPort {
   UnitResponse dma(pe::RiscvCore& core, const pe::UnitRequest& r);
   // memcheck (docs/sanitizer.md): what is wrong with the DMA's DRAM sides, or "" if nothing.
   std::string memcheck(const pe::UnitRequest& r, const DmaPlan& plan) const;
+  // initcheck (docs/sanitizer.md): what DRAM bytes of a live allocation the DMA reads that
+  // nothing has written, or "" if none (then its DRAM writes are recorded).
+  std::string initcheck(const pe::UnitRequest& r, const mtia_pe_dma_desc& d, const DmaPlan& plan);
+  // synccheck: the finding for a pe.wait or pe.poll on a tag this PE never issued.
+  std::string synccheck_tag(const pe::UnitRequest& r) const;
   // racecheck: logs the DMA's device-memory sides (DRAM and SRAM).
   void log_race_access(const pe::UnitRequest& r, const mtia_pe_dma_desc& d, const DmaPlan& plan);
 

@@ -70,6 +70,16 @@ std::map<uint64_t, uint64_t>::const_iterator Memcheck::live_at(uint64_t addr) co
   return addr - it->first < it->second ? it : live_.end();
 }
 
+bool Memcheck::first_allocation_in(uint64_t lo, uint64_t hi, uint64_t& base,
+                                   uint64_t& bytes) const {
+  auto it = live_at(lo);
+  if (it == live_.end()) it = live_.lower_bound(lo);
+  if (it == live_.end() || it->first >= hi) return false;
+  base = it->first;
+  bytes = it->second;
+  return true;
+}
+
 std::string Memcheck::describe_live(uint64_t base, uint64_t bytes) const {
   return fmt::format("the allocation at 0x{:x} ({} bytes)", base, bytes);
 }

@@ -1,6 +1,6 @@
-// memcheck's allocation table (docs/sanitizer.md): the driver's live DRAM allocations, as its
-// allocator reports them through the sanitizer registers (isa/registers.h, isa/sanitize.h), and
-// the ones freed since. Private to sim/.
+// The allocation table of memcheck and initcheck (docs/sanitizer.md): the driver's live DRAM
+// allocations, as its allocator reports them through the sanitizer registers (isa/registers.h,
+// isa/sanitize.h), and the ones freed since. Private to sim/.
 //
 // Written by the firmware's register handling and read by the PE grid's DMA checks, both on the
 // simulator thread or, on the PE pool, while the simulator thread waits for the pool (no
@@ -20,7 +20,7 @@ namespace mtia::sim::detail {
 class Memcheck {
  public:
   bool on() const { return on_; }
-  // Switches memcheck on or off; off forgets the table.
+  // Switches the table on or off (on while memcheck or initcheck is); off forgets it.
   void enable(bool on);
   // One allocation or free. Rejects (kInvalidArgument) an empty or wrapping range, a live
   // range that overlaps a live one, and a free of a base that is not a live allocation's.
@@ -35,6 +35,10 @@ class Memcheck {
   bool inside(uint64_t lo, uint64_t hi, Miss& miss) const;
 
   uint64_t live_allocations() const { return live_.size(); }
+
+  // The lowest live allocation that holds a byte of [lo, hi): true, with its base and bytes,
+  // or false if none does.
+  bool first_allocation_in(uint64_t lo, uint64_t hi, uint64_t& base, uint64_t& bytes) const;
 
  private:
   static constexpr size_t kRememberFreed = 4096;  // freed ranges kept for reports

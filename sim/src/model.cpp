@@ -251,13 +251,16 @@ isa::Status CommandProcessorModule::set_sanitize(uint64_t checks) {
                        "the sanitizer cannot be switched while a launch runs");
   }
   shared_.sanitize = checks;
-  shared_.memcheck.enable((checks & isa::kSanitizeMemcheck) != 0);
+  shared_.memcheck.enable((checks & isa::kSanitizeAllocationTable) != 0);
+  shared_.initcheck.enable((checks & isa::kSanitizeInitcheck) != 0);
   return {};
 }
 
 isa::Status CommandProcessorModule::memcheck_update(isa::MemcheckOp op, uint64_t base,
                                                     uint64_t bytes) {
-  return shared_.memcheck.update(op, base, bytes);
+  MTIA_RETURN_IF_ERROR(shared_.memcheck.update(op, base, bytes));
+  if (shared_.initcheck.on()) shared_.initcheck.update(op, base, bytes);
+  return {};
 }
 
 void CommandProcessorModule::launch_start(const isa::LaunchPacket& launch,

@@ -32,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "initcheck.h"
 #include "memcheck.h"
 #include "mtia/firmware/command_processor.h"
 #include "mtia/firmware/platform.h"
@@ -124,9 +125,11 @@ struct SimShared {
   // How the PE grid uses the host (threads, hand-off threshold, lazy loads).
   PeGridHostSettings grid_host;
   // The sanitizer's checks (isa/sanitize.h SanitizeCheck bits), 0 unless the driver switches
-  // them on, and memcheck's allocation table (memcheck.h).
+  // them on, the allocation table of memcheck and initcheck (memcheck.h), and initcheck's
+  // record of the device bytes written (initcheck.h).
   uint64_t sanitize = 0;
   Memcheck memcheck;
+  Initcheck initcheck;
 
   // Publishes the simulator's current time to host threads (simulator thread only).
   void sync_time();

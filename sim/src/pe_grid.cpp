@@ -55,8 +55,13 @@ PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared)
   workers_ =
       std::make_unique<pe::UnitWorkers>(params_.unit_threads, static_cast<uint32_t>(pes_.size()));
   if (params_.pe_threads > 1) pool_ = std::make_unique<PePool>(params_.pe_threads - 1);
-  shared_.memory->set_device_access_observer(
-      [this](isa::ByteSpan span, bool write) { before_device_access(span, write); });
+  shared_.memory->set_device_access_observer([this](isa::ByteSpan span, bool write) {
+    // initcheck: host copies and fills write device bytes.
+    if (write && shared_.initcheck.on()) [[unlikely]] {
+      shared_.initcheck.written(span.lo, span.hi);
+    }
+    before_device_access(span, write);
+  });
   SC_HAS_PROCESS(PeGrid);
   SC_THREAD(run);
   set_stack_size(kThreadStackBytes);
@@ -337,7 +342,21 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     }
   }
 
+  const bool initcheck = (shared_.sanitize & isa::kSanitizeInitcheck) != 0;
+  if (initcheck) [[unlikely]] {
+    shared_.initcheck.apply_host_writes();
+  }
+  // initcheck: what the PEs' DMA wrote becomes what every PE may read after the barrier.
+  auto publish_writes = [&] {
+    for (Pe* p : pes) {
+      shared_.initcheck.written(p->dram_written);
+      p->dram_written.clear();
+    }
+  };
   auto finish = [&](isa::Status outcome) {
+    if (initcheck) [[unlikely]] {
+      publish_writes();
+    }
     // The local stores hold every load when the launch ends. All copies are queued before
     // any is waited for, so the simulator thread helps with any PE's work meanwhile.
     for (Pe* p : pes) p->copy_loads();
@@ -377,6 +396,7 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
   // racecheck: the PEs' accesses since the last barrier (or the start), compared when every PE
   // has reached the next one or the launch ends; `barriers` have been released before them.
   const bool racecheck = (shared_.sanitize & isa::kSanitizeRacecheck) != 0;
+  const bool synccheck = (shared_.sanitize & isa::kSanitizeSynccheck) != 0;
   std::vector<RaceLog*> race_logs;
   if (racecheck) {
     for (Pe* p : pes) race_logs.push_back(&p->race_log);
@@ -402,6 +422,31 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
                     pe(race->pe_a), pe(race->pe_b), race->hi - race->lo, race->lo, race->hi - 1,
                     from, to, how(race->pe_a, race->a), how(race->pe_b, race->b)),
         race->a.pc, race->pe_a);
+  };
+  // synccheck: PEs wait at a barrier that others, having exited, never reach. The lowest PE
+  // waiting names the barrier; the lowest PE that exited, and how many more did.
+  auto barrier_not_reached = [&](uint64_t barrier) {
+    uint32_t waiter = n, exited = n, more = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (pes[i]->core().state() == pe::RiscvCore::State::kExited) {
+        more += exited != n;
+        if (exited == n) exited = i;
+      } else if (waiter == n) {
+        waiter = i;
+      }
+    }
+    assert(waiter != n && exited != n);
+    const Pe& w = *pes[waiter];
+    const pe::RiscvCore& x = pes[exited]->core();
+    return sanitizer_failure(
+        fmt::format(
+            "PE {} (row {}, col {}): synccheck: pe.barrier at pc 0x{:x} (barrier {} of the "
+            "launch) is not reached by PE {} (row {}, col {}), which exited at pc 0x{:x} "
+            "after {} barriers{}",
+            waiter, waiter / cols, waiter % cols, w.barrier_pc, barrier, exited, exited / cols,
+            exited % cols, x.pc(), barrier - 1,
+            more == 0 ? std::string() : fmt::format(", nor by {} more PEs that exited", more)),
+        w.barrier_pc, waiter);
   };
   auto kernel_failure = [&](uint32_t i) {
     pe::RiscvCore& core = pes[i]->core();
@@ -447,10 +492,16 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     }
     if (running == 0) break;
     if (waiting == running) {
+      if (synccheck && running < n) [[unlikely]] {
+        return finish(barrier_not_reached(barriers + 1));
+      }
       if (racecheck) [[unlikely]] {
         if (auto race = race_found(false)) return finish(std::move(*race));
-        ++barriers;
       }
+      if (initcheck) [[unlikely]] {
+        publish_writes();
+      }
+      ++barriers;
       ++stats_.barriers;
       // What a PE wrote to device memory before the barrier is there for the others after it,
       // and what it reads there is read before they write. Its local store is its own: others

@@ -7,48 +7,9 @@ namespace mtia::sim::detail {
 
 void RaceLog::add(uint64_t pc, bool write, uint64_t addr, const uint64_t* strides,
                   const mtia_pe_dma_desc& d) {
-  const int nd = std::min<int>(d.ndims, MTIA_PE_DMA_MAX_DIMS);
-  for (int i = 0; i < nd; ++i) {
-    if (d.sizes[i] == 0) return;  // an empty transfer touches nothing
-  }
-  // The innermost dimensions whose elements follow each other form one run.
-  int k = nd - 1;
-  for (uint64_t run = d.elem_size; k >= 0; --k) {
-    if (d.sizes[k] <= 1) continue;
-    if (strides[k] != run) break;
-    run *= d.sizes[k];
-  }
-  // Rows: every index of dimensions 0..k. Too many: merge the innermost into the span.
-  auto rows_of = [&](int last) {
-    uint64_t rows = 1;
-    for (int i = 0; i <= last; ++i) {
-      if (d.sizes[i] > kMaxRunsPerDma) return kMaxRunsPerDma + 1;
-      rows = std::min(rows * d.sizes[i], kMaxRunsPerDma + 1);
-    }
-    return rows;
-  };
-  while (k >= 0 && rows_of(k) > kMaxRunsPerDma) --k;
-  // The bytes one row covers, relative to its first element.
-  __int128 lo = 0, hi = d.elem_size;
-  for (int i = k + 1; i < nd; ++i) {
-    const __int128 ext = static_cast<__int128>(d.sizes[i] - 1) * static_cast<int64_t>(strides[i]);
-    (ext < 0 ? lo : hi) += ext;
-  }
-  const uint64_t row_lo = static_cast<uint64_t>(static_cast<int64_t>(lo));
-  const uint64_t row_bytes = static_cast<uint64_t>(hi - lo);
-  uint64_t index[MTIA_PE_DMA_MAX_DIMS] = {};
-  for (;;) {
-    uint64_t off = 0;
-    for (int i = 0; i <= k; ++i) off += index[i] * strides[i];  // wraps for negative strides
-    const uint64_t start = addr + off + row_lo;
-    runs_.push_back({start, start + row_bytes, pc, write});
-    int i = k;
-    for (; i >= 0; --i) {
-      if (++index[i] < d.sizes[i]) break;
-      index[i] = 0;
-    }
-    if (i < 0) break;
-  }
+  for_each_dma_row(addr, strides, d, kMaxRunsPerDma, [&](uint64_t lo, uint64_t hi) {
+    runs_.push_back({lo, hi, pc, write});
+  });
   if (runs_.size() >= 2 * compacted_ + 4096) compact();
 }
 

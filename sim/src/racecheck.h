@@ -16,6 +16,57 @@
 
 namespace mtia::sim::detail {
 
+// Calls fn(lo, hi) for each row of one side of a DMA, in the transfer's order: the bytes
+// [lo, hi) at device or core address `addr` that `d`'s sizes and `strides` (in bytes, two's
+// complement for negative ones) reach, one run per index of the outer dimensions (the innermost
+// dimensions whose elements follow each other make one row). A transfer of more than
+// `max_rows` rows is described coarser: its innermost dimensions are merged into the span they
+// cover until the rows are few enough. An empty transfer has no rows.
+template <typename Fn>
+void for_each_dma_row(uint64_t addr, const uint64_t* strides, const mtia_pe_dma_desc& d,
+                      uint64_t max_rows, Fn&& fn) {
+  const int nd = d.ndims < MTIA_PE_DMA_MAX_DIMS ? int{d.ndims} : MTIA_PE_DMA_MAX_DIMS;
+  for (int i = 0; i < nd; ++i) {
+    if (d.sizes[i] == 0) return;
+  }
+  int k = nd - 1;
+  for (uint64_t run = d.elem_size; k >= 0; --k) {
+    if (d.sizes[k] <= 1) continue;
+    if (strides[k] != run) break;
+    run *= d.sizes[k];
+  }
+  auto rows_of = [&](int last) {
+    uint64_t rows = 1;
+    for (int i = 0; i <= last; ++i) {
+      if (d.sizes[i] > max_rows) return max_rows + 1;
+      rows = rows * d.sizes[i] < max_rows + 1 ? rows * d.sizes[i] : max_rows + 1;
+    }
+    return rows;
+  };
+  while (k >= 0 && rows_of(k) > max_rows) --k;
+  // The bytes one row covers, relative to its first element.
+  __int128 lo = 0, hi = d.elem_size;
+  for (int i = k + 1; i < nd; ++i) {
+    const __int128 ext = static_cast<__int128>(d.sizes[i] - 1) * static_cast<int64_t>(strides[i]);
+    (ext < 0 ? lo : hi) += ext;
+  }
+  const uint64_t row_lo = static_cast<uint64_t>(static_cast<int64_t>(lo));
+  const uint64_t row_bytes = static_cast<uint64_t>(hi - lo);
+  uint64_t index[MTIA_PE_DMA_MAX_DIMS] = {};
+  for (;;) {
+    uint64_t off = 0;
+    for (int i = 0; i <= k; ++i) off += index[i] * strides[i];  // wraps for negative strides
+    const uint64_t start = addr + off + row_lo;
+    fn(start, start + row_bytes);
+    int i = k;
+    for (; i >= 0; --i) {
+      if (++index[i] < d.sizes[i]) break;
+      index[i] = 0;
+    }
+    if (i < 0) break;
+  }
+}
+
 // One PE's accesses to device memory since its last barrier, as byte runs.
 class RaceLog {
  public:

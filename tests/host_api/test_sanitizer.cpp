@@ -230,15 +230,23 @@ TEST_CASE("memcheck passes a correct kernel", "[sanitizer]") {
 
 TEST_CASE("a bad sanitizer setting is refused with its reason", "[sanitizer]") {
   expect_error(ErrorKind::kInvalidArgument,
-               "DeviceOptions::sanitize=memcheck,synccheck: synccheck is not available yet",
-               [] { Device::open(options("memcheck,synccheck")); });
+               "DeviceOptions::sanitize=memcheck,synchcheck: 'synchcheck' is not a sanitizer check",
+               [] { Device::open(options("memcheck,synchcheck")); });
   expect_error(ErrorKind::kInvalidArgument, "'memchek' is not a sanitizer check",
                [] { Device::open(options("memchek")); });
-  const test::ScopedEnv env("MTIA_EMU_SANITIZE", "initcheck");
+  const test::ScopedEnv env("MTIA_EMU_SANITIZE", "initchek");
   DeviceOptions from_environment = test::functional_options();
   expect_error(ErrorKind::kInvalidArgument,
-               "MTIA_EMU_SANITIZE=initcheck: initcheck is not available yet",
+               "MTIA_EMU_SANITIZE=initchek: 'initchek' is not a sanitizer check",
                [&] { Device::open(from_environment); });
+}
+
+TEST_CASE("the device names the checks it runs", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  CHECK(Device::open(options("synccheck, initcheck")).properties().sanitize ==
+        "initcheck,synccheck");
+  CHECK(Device::open(options("memcheck,racecheck,initcheck,synccheck")).properties().sanitize ==
+        "memcheck,racecheck,initcheck,synccheck");
 }
 
 // ---- racecheck ----
@@ -406,4 +414,174 @@ TEST_CASE("racecheck passes writes to the same bytes separated by barriers", "[s
   if (!sanitizer_available()) return;
   // Every PE writes the same 512 bytes, one after another: the last (PE 3) stays.
   expect_no_race({2, 2}, Touch{.pe_offset = 0, .staged = 1});
+}
+
+// ---- initcheck and synccheck ----
+//
+// The kernels of tests/host_api/kernels/sync_init.c: staged_copy (PE 0 copies in -> tmp, the
+// last PE tmp -> out, with or without a barrier between), early_exit (PEs without work return
+// before the barrier, or reach it) and wait_tag (waits on its DMA's tag plus `slip`).
+
+namespace {
+
+// The reports of `run` (which launches on a fresh device and returns its report) at 1, 2 and 4
+// PE threads must be identical; returns it.
+template <typename Run>
+std::string same_at_every_thread_count(const char* sanitize, Run run) {
+  std::string first;
+  for (const uint32_t pe_threads : {1u, 2u, 4u}) {
+    INFO("pe_threads " << pe_threads);
+    Device dev = Device::open(options(sanitize, pe_threads));
+    const std::string report = run(dev);
+    if (first.empty()) {
+      first = report;
+    } else {
+      CHECK(report == first);
+    }
+    test::check_device_works(dev);
+  }
+  return first;
+}
+
+}  // namespace
+
+TEST_CASE("initcheck reports a PE reading device memory nothing wrote", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  // PE 1 reads the scratch buffer that PE 0 writes, with no barrier between: it reads the
+  // bytes as they were at the launch's start, which nothing had written.
+  const std::vector<int32_t> in_data = iota(1000, 3);
+  uint64_t tmp_address = 0;
+  const std::string report = same_at_every_thread_count("initcheck", [&](Device& dev) {
+    const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
+    DevicePtr in = test::upload(dev, in_data);
+    DevicePtr tmp = dev.malloc(4 * 1000);
+    DevicePtr out = dev.malloc(4 * 1000);
+    tmp_address = tmp.address();
+    dev.launch(m.kernel("staged_copy"), {1, 2}, {in, tmp, out, int64_t{1000}, int64_t{0}});
+    const std::string r = failure(dev);
+    // The fixed twin (a barrier between the stages) passes, on the same device.
+    dev.launch(m.kernel("staged_copy"), {1, 2}, {in, tmp, out, int64_t{1000}, int64_t{1}});
+    dev.synchronize();
+    CHECK(test::download<int32_t>(dev, out, 1000) == in_data);
+    return r;
+  });
+  INFO("report: " << report);
+  CHECK_THAT(report, Catch::Contains("sanitizer: kernel 'staged_copy' on a 1x2 grid"));
+  CHECK_THAT(report, Catch::Contains("PE 1 (row 0, col 1): initcheck: dma.start at pc 0x"));
+  CHECK_THAT(report,
+             Catch::Contains("reads 4000 bytes at " + hex(tmp_address) + ": the 4000 bytes at " +
+                             hex(tmp_address) + ".." + hex(tmp_address + 3999) +
+                             " (offset 0 of the allocation at " + hex(tmp_address) +
+                             " (4000 bytes)) were not written since the allocation was "
+                             "made"));
+  check_pc_is_dma_start(report, MTIA_SYNC_INIT_KERNELS_ELF);
+  // Without the sanitizer the same launch passes, copying whatever tmp held.
+  Device dev = Device::open(options("off"));
+  const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
+  DevicePtr in = test::upload(dev, in_data);
+  DevicePtr tmp = dev.malloc(4 * 1000), out = dev.malloc(4 * 1000);
+  dev.launch(m.kernel("staged_copy"), {1, 2}, {in, tmp, out, int64_t{1000}, int64_t{0}});
+  dev.synchronize();
+}
+
+TEST_CASE("initcheck counts host copies and fills, and a freed block is unwritten again",
+          "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  Device dev = Device::open(options("memcheck,initcheck"));
+  const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
+  const Kernel k = m.kernel("staged_copy");
+  // Only the first 600 of 1000 elements copied from the host: the rest is reported.
+  const std::vector<int32_t> in_data = iota(1000, -7);
+  DevicePtr in = dev.malloc(4 * 1000);
+  dev.copy(in, in_data.data(), 4 * 600);
+  DevicePtr tmp = dev.malloc(4 * 1000), out = dev.malloc(4 * 1000);
+  dev.launch(k, {1, 1}, {in, tmp, out, int64_t{1000}, int64_t{0}});
+  std::string report = failure(dev);
+  INFO("report: " << report);
+  CHECK_THAT(report, Catch::Contains("PE 0 (row 0, col 0): initcheck: dma.start at pc 0x"));
+  CHECK_THAT(report,
+             Catch::Contains("reads 4000 bytes at " + hex(in.address()) + ": the 1600 bytes at " +
+                             hex(in.address() + 2400) + ".." + hex(in.address() + 3999) +
+                             " (offset 2400 of the allocation at " + hex(in.address()) +
+                             " (4000 bytes))"));
+  // The rest copied device to device from a buffer the host filled: now all of it is written.
+  DevicePtr sevens = dev.malloc(4 * 400);
+  dev.memset(sevens, 7, 4 * 400);
+  dev.copy(in + 2400, sevens, 4 * 400);
+  dev.launch(k, {1, 1}, {in, tmp, out, int64_t{1000}, int64_t{0}});
+  dev.synchronize();
+  std::vector<int32_t> expect = in_data;
+  for (size_t i = 600; i < 1000; ++i) expect[i] = 0x07070707;
+  CHECK(test::download<int32_t>(dev, out, 1000) == expect);
+  // Freed and allocated again: its bytes are unwritten again (the allocator reuses the block).
+  const uint64_t old = in.address();
+  dev.free(in);
+  DevicePtr again = dev.malloc(4 * 1000);
+  REQUIRE(again.address() == old);
+  dev.launch(k, {1, 1}, {again, tmp, out, int64_t{1000}, int64_t{0}});
+  report = failure(dev);
+  CHECK_THAT(report, Catch::Contains("the 4000 bytes at " + hex(old) + ".." + hex(old + 3999) +
+                                     " (offset 0 of the allocation at " + hex(old)));
+  test::check_device_works(dev);
+}
+
+TEST_CASE("synccheck reports a barrier that PEs which exited never reach", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  // On a 2x2 grid PEs 2 and 3 have no work and return before the barrier that 0 and 1 wait at.
+  const std::vector<int32_t> in_data = iota(4 * 256, 1);
+  const std::string report = same_at_every_thread_count("synccheck", [&](Device& dev) {
+    const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
+    DevicePtr in = test::upload(dev, in_data);
+    DevicePtr out = dev.malloc(4 * 4 * 256);
+    dev.launch(m.kernel("early_exit"), {2, 2}, {in, out, int64_t{256}, int64_t{2}, int64_t{0}});
+    const std::string r = failure(dev);
+    // The fixed twin: every PE reaches the barrier.
+    dev.launch(m.kernel("early_exit"), {2, 2}, {in, out, int64_t{256}, int64_t{2}, int64_t{1}});
+    dev.synchronize();
+    CHECK(test::download<int32_t>(dev, out, 512) ==
+          std::vector<int32_t>(in_data.begin(), in_data.begin() + 512));
+    return r;
+  });
+  INFO("report: " << report);
+  CHECK_THAT(report, Catch::Contains("sanitizer: kernel 'early_exit' on a 2x2 grid"));
+  CHECK_THAT(report, Catch::Contains("PE 0 (row 0, col 0): synccheck: pe.barrier at pc 0x"));
+  CHECK_THAT(report, Catch::Contains("(barrier 1 of the launch) is not reached by PE 2 (row 1, "
+                                     "col 0), which exited at pc 0x"));
+  CHECK_THAT(report, Catch::Contains("after 0 barriers, nor by 1 more PEs that exited"));
+  // The pc is the kernel's pe.barrier.
+  std::smatch pc;
+  REQUIRE(std::regex_search(report, pc, std::regex("pe\\.barrier at pc 0x([0-9a-f]+)")));
+  const uint32_t word = instruction_at(test::file_bytes(MTIA_SYNC_INIT_KERNELS_ELF),
+                                       std::stoull(pc[1].str(), nullptr, 16));
+  CHECK((word & 0x7F) == MTIA_PE_OPC_CTRL);
+  CHECK(((word >> 12) & 0x7) == MTIA_PE_F3_BARRIER);
+  // Without synccheck the barrier releases the PEs that still run.
+  Device dev = Device::open(options("memcheck,racecheck,initcheck"));
+  const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
+  DevicePtr in = test::upload(dev, in_data);
+  DevicePtr out = dev.malloc(4 * 4 * 256);
+  dev.launch(m.kernel("early_exit"), {2, 2}, {in, out, int64_t{256}, int64_t{2}, int64_t{0}});
+  dev.synchronize();
+}
+
+TEST_CASE("synccheck reports a wait on a tag that was never issued", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  const std::vector<int32_t> in_data = iota(300, 9);
+  const std::string report = same_at_every_thread_count("synccheck", [&](Device& dev) {
+    const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
+    DevicePtr in = test::upload(dev, in_data);
+    DevicePtr out = dev.malloc(4 * 300);
+    dev.launch(m.kernel("wait_tag"), {1, 2}, {in, out, int64_t{300}, int64_t{3}});
+    const std::string r = failure(dev);
+    dev.launch(m.kernel("wait_tag"), {1, 2}, {in, out, int64_t{300}, int64_t{0}});
+    dev.synchronize();
+    CHECK(test::download<int32_t>(dev, out, 300) == in_data);
+    return r;
+  });
+  INFO("report: " << report);
+  // PE 0 comes first in the sequential order; its first DMA is tag 1.
+  CHECK_THAT(report, Catch::Contains("PE 0 (row 0, col 0): synccheck: pe.wait at pc 0x"));
+  CHECK_THAT(report, Catch::Contains("waits on tag 4, which this PE never issued (its dma.start "
+                                     "and unit instructions issued tag 1 so far in this "
+                                     "launch)"));
 }

@@ -43,9 +43,9 @@ inline constexpr uint64_t kDramWindowBytes = 0x0068;
 // RW: the checks that run on the device's launches (SanitizeCheck bits); a bit the device does
 // not implement is rejected. 0 (the default): none, and the device keeps no allocation table.
 inline constexpr uint64_t kSanitize = 0x0070;
-// memcheck's allocation table: write base and bytes, then an operation (MemcheckOp) to
-// kMemcheckOp, which applies it; the driver's allocator does this for each allocation and free.
-// Rejected while memcheck is off.
+// The allocation table of memcheck and initcheck: write base and bytes, then an operation
+// (MemcheckOp) to kMemcheckOp, which applies it; the driver's allocator does this for each
+// allocation and free. Rejected while both checks are off.
 inline constexpr uint64_t kMemcheckBase = 0x0078;   // RW device address
 inline constexpr uint64_t kMemcheckBytes = 0x0080;  // RW bytes
 inline constexpr uint64_t kMemcheckOp = 0x0088;     // W  MemcheckOp; reads as zero

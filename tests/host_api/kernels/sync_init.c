@@ -1,0 +1,108 @@
+/* Kernels for the sanitizer's initcheck and synccheck (test_sanitizer.cpp), each with a bug the
+ * test plants by an argument and its fixed twin. Built as a kernel module like kernels/ builds
+ * the library (tests/host_api/CMakeLists.txt). */
+#include "module_start.h"
+#include "mtia_kernel.h"
+
+/* n int32 from device address `src` to the start of the local store, or back to `dst`; each
+ * returns the DMA's tag. */
+static uint64_t copy_in(uint64_t src, int64_t n) {
+  mtia_pe_dma_desc d;
+  MTIA_ZERO_(d);
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_DMA, 0);
+  d.ndims = 1;
+  d.elem_size = 4;
+  d.src_space = MTIA_PE_SPACE_DEVICE;
+  d.dst_space = MTIA_PE_SPACE_LOCAL;
+  d.src = src;
+  d.dst = mtia_ls_base();
+  d.sizes[0] = (uint64_t)n;
+  d.src_strides[0] = 4;
+  d.dst_strides[0] = 4;
+  return mtia_dma_start(&d);
+}
+
+static uint64_t copy_out(uint64_t dst, int64_t n) {
+  mtia_pe_dma_desc d;
+  MTIA_ZERO_(d);
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_DMA, 0);
+  d.ndims = 1;
+  d.elem_size = 4;
+  d.src_space = MTIA_PE_SPACE_LOCAL;
+  d.dst_space = MTIA_PE_SPACE_DEVICE;
+  d.src = mtia_ls_base();
+  d.dst = dst;
+  d.sizes[0] = (uint64_t)n;
+  d.src_strides[0] = 4;
+  d.dst_strides[0] = 4;
+  return mtia_dma_start(&d);
+}
+
+struct stage_args {
+  uint64_t in;     /* n int32 */
+  uint64_t tmp;    /* n int32 scratch, written by PE 0's first pass */
+  uint64_t out;    /* n int32 */
+  int64_t n;       /* elements, 1..16384 */
+  int64_t barrier; /* 1: a barrier between PE 0 writing tmp and PE 1 reading it (the fix) */
+};
+
+/* Two stages through a scratch buffer: PE 0 copies in -> tmp; PE 1 copies tmp -> out. Without
+ * the barrier PE 1 reads tmp before anything wrote it (initcheck); on a 1x1 grid PE 0 does
+ * both and needs none. */
+MTIA_KERNEL(staged_copy, "in:ptr tmp:ptr out:ptr n:i64 barrier:i64");
+int staged_copy(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(struct stage_args, A);
+  if (A->n < 1 || A->n > 16384) return 1;
+  const uint64_t pe = mtia_pe_id(), pes = mtia_num_pes();
+  if (pe == 0) {
+    mtia_wait(copy_in(A->in, A->n));
+    mtia_wait(copy_out(A->tmp, A->n));
+  }
+  if (A->barrier) mtia_barrier();
+  if (pe == pes - 1) {
+    mtia_wait(copy_in(A->tmp, A->n));
+    mtia_wait(copy_out(A->out, A->n));
+  }
+  return 0;
+}
+
+struct early_args {
+  uint64_t in;  /* n int32 per PE */
+  uint64_t out; /* n int32 per PE */
+  int64_t n;    /* elements per PE, 1..16384 */
+  int64_t skip; /* PEs with an index >= skip have no work */
+  int64_t fix;  /* 0: a PE without work returns before the barrier; 1: it reaches it */
+};
+
+/* Each PE with work copies its slice in, waits at a barrier, then copies it out. */
+MTIA_KERNEL(early_exit, "in:ptr out:ptr n:i64 skip:i64 fix:i64");
+int early_exit(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(struct early_args, A);
+  if (A->n < 1 || A->n > 16384) return 1;
+  const uint64_t pe = mtia_pe_id();
+  const int work = (int64_t)pe < A->skip;
+  if (!work && !A->fix) return 0;
+  const uint64_t off = pe * (uint64_t)A->n * 4;
+  if (work) mtia_wait(copy_in(A->in + off, A->n));
+  mtia_barrier();
+  if (work) mtia_wait(copy_out(A->out + off, A->n));
+  return 0;
+}
+
+struct wait_args {
+  uint64_t in;
+  uint64_t out;
+  int64_t n;    /* 1..16384 */
+  int64_t slip; /* added to the tag the kernel waits on: 0 is right */
+};
+
+/* Copies in and out, waiting on the tag dma.start returned plus `slip`. */
+MTIA_KERNEL(wait_tag, "in:ptr out:ptr n:i64 slip:i64");
+int wait_tag(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(struct wait_args, A);
+  if (A->n < 1 || A->n > 16384) return 1;
+  const uint64_t tag = copy_in(A->in, A->n);
+  mtia_wait(tag + (uint64_t)A->slip);
+  mtia_wait(copy_out(A->out, A->n));
+  return 0;
+}
