@@ -299,6 +299,7 @@ isa::Status Device::write_memory(uint64_t addr, const void* src, uint64_t bytes)
   uint8_t* p = impl_->shared.memory->device().translate(addr, bytes);
   if (p == nullptr) return outside_device_memory("write", addr, bytes);
   if (bytes > 0) std::memcpy(p, src, bytes);
+  impl_->shared.memory->device().note_written(addr, bytes);
   if (impl_->shared.initcheck.on()) [[unlikely]] {
     impl_->shared.initcheck.written_by_host(addr, addr + bytes);
   }

@@ -125,7 +125,41 @@ isa::Result<int> DeviceMemory::split_dram(uint64_t addr, uint64_t bytes) {
   fallocate(dram_.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
             static_cast<off_t>(bytes));  // best effort: only frees memory
   splits_.push_back({offset, bytes, fd});
+  uncounted_writers_.store(true, std::memory_order_relaxed);
   return fd;
+}
+
+// One mutex orders a write's report against a reader's watch: a write reported before the
+// reader watches was in place before the reader read the bytes; one reported after it sees the
+// watched span and is counted.
+void DeviceMemory::watch(uint64_t addr, uint64_t bytes) {
+  const std::pair<uint64_t, uint64_t> range{addr, addr + std::max<uint64_t>(bytes, 1)};
+  std::lock_guard lock(watch_mu_);
+  for (const auto& w : watched_) {
+    if (w.first <= range.first && range.second <= w.second) return;
+  }
+  watched_.push_back(range);
+}
+
+void DeviceMemory::unwatch_all() {
+  std::lock_guard lock(watch_mu_);
+  watched_.clear();
+}
+
+uint64_t DeviceMemory::watched_writes() const {
+  std::lock_guard lock(watch_mu_);
+  return watched_writes_;
+}
+
+void DeviceMemory::note_written(uint64_t addr, uint64_t bytes) {
+  const uint64_t hi = addr + std::max<uint64_t>(bytes, 1);
+  std::lock_guard lock(watch_mu_);
+  for (const auto& w : watched_) {
+    if (addr < w.second && w.first < hi) {
+      ++watched_writes_;
+      return;
+    }
+  }
 }
 
 DeviceMemory::~DeviceMemory() {

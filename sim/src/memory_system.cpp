@@ -581,7 +581,7 @@ uint8_t* MemorySystem::translate(const SideInfo& side, uint32_t context) const {
   return device_.translate(side.span.lo, side.span.size());
 }
 
-isa::Status MemorySystem::bind(const DmaPlan& plan, BoundDma& out) const {
+isa::Status MemorySystem::bind(const DmaPlan& plan, BoundDma& out) {
   assert(plan.status.ok());
   auto fault = [](const SideInfo& side) {
     return isa::reject(
@@ -591,6 +591,10 @@ isa::Status MemorySystem::bind(const DmaPlan& plan, BoundDma& out) const {
   out.is_fill = plan.is_fill;
   out.dst = translate(plan.dst, plan.context);
   if (out.dst == nullptr) return fault(plan.dst);
+  if (!plan.dst.host && plan.dst.memory == MemoryKind::kDram) {
+    out.dram = &device_;
+    out.dst_span = plan.dst.span;
+  }
   if (plan.is_fill) {
     out.fill = plan.fill;
     return isa::Status{};
@@ -608,6 +612,7 @@ void BoundDma::run() const {
   } else {
     nd_copy(dst, copy.dst.strides, src, copy.src.strides, copy.sizes, copy.ndims, copy.elem_size);
   }
+  if (dram != nullptr) dram->note_written(dst_span.lo, dst_span.size());
 }
 
 isa::Status MemorySystem::perform(const DmaPlan& plan) {

@@ -221,6 +221,7 @@ isa::Status CommandProcessorModule::write_device(uint64_t addr, const void* src,
   if (p == nullptr) return device_fault(addr, bytes);
   shared_.memory->notify_device_access({addr, addr + bytes}, true);
   std::memcpy(p, src, bytes);
+  shared_.memory->device().note_written(addr, bytes);
   return {};
 }
 

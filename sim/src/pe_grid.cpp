@@ -181,7 +181,7 @@ void PeGrid::run() {
 
 isa::Status PeGrid::load_program(const isa::LaunchPacket& launch,
                                  std::shared_ptr<const pe::Program>& out) {
-  const DeviceMemory& mem = shared_.memory->device();
+  DeviceMemory& mem = shared_.memory->device();
   const uint64_t addr = launch.image_addr;
   auto bad = [&](std::string why) {
     return isa::reject(isa::ErrorCode::kBadKernelImage,
@@ -255,13 +255,28 @@ isa::Status PeGrid::load_program(const isa::LaunchPacket& launch,
   }
   const uint64_t entry = MTIA_PE_IMAGE_BASE + launch.entry_offset;
 
-  // Decoding is the expensive part; relaunching the same bytes reuses it.
+  // Decoding is the expensive part; relaunching the same bytes reuses it. An image in DRAM is
+  // watched (DeviceMemory's counted writes): while no write has touched it since it was
+  // cached, its bytes are not compared again.
   const auto key = std::make_pair(addr, entry);
-  if (auto it = cache_.find(key); it != cache_.end() && it->second.bytes.size() == size &&
-                                  std::memcmp(it->second.bytes.data(), bytes, size) == 0) {
-    ++stats_.program_cache_hits;
-    out = it->second.program;
-    return isa::Status{};
+  const bool counted = mem.kind_of(addr, size) == MemoryKind::kDram && !mem.writes_uncounted();
+  auto it = cache_.find(key);
+  if (it == cache_.end() && cache_.size() >= params_.max_cached_programs) {
+    cache_.clear();
+    mem.unwatch_all();
+  }
+  if (counted) mem.watch(addr, size);
+  const uint64_t writes = counted ? mem.watched_writes() : 0;
+  if (it != cache_.end() && it->second.bytes.size() == size) {
+    CachedProgram& cached = it->second;
+    if ((counted && cached.counted && cached.writes == writes) ||
+        std::memcmp(cached.bytes.data(), bytes, size) == 0) {
+      cached.counted = counted;
+      cached.writes = writes;
+      ++stats_.program_cache_hits;
+      out = cached.program;
+      return isa::Status{};
+    }
   }
   auto elf = pe::parse_elf(std::span<const uint8_t>(bytes, size));
   if (!elf.ok()) return bad(elf.error().reason);
@@ -270,8 +285,8 @@ isa::Status PeGrid::load_program(const isa::LaunchPacket& launch,
   auto program = pe::Program::create(image);
   if (!program.ok()) return bad(program.error().reason);
   ++stats_.program_loads;
-  if (cache_.size() >= params_.max_cached_programs) cache_.clear();
-  cache_[key] = CachedProgram{std::vector<uint8_t>(bytes, bytes + size), entry, program.value()};
+  cache_[key] = CachedProgram{std::vector<uint8_t>(bytes, bytes + size), entry, program.value(),
+                              counted, writes};
   out = program.value();
   return isa::Status{};
 }
@@ -337,6 +352,9 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
             isa::ErrorCode::kBadKernelImage,
             fmt::format("PE {} cannot start the kernel: {}", index, started.error().reason),
             launch.image_addr, index);
+      }
+      if (shared_.sanitize & isa::kSanitizeInitcheck) [[unlikely]] {
+        slot->poison_local_store(*program);
       }
       pes.push_back(slot.get());
     }

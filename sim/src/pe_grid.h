@@ -142,6 +142,10 @@ class PeGrid : public sc_core::sc_module {
     std::vector<uint8_t> bytes;
     uint64_t entry = 0;
     std::shared_ptr<const sim::pe::Program> program;
+    // An image in DRAM with counted writes: DeviceMemory::watched_writes() when its bytes were
+    // last read; while the count stays there, they are unchanged.
+    bool counted = false;
+    uint64_t writes = 0;
   };
 
   void run();

@@ -99,3 +99,35 @@ TEST_CASE("an unmappable size fails with a clear error", "[memory]") {
     CHECK(what.find("cannot reserve") != std::string::npos);
   }
 }
+
+TEST_CASE("writes to watched ranges are counted; others and uncounted writers are not",
+          "[memory]") {
+  const auto config = must(mtia::sim::load_preset("mtia-v2"));
+  DeviceMemory mem(config);
+  CHECK(mem.watched_writes() == 0);
+  mem.note_written(0x1000, 16);  // nothing watched yet
+  CHECK(mem.watched_writes() == 0);
+
+  mem.watch(0x1000, 0x100);         // [0x1000, 0x1100)
+  mem.watch(0x5000, 0x10);          // [0x5000, 0x5010)
+  mem.note_written(0x0f00, 0x100);  // ends where the first range starts
+  mem.note_written(0x1100, 8);      // starts where it ends
+  mem.note_written(0x2000, 0x1000);
+  CHECK(mem.watched_writes() == 0);
+  mem.note_written(0x0fff, 2);  // its first byte
+  CHECK(mem.watched_writes() == 1);
+  mem.note_written(0x10ff, 1);  // its last byte
+  CHECK(mem.watched_writes() == 2);
+  mem.note_written(0x4000, 0x2000);  // covers the second range
+  CHECK(mem.watched_writes() == 3);
+  mem.note_written(0x1000, 0x5000);  // overlaps both: one write
+  CHECK(mem.watched_writes() == 4);
+
+  mem.unwatch_all();
+  mem.note_written(0x1000, 0x100);
+  CHECK(mem.watched_writes() == 4);  // the count stays, the ranges are gone
+
+  CHECK_FALSE(mem.writes_uncounted());
+  CHECK(mem.dram_fd() >= 0);  // another process may write through it now
+  CHECK(mem.writes_uncounted());
+}

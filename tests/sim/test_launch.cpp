@@ -370,6 +370,65 @@ TEST_CASE("a kernel image rewritten in device memory runs as rewritten, not from
   CHECK(stats["pe_grid"]["program_loads"]["value"] == 3);  // every change decoded anew
 }
 
+// The same rewrite by the two DMA engines that write DRAM: the host DMA engine (a fill packet)
+// and a PE's own DMA (the smoke kernel writing in[0] + 1 = 0 over the entry word).
+TEST_CASE("a kernel image rewritten by a DMA runs as rewritten", "[launch][pe]") {
+  const bool by_pe = GENERATE(false, true);
+  INFO((by_pe ? "PE DMA" : "host DMA engine"));
+  Rig rig(must(sim::load_preset("mtia-v2")));
+  rig.setup_queue(0);
+  rig.setup_queue(1);
+  rig.write_input(1000);
+  rig.write_args(kIn, kOut, 1000);
+  rig.submit(0, launch(1, 1, 2));
+  rig.wait_interrupts(1);
+  REQUIRE(rig.record(0, 0).status == kOk);
+  rig.check_output(1000);
+
+  const uint64_t entry_word = kImage + file_offset_of(smoke_elf(), MTIA_PE_IMAGE_BASE);
+  uint32_t original = 0;
+  REQUIRE(rig.dev->read_memory(entry_word, &original, 4));
+  REQUIRE(original != 0);
+  if (by_pe) {
+    const int32_t minus_one = -1;
+    REQUIRE(rig.dev->write_memory(kIn, &minus_one, 4));
+    rig.write_args(kIn, entry_word, 1);
+    rig.submit(0, launch(2, 1, 1));
+  } else {
+    isa::FillPacket fill{};
+    fill.header = {static_cast<uint8_t>(isa::Opcode::kFill), isa::kPacketVersion,
+                   isa::kPacketInterrupt, 0, 2};
+    fill.ndims = 1;
+    fill.pattern_size = 4;
+    fill.pattern = 0;
+    fill.sizes[0] = 1;
+    fill.dst.addr = entry_word;
+    fill.dst.space = static_cast<uint8_t>(isa::AddressSpace::kDevice);
+    fill.dst.strides[0] = 4;
+    rig.submit(0, fill);
+  }
+  rig.wait_interrupts(2);
+  REQUIRE(rig.record(0, 1).status == kOk);
+  uint32_t now = 1;
+  REQUIRE(rig.dev->read_memory(entry_word, &now, 4));
+  REQUIRE(now == 0);
+
+  rig.write_args(kIn, kOut, 1000);
+  rig.submit(0, launch(3, 1, 2));
+  rig.wait_interrupts(3);
+  const auto faulted = rig.record(0, 2);
+  CHECK(faulted.status == uint16_t(isa::CompletionStatus::kError));
+  CHECK(faulted.error == uint16_t(isa::ErrorCode::kKernelFault));
+  CHECK(faulted.error_arg0 == MTIA_PE_IMAGE_BASE);
+
+  REQUIRE(rig.dev->write_memory(entry_word, &original, 4));
+  rig.write_input(1000);
+  rig.submit(1, launch(4, 1, 2));
+  rig.wait_interrupts(4);
+  REQUIRE(rig.record(1, 0).status == kOk);
+  rig.check_output(1000);
+}
+
 TEST_CASE("simulation rate of the smoke kernel on 64 PEs", "[.][perf][launch]") {
   Rig rig(must(sim::load_preset("mtia-v2")));
   rig.setup_queue(0);

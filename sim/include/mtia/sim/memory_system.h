@@ -161,6 +161,9 @@ struct BoundDma {
   isa::FillPacket fill{};
   const uint8_t* src = nullptr;
   uint8_t* dst = nullptr;
+  // A destination in DRAM: where run() reports the write (DeviceMemory::note_written).
+  DeviceMemory* dram = nullptr;
+  isa::ByteSpan dst_span{};
   void run() const;  // moves the bytes
 };
 
@@ -206,7 +209,7 @@ class MemorySystem {
     if (observer_) observer_(span, write);
   }
   // The first half of perform(): translates the regions (with perform()'s faults) into `out`.
-  isa::Status bind(const DmaPlan& plan, BoundDma& out) const;
+  isa::Status bind(const DmaPlan& plan, BoundDma& out);
 
   const ResourceParams& params(Resource r) const { return params_[static_cast<int>(r)]; }
   const ResourceStats& stats(Resource r) const { return stats_[static_cast<int>(r)]; }

@@ -15,8 +15,8 @@ namespace mtia::sim::pe {
 
 class UnitTask {
  public:
-  // Room for the largest callable the PE model makes (a bound DMA, about 370 bytes).
-  static constexpr size_t kBytes = 384;
+  // Room for the largest callable the PE model makes (a bound DMA, 392 bytes).
+  static constexpr size_t kBytes = 400;
 
   UnitTask() = default;
   template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, UnitTask>>>
