@@ -251,13 +251,23 @@ static inline void mm_stage_sync(mmjob* j, uint64_t need) {
   if (j->synced < need) mm_stage_sync_slow(j, need);
 }
 
+/* True if device address `a` lies in the on-chip SRAM. */
+static inline int mm_in_sram(uint64_t a) {
+  return a >= mtia_sram_base() && a - mtia_sram_base() < mtia_sram_bytes();
+}
+
 /* Chooses staging for one large product whose operands fit the SRAM (and are at least
- * MM_STAGE_MIN_BYTES). */
+ * MM_STAGE_MIN_BYTES). A product with an operand already in the SRAM is not staged: its tiles
+ * load from there as they lie, and the staging copies would overwrite it. */
 static void mm_stage_plan(mmjob* j) {
   const uint64_t pes = mtia_num_pes();
   const uint64_t bytes = (j->m + j->n) * j->nk * j->tk * j->ies;
   if (j->batch != 1 || pes < 2 || j->k == 0 || j->ntm * j->ntn < 2 || bytes > mtia_sram_bytes() ||
       bytes < MM_STAGE_MIN_BYTES) {
+    return;
+  }
+  if (mm_in_sram(j->a) || mm_in_sram(j->b) || mm_in_sram(j->c) ||
+      (j->has_bias && mm_in_sram(j->bias))) {
     return;
   }
   j->staged = 1;

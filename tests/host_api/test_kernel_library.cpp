@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "device_helpers.h"
+#include "mtia/isa/address_map.h"
 #include "mtia/isa/pe/kernel_meta.h"
 #include "mtia/isa/pe/pe_ops.h"
 #include "reference_ops.h"
@@ -703,6 +704,37 @@ TEST_CASE("library addmm through the device with a broadcast bias, alpha and bet
        << " beta " << k.beta << (k.row_vector ? " row-vector bias" : "") << " on "
        << grid_str(grid);
   check_matmul(l.dev, out, {&a, &b, &bias, k.alpha, k.beta}, what.str());
+}
+
+TEST_CASE("library matmul with its operands in the on-chip SRAM reads them there, unstaged",
+          "[kernels][library]") {
+  // A product the kernel stages in the SRAM when its operands lie in DRAM (2 MiB of panels, 16
+  // tiles). With A at the SRAM's base, B and C after it (put there by the copy kernel, whose
+  // DMAs reach the launch's SRAM), staging would overwrite them; the kernel loads its tiles
+  // from the SRAM as they lie instead.
+  Lib l;
+  std::mt19937 rng(1250);
+  const int64_t n = 512;
+  const Grid grid{8, 8};
+  Tensor a = matrix(l.dev, kF32, 1, n, n, MatLayout::kRowMajor);
+  Tensor b = matrix(l.dev, kF32, 1, n, n, MatLayout::kRowMajor);
+  randomize(l.dev, a, rng);
+  randomize(l.dev, b, rng);
+  Tensor c = matrix(l.dev, kF32, 1, n, n, MatLayout::kRowMajor);
+  const uint64_t bytes = n * n * 4;
+  const DevicePtr sa(isa::kSramBase), sb(isa::kSramBase + bytes), sc(isa::kSramBase + 2 * bytes);
+  auto copy = [&](DevicePtr dst, DevicePtr src) {
+    run(l.dev, l.lib, "copy", grid,
+        {dst, src, Arg::dtype(kF32), int64_t{1}, int64_t{1}, int64_t{1}, n * n, int64_t{0},
+         int64_t{0}, int64_t{0}, int64_t{1}, int64_t{0}, int64_t{0}, int64_t{0}, int64_t{1}});
+  };
+  copy(sa, a.ptr);
+  copy(sb, b.ptr);
+  run(l.dev, l.lib, "matmul", grid,
+      {sc, sa, sb, Arg::dtype(kF32), Arg::dtype(kF32), n, n, n, n, int64_t{1}, n, int64_t{1}, n,
+       int64_t{1}});
+  copy(c.ptr, sc);
+  check_matmul(l.dev, c, {&a, &b}, "matmul fp32 512^3 with A, B and C in the SRAM");
 }
 
 // ============================================================================================
