@@ -228,6 +228,53 @@ static inline mtia_tag_t kgen_load(const kgen_plan* p, const kgen_box* b, void* 
   return kdma_in(tile, base + (uint64_t)(o * (int64_t)es), st + k, b->ext + k, upto - k, es);
 }
 
+/* The box of an access (dims [k, upto)) with every dimension along which its stride is 0 cut to
+ * one element, in csize; 1 when that is fewer elements than the box. */
+static inline int kgen_compact_box(const kgen_plan* p, const kgen_box* b, const int64_t* st,
+                                   int upto, uint64_t* csize) {
+  const int k = p->k < upto ? p->k : upto - 1;
+  if (upto <= 0 || k < 0) return 0;
+  int smaller = 0;
+  for (int i = k; i < upto; ++i) {
+    const int bcast = st[i] == 0 && b->ext[i] > 1;
+    csize[i - k] = bcast ? 1 : b->ext[i];
+    smaller |= bcast;
+  }
+  return smaller;
+}
+
+/* kgen_load of an access broadcast (stride 0) along some dimension: when it is broadcast inside
+ * the box, only its distinct elements are read, into `compact`, and kgen_spread then fills the
+ * tile from them (from device memory, each element of a zero-stride run would cost a whole
+ * burst). */
+static inline mtia_tag_t kgen_load_bcast(const kgen_plan* p, const kgen_box* b, void* tile,
+                                         void* compact, uint64_t base, const int64_t* st,
+                                         int64_t off, unsigned es, int upto) {
+  uint64_t cs[KGEN_DMA_DIMS];
+  if (!kgen_compact_box(p, b, st, upto, cs)) return kgen_load(p, b, tile, base, st, off, es, upto);
+  const int k = p->k < upto ? p->k : upto - 1;
+  const int64_t o = kgen_offset(p, b, st, off);
+  return kdma_in(compact, base + (uint64_t)(o * (int64_t)es), st + k, cs, upto - k, es);
+}
+
+/* After kgen_load_bcast's DMA completed: the tile from the compact elements, by a local DMA with
+ * zero source strides along the broadcast dimensions. Nothing to do when the load was whole. */
+static inline void kgen_spread(const kgen_plan* p, const kgen_box* b, void* tile,
+                               const void* compact, const int64_t* st, unsigned es, int upto) {
+  uint64_t cs[KGEN_DMA_DIMS];
+  if (!kgen_compact_box(p, b, st, upto, cs)) return;
+  const int k = p->k < upto ? p->k : upto - 1;
+  const int nd = upto - k;
+  int64_t ts[KGEN_DMA_DIMS], ss[KGEN_DMA_DIMS];
+  kcontig(ts, b->ext + k, nd, es);
+  kcontig(ss, cs, nd, es);
+  for (int i = 0; i < nd; ++i) {
+    if (cs[i] != b->ext[k + i]) ss[i] = 0;
+  }
+  mtia_wait(kdma(kaddr(tile), MTIA_PE_SPACE_LOCAL, ts, kaddr(compact), MTIA_PE_SPACE_LOCAL, ss,
+                 b->ext + k, nd, es));
+}
+
 /* Tile -> device, the same box. */
 static inline mtia_tag_t kgen_store(const kgen_plan* p, const kgen_box* b, uint64_t base,
                                     const int64_t* st, int64_t off, const void* tile, unsigned es,

@@ -387,13 +387,26 @@ class KernelBuilder:
             coeffs, off = aff
             self.accesses.append((coeffs, es))
             st = ", ".join(self._sym(c) for c in coeffs)
-            issue = (f"{{ const int64_t st[{self.n}] = {{{st}}}; (void)kgen_load(&pl, &b, "
-                     f"{t.ref}, {ptr}, st, {self._sym(off)}, {es}, {self.n}); }}")
+            decl = f"const int64_t st[{self.n}] = {{{st}}};"
+            spread = None
+            if any(c == 0 for c in coeffs):
+                # Broadcast along a dimension: its distinct elements, spread in the local
+                # store once loaded (kgen_load_bcast).
+                tc = self._tile(dtype)
+                issue = (f"{{ {decl} (void)kgen_load_bcast(&pl, &b, {t.ref}, {tc.ref}, {ptr}, "
+                         f"st, {self._sym(off)}, {es}, {self.n}); }}")
+                spread = (f"{{ {decl} kgen_spread(&pl, &b, {t.ref}, {tc.ref}, st, {es}, "
+                          f"{self.n}); }}")
+            else:
+                issue = (f"{{ {decl} (void)kgen_load(&pl, &b, {t.ref}, {ptr}, st, "
+                         f"{self._sym(off)}, {es}, {self.n}); }}")
             if any(k[0] == name for k in self.stored):
                 # After a store to the same buffer in this box: in order, and waited for.
                 self.lines += ["mtia_wait_all();", issue, "mtia_wait_all();"]
             else:
                 self.prologue.append(issue)
+            if spread is not None:
+                self.lines.append(spread)  # after the loads' wait, before the tile's first use
             t.const_last = coeffs[-1] == 0
         elif self.mask is not None and (aff := affine(index, self.vars)) is not None and (
                 extent := _storage_elements(name)) is not None:

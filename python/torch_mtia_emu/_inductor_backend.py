@@ -124,9 +124,10 @@ class MtiaScheduling(BaseScheduling):
         try:
             if nred_split == 0 and len(sub_sizes) > 1:
                 # A pointwise space may be walked in any order: the innermost dimension is the
-                # one along which most of the kernel's bytes are contiguous (a channels-last
-                # tensor beside per-channel vectors walks channels innermost), since a DMA
-                # pays a whole burst for each shorter run.
+                # one along which the fewest accesses are strided, then most of the kernel's
+                # bytes are contiguous (a channels-last tensor beside per-channel vectors walks
+                # channels innermost; a row-major tensor scaled per row walks its rows), since
+                # a DMA pays a whole burst for each shorter run.
                 # Gathers read rows along today's innermost dimension: those kernels keep it.
                 dry = self._build(nodes, sub_sizes, 0, expand, order, removed)
                 if dry.gathers == 0:
@@ -244,14 +245,19 @@ def kernel_order_ok(nodes) -> bool:
 
 def contiguous_order(accesses, n: int) -> List[int]:
     """A loop order for a pointwise space whose affine accesses have these (element strides
-    per dimension, element bytes): the dimension along which the most bytes are contiguous
-    (stride 1) goes innermost, the others keep their order. Ties keep today's order."""
-    def contiguous_bytes(d):
-        return sum(es for coeffs, es in accesses if coeffs[d] == 1)
+    per dimension, element bytes): innermost goes the dimension along which the fewest
+    accesses are strided (neither contiguous nor broadcast: a DMA pays a whole burst for each
+    of their elements, while a broadcast access loads only its distinct elements), then the
+    one along which the most bytes are contiguous (stride 1); the others keep their order.
+    Ties keep today's order."""
+    def key(d):
+        strided = sum(1 for coeffs, _ in accesses if coeffs[d] not in (0, 1))
+        contiguous = sum(es for coeffs, es in accesses if coeffs[d] == 1)
+        return (strided, -contiguous)
 
     best = n - 1
     for d in range(n - 1):
-        if contiguous_bytes(d) > contiguous_bytes(best):
+        if key(d) < key(best):
             best = d
     return [i for i in range(n) if i != best] + [best]
 
