@@ -83,6 +83,8 @@ class DeferredWork {
   void flush();
   // Queues the copies of every load not copied yet.
   void copy_loads() { materialize(Extent{0, ~0ull}); }
+  // Whether local-store bytes [lo, hi) are among those the core guards for this work.
+  bool guards(uint64_t lo, uint64_t hi) const { return lo < guard_.hi && guard_.lo < hi; }
 
   // Whether a load of this PE (copied or not) may still read device bytes [lo, hi): a write
   // there must wait for flush().

@@ -49,6 +49,11 @@ void PeGrid::Pe::begin(uint64_t t0_ps) {
   sanitizer_finding.clear();
   race_log.clear();
   dram_written.clear();
+  const bool ls_check = (grid_.shared_.sanitize & isa::kSanitizeInitcheck) != 0;
+  if (ls_check != ls_initcheck_) {
+    ls_initcheck_ = ls_check;
+    core_.guard_all(ls_check);
+  }
   log_.clear();
   resolved_.clear();
 }
@@ -99,8 +104,21 @@ UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
       const uint64_t desc = r.rs1 - MTIA_PE_LS_BASE;
       work_.settle({desc, desc + std::max({sizeof(mtia_pe_matmul_desc), sizeof(mtia_pe_se_desc),
                                            sizeof(mtia_pe_re_desc), sizeof(mtia_pe_mlu_desc)})});
+      std::vector<Extent> reads, writes;
+      if (ls_initcheck_) [[unlikely]] {
+        unit_rows(core, r, reads, writes);
+        for (const Extent& e : reads) {
+          if (const isa::ByteSpan gap = ls_written_.first_gap(e.lo, e.hi); gap.size() != 0) {
+            sanitizer_finding = ls_unwritten(pe::unit_op_name(r.op), r.pc, {gap.lo, gap.hi});
+            return UnitResponse::fault(sanitizer_finding);
+          }
+        }
+      }
       auto outcome = units_.execute(core, r);
       if (!outcome.ok()) return UnitResponse::fault(outcome.error().reason);
+      if (ls_initcheck_) [[unlikely]] {
+        for (const Extent& e : writes) ls_written_.mark(e.lo, e.hi);
+      }
       const auto kind = pe::FunctionalUnits::unit_of(r.op);
       uint64_t& free = unit_free_[static_cast<size_t>(kind)];
       uint64_t done = 0;
@@ -241,6 +259,17 @@ std::string PeGrid::Pe::initcheck(const pe::UnitRequest& r, const mtia_pe_dma_de
   constexpr uint64_t kMaxRows = uint64_t{1} << 22;
   const ByteSet& written = grid_.shared_.initcheck.bytes();
   std::string found;
+  // A store from the local store: its rows must have been written in this launch.
+  if (d.src_space == MTIA_PE_SPACE_LOCAL) {
+    for_each_dma_row(d.src - MTIA_PE_LS_BASE, d.src_strides, d, kMaxRows,
+                     [&](uint64_t lo, uint64_t hi) {
+                       const isa::ByteSpan gap = ls_written_.first_gap(lo, hi);
+                       if (found.empty() && gap.size() != 0) {
+                         found = ls_unwritten("dma.start", r.pc, {gap.lo, gap.hi});
+                       }
+                     });
+    if (!found.empty()) return found;
+  }
   if (d.src_space == MTIA_PE_SPACE_DEVICE && in_dram(plan.src) &&
       written.first_gap(plan.src.span.lo, plan.src.span.hi).size() != 0) {
     for_each_dma_row(d.src, d.src_strides, d, kMaxRows, [&](uint64_t lo, uint64_t hi) {
@@ -269,11 +298,112 @@ std::string PeGrid::Pe::initcheck(const pe::UnitRequest& r, const mtia_pe_dma_de
     });
     if (!found.empty()) return found;
   }
+  if (d.dst_space == MTIA_PE_SPACE_LOCAL) {
+    for_each_dma_row(d.dst - MTIA_PE_LS_BASE, d.dst_strides, d, RaceLog::kMaxRunsPerDma,
+                     [&](uint64_t lo, uint64_t hi) { ls_written_.mark(lo, hi); });
+  }
   if (d.dst_space == MTIA_PE_SPACE_DEVICE && in_dram(plan.dst)) {
     for_each_dma_row(d.dst, d.dst_strides, d, RaceLog::kMaxRunsPerDma,
                      [&](uint64_t lo, uint64_t hi) { dram_written.add(lo, hi); });
   }
   return found;
+}
+
+bool PeGrid::Pe::guarded_access(pe::RiscvCore&, uint64_t pc, uint64_t offset, uint64_t bytes,
+                                bool write) {
+  // With initcheck the core guards the whole local store: finish the work only when the
+  // access touches its bytes, as without.
+  if (!ls_initcheck_ || work_.guards(offset, offset + bytes)) work_.flush();
+  if (!ls_initcheck_) return true;
+  if (write) {
+    ls_written_.mark(offset, offset + bytes);
+    return true;
+  }
+  const isa::ByteSpan gap = ls_written_.first_gap(offset, offset + bytes);
+  if (gap.size() == 0) return true;
+  sanitizer_finding = ls_unwritten(bytes == 1   ? "a 1-byte load"
+                                   : bytes == 2 ? "a 2-byte load"
+                                   : bytes == 4 ? "a 4-byte load"
+                                                : "an 8-byte load",
+                                   pc, {gap.lo, gap.hi});
+  return false;
+}
+
+void PeGrid::Pe::poison_local_store(const pe::Program& program) {
+  ls_written_.reset(core_.local_store().size());
+  for (const pe::Program::LocalSegment& s : program.local_segments()) {
+    ls_written_.mark(s.offset, s.offset + s.bytes.size());
+  }
+}
+
+void PeGrid::Pe::unit_rows(const pe::RiscvCore& core, const pe::UnitRequest& r,
+                           std::vector<Extent>& reads, std::vector<Extent>& writes) {
+  const uint64_t ls_bytes = core.local_store().size();
+  // rows x cols elements of `es` bytes, `ld` elements from one row's start to the next. A
+  // tile larger than the local store is left to the unit's own checks, which reject it.
+  auto tile = [&](std::vector<Extent>& out, uint64_t addr, uint64_t rows, uint64_t cols,
+                  uint64_t ld, uint64_t es) {
+    if (rows > ls_bytes || cols > ls_bytes || ld > ls_bytes) return;
+    const uint64_t off = addr - MTIA_PE_LS_BASE;
+    for (uint64_t i = 0; i < rows; ++i)
+      out.push_back({off + i * ld * es, off + (i * ld + cols) * es});
+  };
+  switch (r.op) {
+    case UnitOp::kMatmul: {
+      auto d = pe::read_descriptor<mtia_pe_matmul_desc>(core, r.rs1);
+      if (!d.ok()) return;
+      const mtia_pe_matmul_desc& m = d.value();
+      const bool ta = (m.hdr.flags & MTIA_PE_MM_TRANS_A) != 0;
+      const bool tb = (m.hdr.flags & MTIA_PE_MM_TRANS_B) != 0;
+      const unsigned ies = pe::dtype_bytes(m.in_dtype), oes = pe::dtype_bytes(m.out_dtype);
+      tile(reads, m.a, ta ? m.k : m.m, ta ? m.m : m.k, m.lda, ies);
+      tile(reads, m.b, tb ? m.n : m.k, tb ? m.k : m.n, m.ldb, ies);
+      if (m.hdr.flags & MTIA_PE_MM_ACCUMULATE) tile(reads, m.c, m.m, m.n, m.ldc, oes);
+      tile(writes, m.c, m.m, m.n, m.ldc, oes);
+      return;
+    }
+    case UnitOp::kEltwise: {
+      auto d = pe::read_descriptor<mtia_pe_se_desc>(core, r.rs1);
+      if (!d.ok()) return;
+      const pe::Touched t = units_.se().touched(d.value());  // contiguous operands
+      for (int j = 0; j < 3; ++j) {
+        if (t[j].lo < t[j].hi) reads.push_back(t[j]);
+      }
+      writes.push_back(t[3]);
+      return;
+    }
+    case UnitOp::kReduce: {
+      auto d = pe::read_descriptor<mtia_pe_re_desc>(core, r.rs1);
+      if (!d.ok()) return;
+      const mtia_pe_re_desc& e = d.value();
+      tile(reads, e.src, e.rows, e.cols, e.ld_src, pe::dtype_bytes(e.in_dtype));
+      const uint64_t dst = e.dst - MTIA_PE_LS_BASE;
+      const Extent out{
+          dst, dst + uint64_t{e.axis == 1 ? e.rows : e.cols} * pe::dtype_bytes(e.out_dtype)};
+      if (e.hdr.flags & MTIA_PE_RE_ACCUMULATE) reads.push_back(out);
+      writes.push_back(out);
+      return;
+    }
+    case UnitOp::kLayout: {
+      auto d = pe::read_descriptor<mtia_pe_mlu_desc>(core, r.rs1);
+      if (!d.ok()) return;
+      const mtia_pe_mlu_desc& l = d.value();
+      const bool transpose = l.op == MTIA_PE_MLU_TRANSPOSE;
+      tile(reads, l.src, l.rows, l.cols, l.ld_src, l.elem_size);
+      tile(writes, l.dst, transpose ? l.cols : l.rows, transpose ? l.rows : l.cols, l.ld_dst,
+           l.elem_size);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+std::string PeGrid::Pe::ls_unwritten(const char* what, uint64_t pc, Extent bytes) const {
+  return fmt::format(
+      "initcheck: {} at pc 0x{:x} reads the {} local-store bytes at 0x{:x}..0x{:x}, which "
+      "nothing (no dma.start, unit operation or store of this PE) wrote since the launch started",
+      what, pc, bytes.hi - bytes.lo, MTIA_PE_LS_BASE + bytes.lo, MTIA_PE_LS_BASE + bytes.hi - 1);
 }
 
 std::string PeGrid::Pe::synccheck_tag(const pe::UnitRequest& r) const {

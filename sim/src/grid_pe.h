@@ -58,8 +58,15 @@ class PeGrid::Pe : public pe::UnitPort {
   void copy_loads() { work_.copy_loads(); }
   bool reads_device(uint64_t lo, uint64_t hi) const { return work_.reads_device(lo, hi); }
 
-  // The core touched bytes that unit work still owes: finish it first.
-  void guarded_access(pe::RiscvCore&) override { work_.flush(); }
+  // The core touched bytes that unit work still owes: finish it first. With initcheck, every
+  // local-store access comes here: a store marks its bytes written, a load of bytes nothing
+  // wrote is stopped.
+  bool guarded_access(pe::RiscvCore& core, uint64_t pc, uint64_t offset, uint64_t bytes,
+                      bool write) override;
+
+  // initcheck: at the launch's start (after the core's start, which copies the program's
+  // local-store data), only that data is written in the local store.
+  void poison_local_store(const pe::Program& program);
 
   uint32_t chip_index() const { return chip_index_; }
 
@@ -135,6 +142,12 @@ class PeGrid::Pe : public pe::UnitPort {
   // initcheck (docs/sanitizer.md): what DRAM bytes of a live allocation the DMA reads that
   // nothing has written, or "" if none (then its DRAM writes are recorded).
   std::string initcheck(const pe::UnitRequest& r, const mtia_pe_dma_desc& d, const DmaPlan& plan);
+  // initcheck on the local store: a unit operation's operand rows (local-store offsets) that
+  // it reads and writes; the finding for a read of bytes nothing wrote in this launch ("" if
+  // none); the unit's writes marked.
+  void unit_rows(const pe::RiscvCore& core, const pe::UnitRequest& r, std::vector<Extent>& reads,
+                 std::vector<Extent>& writes);
+  std::string ls_unwritten(const char* what, uint64_t pc, Extent bytes) const;
   // synccheck: the finding for a pe.wait or pe.poll on a tag this PE never issued.
   std::string synccheck_tag(const pe::UnitRequest& r) const;
   // racecheck: logs the DMA's device-memory sides (DRAM and SRAM).
@@ -154,6 +167,8 @@ class PeGrid::Pe : public pe::UnitPort {
   std::deque<Pending> log_;                              // not committed yet, in issue order
   std::vector<std::pair<uint64_t, uint64_t>> resolved_;  // (tag, done) committed, not collected
   DeferredWork work_;                                    // after core_, which it guards
+  bool ls_initcheck_ = false;  // initcheck watches the local store (the core guards it all)
+  WrittenBits ls_written_;     // its bytes written in this launch
 };
 
 }  // namespace mtia::sim::detail

@@ -46,6 +46,37 @@ isa::ByteSpan ByteSet::first_gap(uint64_t lo, uint64_t hi) const {
   return {lo, end};
 }
 
+void WrittenBits::reset(uint64_t bytes) {
+  size_ = bytes;
+  bits_.assign((bytes + 63) / 64, 0);
+}
+
+void WrittenBits::mark(uint64_t lo, uint64_t hi) {
+  hi = std::min(hi, size_);
+  for (uint64_t i = lo; i < hi;) {
+    if (i % 64 == 0 && hi - i >= 64) {
+      bits_[i / 64] = ~uint64_t{0};
+      i += 64;
+    } else {
+      bits_[i / 64] |= uint64_t{1} << (i % 64);
+      ++i;
+    }
+  }
+}
+
+isa::ByteSpan WrittenBits::first_gap(uint64_t lo, uint64_t hi) const {
+  hi = std::min(hi, size_);
+  uint64_t i = lo;
+  while (i < hi && at(i)) {
+    i = i % 64 == 0 && hi - i >= 64 && bits_[i / 64] == ~uint64_t{0} ? i + 64 : i + 1;
+  }
+  if (i >= hi) return {};
+  uint64_t end = i;
+  while (end < hi && !at(end))
+    end = end % 64 == 0 && hi - end >= 64 && bits_[end / 64] == 0 ? end + 64 : end + 1;
+  return {i, end};
+}
+
 void Initcheck::enable(bool on) {
   on_.store(on, std::memory_order_relaxed);
   written_.clear();

@@ -29,6 +29,21 @@ class ByteSet {
   std::map<uint64_t, uint64_t> runs_;  // lo -> hi; runs neither overlap nor touch
 };
 
+// One bit a byte over [0, size): which bytes of a local store were written.
+class WrittenBits {
+ public:
+  void reset(uint64_t bytes);  // `bytes` bytes, none written
+  void mark(uint64_t lo, uint64_t hi);
+  // The first run of bytes of [lo, hi) not written (empty if every byte is); bytes past the
+  // end are not looked at.
+  isa::ByteSpan first_gap(uint64_t lo, uint64_t hi) const;
+
+ private:
+  bool at(uint64_t i) const { return (bits_[i / 64] >> (i % 64)) & 1; }
+  uint64_t size_ = 0;
+  std::vector<uint64_t> bits_;
+};
+
 // The DRAM bytes written since their allocation was made. Allocations and frees come from the
 // allocation table's updates; writes from the host (copies, fills, the host API's own writes)
 // and, at each barrier and at a launch's end, from the PEs' DMA.

@@ -353,6 +353,9 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
             fmt::format("PE {} cannot start the kernel: {}", index, started.error().reason),
             launch.image_addr, index);
       }
+      if (shared_.sanitize & isa::kSanitizeInitcheck) [[unlikely]] {
+        slot->poison_local_store(*program);
+      }
       pes.push_back(slot.get());
     }
   }

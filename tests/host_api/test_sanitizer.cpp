@@ -585,3 +585,51 @@ TEST_CASE("synccheck reports a wait on a tag that was never issued", "[sanitizer
                                      "and unit instructions issued tag 1 so far in this "
                                      "launch)"));
 }
+
+TEST_CASE("initcheck reports a local-store tile used before it was loaded", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  // The same tile at the start of the local store, stored by a DMA, fed to the SE or read by
+  // the core without having been loaded in this launch. A launch before it loads the tile, so
+  // the local store holds the right bytes from then on: only the sanitizer tells.
+  const std::vector<int32_t> in_data = iota(256, 40);
+  struct Use {
+    int64_t use;
+    const char* what;
+    std::vector<int32_t> expect;
+  };
+  std::vector<int32_t> twice = in_data, plus_one = in_data;
+  for (int32_t& v : twice) v *= 2;
+  for (int32_t& v : plus_one) v += 1;
+  for (const Use& u :
+       {Use{0, "dma.start", in_data}, Use{1, "se.op", twice}, Use{2, "a 4-byte load", plus_one}}) {
+    INFO("use " << u.use);
+    const std::string report = same_at_every_thread_count("initcheck", [&](Device& dev) {
+      const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
+      DevicePtr in = test::upload(dev, in_data);
+      DevicePtr out = dev.malloc(4 * 256);
+      dev.launch(m.kernel("use_tile"), {1, 1}, {in, out, int64_t{256}, u.use, int64_t{1}});
+      dev.synchronize();
+      CHECK(test::download<int32_t>(dev, out, 256) == u.expect);
+      dev.launch(m.kernel("use_tile"), {1, 1}, {in, out, int64_t{256}, u.use, int64_t{0}});
+      return failure(dev);
+    });
+    INFO("report: " << report);
+    CHECK_THAT(report, Catch::Contains(std::string("PE 0 (row 0, col 0): initcheck: ") + u.what +
+                                       " at pc 0x"));
+    CHECK_THAT(report, Catch::Contains("which nothing (no dma.start, unit operation or store of "
+                                       "this PE) wrote since the launch started"));
+    // A DMA or the SE reads the whole tile, none of it written; the core one element.
+    CHECK_THAT(report, Catch::Contains(u.use == 2 ? "reads the 4 local-store bytes at 0x"
+                                                  : "reads the 1024 local-store bytes at 0x"));
+    if (u.use == 0) check_pc_is_dma_start(report, MTIA_SYNC_INIT_KERNELS_ELF);
+    // Without the sanitizer the launch passes with last launch's bytes.
+    Device dev = Device::open(options("off"));
+    const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
+    DevicePtr in = test::upload(dev, in_data);
+    DevicePtr out = dev.malloc(4 * 256);
+    dev.launch(m.kernel("use_tile"), {1, 1}, {in, out, int64_t{256}, u.use, int64_t{1}});
+    dev.launch(m.kernel("use_tile"), {1, 1}, {in, out, int64_t{256}, u.use, int64_t{0}});
+    dev.synchronize();
+    CHECK(test::download<int32_t>(dev, out, 256) == u.expect);
+  }
+}

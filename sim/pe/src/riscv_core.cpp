@@ -295,40 +295,50 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
     MTIA_FINISH(StopReason::kFault);      \
   }
 
-#define MTIA_LOAD(T, CAST)                                                 \
-  {                                                                        \
-    const uint64_t addr = x[d.rs1] + static_cast<int64_t>(d.imm);          \
-    const uint8_t* p;                                                      \
-    const uint64_t off = addr - MTIA_PE_LS_BASE;                           \
-    if ((addr & (sizeof(T) - 1)) != 0) MTIA_ACCESS_FAULT(sizeof(T), false) \
-    if (off < ls_size && sizeof(T) <= ls_size - off) {                     \
-      if (off - guard_lo_ < guard_span_) [[unlikely]]                      \
-        port_.guarded_access(*this);                                       \
-      p = ls + off;                                                        \
-    } else if ((p = map_read(addr, sizeof(T))) == nullptr) {               \
-      MTIA_ACCESS_FAULT(sizeof(T), false)                                  \
-    }                                                                      \
-    x[d.rd] = static_cast<uint64_t>(static_cast<CAST>(load_le<T>(p)));     \
-    pc += 4;                                                               \
-    break;                                                                 \
+// The port refused a local-store access (the sanitizer's finding): it does not retire.
+#define MTIA_SANITIZER_STOP(write)                                                                \
+  {                                                                                               \
+    cycles -= cost_[d.op];                                                                        \
+    raise(FaultKind::kAccessFault, pc, addr,                                                      \
+          fmt::format("{} at {:#x} stopped by the sanitizer", (write) ? "store" : "load", addr)); \
+    MTIA_FINISH(StopReason::kFault);                                                              \
   }
-#define MTIA_STORE(T)                                                     \
-  {                                                                       \
-    const uint64_t addr = x[d.rs1] + static_cast<int64_t>(d.imm);         \
-    uint8_t* p;                                                           \
-    const uint64_t off = addr - MTIA_PE_LS_BASE;                          \
-    if ((addr & (sizeof(T) - 1)) != 0) MTIA_ACCESS_FAULT(sizeof(T), true) \
-    if (off < ls_size && sizeof(T) <= ls_size - off) {                    \
-      if (off - guard_lo_ < guard_span_) [[unlikely]]                     \
-        port_.guarded_access(*this);                                      \
-      p = ls + off;                                                       \
-    } else if ((p = map_write(addr, sizeof(T))) == nullptr) {             \
-      MTIA_ACCESS_FAULT(sizeof(T), true)                                  \
-    }                                                                     \
-    const T v = static_cast<T>(x[d.rs2]);                                 \
-    std::memcpy(p, &v, sizeof v);                                         \
-    pc += 4;                                                              \
-    break;                                                                \
+#define MTIA_LOAD(T, CAST)                                                                      \
+  {                                                                                             \
+    const uint64_t addr = x[d.rs1] + static_cast<int64_t>(d.imm);                               \
+    const uint8_t* p;                                                                           \
+    const uint64_t off = addr - MTIA_PE_LS_BASE;                                                \
+    if ((addr & (sizeof(T) - 1)) != 0) MTIA_ACCESS_FAULT(sizeof(T), false)                      \
+    if (off < ls_size && sizeof(T) <= ls_size - off) {                                          \
+      if (off - guard_lo_ < guard_span_) [[unlikely]] {                                         \
+        if (!port_.guarded_access(*this, pc, off, sizeof(T), false)) MTIA_SANITIZER_STOP(false) \
+      }                                                                                         \
+      p = ls + off;                                                                             \
+    } else if ((p = map_read(addr, sizeof(T))) == nullptr) {                                    \
+      MTIA_ACCESS_FAULT(sizeof(T), false)                                                       \
+    }                                                                                           \
+    x[d.rd] = static_cast<uint64_t>(static_cast<CAST>(load_le<T>(p)));                          \
+    pc += 4;                                                                                    \
+    break;                                                                                      \
+  }
+#define MTIA_STORE(T)                                                                         \
+  {                                                                                           \
+    const uint64_t addr = x[d.rs1] + static_cast<int64_t>(d.imm);                             \
+    uint8_t* p;                                                                               \
+    const uint64_t off = addr - MTIA_PE_LS_BASE;                                              \
+    if ((addr & (sizeof(T) - 1)) != 0) MTIA_ACCESS_FAULT(sizeof(T), true)                     \
+    if (off < ls_size && sizeof(T) <= ls_size - off) {                                        \
+      if (off - guard_lo_ < guard_span_) [[unlikely]] {                                       \
+        if (!port_.guarded_access(*this, pc, off, sizeof(T), true)) MTIA_SANITIZER_STOP(true) \
+      }                                                                                       \
+      p = ls + off;                                                                           \
+    } else if ((p = map_write(addr, sizeof(T))) == nullptr) {                                 \
+      MTIA_ACCESS_FAULT(sizeof(T), true)                                                      \
+    }                                                                                         \
+    const T v = static_cast<T>(x[d.rs2]);                                                     \
+    std::memcpy(p, &v, sizeof v);                                                             \
+    pc += 4;                                                                                  \
+    break;                                                                                    \
   }
 #define MTIA_BRANCH(COND)                                                        \
   {                                                                              \
@@ -719,6 +729,7 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
 #undef MTIA_STORE
 #undef MTIA_BRANCH
 #undef MTIA_ACCESS_FAULT
+#undef MTIA_SANITIZER_STOP
 #undef MTIA_FINISH
 }
 

@@ -106,3 +106,33 @@ int wait_tag(const uint64_t* args, uint64_t args_bytes) {
   mtia_wait(copy_out(A->out, A->n));
   return 0;
 }
+
+struct tile_args {
+  uint64_t in;  /* n int32 */
+  uint64_t out; /* n int32 */
+  int64_t n;    /* 1..4096 */
+  int64_t use;  /* how the tile is used: 0 stored by a DMA, 1 added to itself by the SE (out =
+                   2 * in), 2 read by the core (out = in + 1) */
+  int64_t load; /* 1: the tile is loaded first (the fix); 0: it is used as the launch found it */
+};
+
+/* A local-store tile used before (or after) loading it. */
+MTIA_KERNEL(use_tile, "in:ptr out:ptr n:i64 use:i64 load:i64");
+int use_tile(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(struct tile_args, A);
+  if (A->n < 1 || A->n > 4096) return 1;
+  const uint32_t n = (uint32_t)A->n;
+  int32_t* tile = (int32_t*)(uintptr_t)mtia_ls_base();
+  int32_t* result = tile + n;
+  if (A->load) mtia_wait(mtia_dma_in(tile, A->in, n * 4u));
+  if (A->use == 0) {
+    result = tile;
+  } else if (A->use == 1) {
+    mtia_wait(
+        mtia_se_binary(MTIA_PE_SE_ADD, MTIA_PE_DT_INT32, MTIA_PE_DT_INT32, result, tile, tile, n));
+  } else {
+    for (uint32_t i = 0; i < n; ++i) result[i] = tile[i] + 1;
+  }
+  mtia_wait(mtia_dma_out(A->out, result, n * 4u));
+  return 0;
+}

@@ -142,11 +142,21 @@ class RiscvCore {
   // using: a load or store that touches them calls UnitPort::guarded_access first. Clearing
   // (an empty range) makes every access plain again.
   void guard(uint64_t lo, uint64_t hi) {
+    if (guard_all_) return;
     // An access of up to 8 bytes at offset off overlaps [lo, hi) when off - (lo - 7) < span.
     guard_lo_ = lo >= 7 ? lo - 7 : 0;
     guard_span_ = hi > guard_lo_ ? hi - guard_lo_ : 0;
   }
-  void clear_guard() { guard_lo_ = guard_span_ = 0; }
+  void clear_guard() {
+    if (!guard_all_) guard_lo_ = guard_span_ = 0;
+  }
+  // Every load and store of the local store goes to UnitPort::guarded_access while on (the
+  // sanitizer's initcheck watches them); guard() and clear_guard() then change nothing.
+  void guard_all(bool on) {
+    guard_all_ = on;
+    guard_lo_ = 0;
+    guard_span_ = on ? ~uint64_t{0} : 0;
+  }
 
   // Offset into the local store of [addr, addr + bytes), if it lies entirely inside it.
   std::optional<uint64_t> local_offset(uint64_t addr, uint64_t bytes) const;
@@ -171,6 +181,7 @@ class RiscvCore {
   uint32_t cost_[128] = {};  // cycles per internal operation, from config_.timing
   uint64_t guard_lo_ = 0;    // see guard()
   uint64_t guard_span_ = 0;
+  bool guard_all_ = false;
 
   std::shared_ptr<const Program> program_;
   LaunchContext launch_;

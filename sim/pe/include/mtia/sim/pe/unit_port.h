@@ -66,10 +66,15 @@ class UnitPort {
  public:
   virtual ~UnitPort() = default;
   virtual UnitResponse issue(RiscvCore& core, const UnitRequest& request) = 0;
-  // A load or store touched the core's guarded local-store bytes (RiscvCore::guard): unit
-  // work still running on them must finish first. Called before the access; the port
-  // normally finishes that work and clears the guard.
-  virtual void guarded_access(RiscvCore& core) { (void)core; }
+  // The load or store at `pc` of `bytes` bytes at local-store offset `offset` touched the
+  // core's guarded bytes (RiscvCore::guard): unit work still running on them must finish
+  // first. Called before the access; the port normally finishes that work and clears the
+  // guard. Returning false stops the access: the core faults (kAccessFault) at `pc`.
+  virtual bool guarded_access(RiscvCore& core, uint64_t pc, uint64_t offset, uint64_t bytes,
+                              bool write) {
+    (void)core, (void)pc, (void)offset, (void)bytes, (void)write;
+    return true;
+  }
 };
 
 }  // namespace mtia::sim::pe
