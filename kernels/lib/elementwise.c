@@ -168,8 +168,10 @@ static int ew_compact_box(const ewview* v, int o, const ewbox* b, uint64_t* csiz
 
 /* Issues the load of input i (operand i + 1) of chunk b into `full`, or, when the input is
  * broadcast inside the chunk, of its distinct elements into `compact`; *spread says which. */
-static mtia_tag_t ew_load(const ewjob* j, const ewview* v, int i, const ewbox* b, unsigned es,
-                          void* full, void* compact, int* spread) {
+static inline __attribute__((always_inline)) mtia_tag_t ew_load(const ewjob* j, const ewview* v,
+                                                                int i, const ewbox* b, unsigned es,
+                                                                void* full, void* compact,
+                                                                int* spread) {
   const uint64_t dev = j->in[i] + (uint64_t)b->off[i + 1] * es;
   const int64_t* st = &v->st[i + 1][b->first];
   uint64_t csize[4];
@@ -198,9 +200,11 @@ static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st)
   if (s != MTIA_KSTATUS_OK) return s;
   if (v.total == 0) return MTIA_KSTATUS_OK;
   /* Inputs with a stride-0 dimension: compact buffers for their distinct elements. */
-  int bcast[EW_MAX_IN] = {0, 0, 0, 0, 0};
+  int bcast[EW_MAX_IN], any_bcast = 0;
   for (int i = 0; i < j->nin; ++i) {
+    bcast[i] = 0;
     for (int d = 0; d < v.nd; ++d) bcast[i] |= v.st[i + 1][d] == 0;
+    any_bcast |= bcast[i];
   }
 
   const uint64_t pe = mtia_pe_id(), pes = mtia_num_pes();
@@ -210,8 +214,15 @@ static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st)
   uint64_t nbuf = (uint64_t)j->nin + 1; /* buffers per set */
   for (int i = 0; i < j->nin; ++i) {
     ies[i] = kdt_size(j->in_dt[i]);
-    bpe += ies[i] * (bcast[i] ? 2u : 1u);
-    nbuf += (uint64_t)bcast[i];
+    bpe += ies[i];
+  }
+  if (any_bcast) {
+    for (int i = 0; i < j->nin; ++i) {
+      if (bcast[i]) {
+        bpe += ies[i];
+        ++nbuf;
+      }
+    }
   }
   karena a;
   karena_init(&a);
@@ -223,12 +234,12 @@ static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st)
   cap = KMIN(cap, KMAX(256u, kceil_div(v.total, pes)));
   if (cap == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
   void* inb[2][EW_MAX_IN + EW_MAX_TMP] = {{0}, {0}};
-  void* cmp[2][EW_MAX_IN] = {{0}, {0}}; /* compact buffers of broadcast inputs */
+  void* cmp[2][EW_MAX_IN]; /* compact buffers of broadcast inputs (0: none) */
   void* outb[2];
   for (int set = 0; set < 2; ++set) {
     for (int i = 0; i < j->nin; ++i) {
       inb[set][i] = kalloc(&a, cap * ies[i]);
-      if (bcast[i]) cmp[set][i] = kalloc(&a, cap * ies[i]);
+      if (any_bcast) cmp[set][i] = bcast[i] ? kalloc(&a, cap * ies[i]) : 0;
     }
     outb[set] = kalloc(&a, cap * oes);
     if (outb[set] == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
@@ -242,14 +253,16 @@ static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st)
   ewchunks_plan(&c, &v, cap);
   ewbox box[2];
   mtia_tag_t ld[2][EW_MAX_IN] = {{0}, {0}};
-  int spread[2][EW_MAX_IN] = {{0}, {0}};
+  int spread[2][EW_MAX_IN]; /* set by ew_load with each load (any_bcast) */
   mtia_tag_t st_tag[2] = {0, 0};
 
   uint64_t idx = pe;
   if (idx < c.n) {
     ewchunk_at(&v, &c, idx, &box[0]);
     for (int i = 0; i < j->nin; ++i) {
-      ld[0][i] = ew_load(j, &v, i, &box[0], ies[i], inb[0][i], cmp[0][i], &spread[0][i]);
+      ld[0][i] = any_bcast ? ew_load(j, &v, i, &box[0], ies[i], inb[0][i], cmp[0][i], &spread[0][i])
+                           : kdma_in(inb[0][i], j->in[i] + (uint64_t)box[0].off[i + 1] * ies[i],
+                                     &v.st[i + 1][box[0].first], box[0].box, box[0].nb, ies[i]);
     }
   }
   for (int k = 0; idx < c.n; ++k, idx += pes) {
@@ -260,12 +273,16 @@ static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st)
       ewchunk_at(&v, &c, idx + pes, &box[nxt]);
       for (int i = 0; i < j->nin; ++i) {
         ld[nxt][i] =
-            ew_load(j, &v, i, &box[nxt], ies[i], inb[nxt][i], cmp[nxt][i], &spread[nxt][i]);
+            any_bcast
+                ? ew_load(j, &v, i, &box[nxt], ies[i], inb[nxt][i], cmp[nxt][i], &spread[nxt][i])
+                : kdma_in(inb[nxt][i], j->in[i] + (uint64_t)box[nxt].off[i + 1] * ies[i],
+                          &v.st[i + 1][box[nxt].first], box[nxt].box, box[nxt].nb, ies[i]);
       }
     }
     for (int i = 0; i < j->nin; ++i) {
       mtia_wait(ld[cur][i]);
-      if (spread[cur][i]) ew_spread(&v, i, &box[cur], ies[i], inb[cur][i], cmp[cur][i]);
+      if (any_bcast && spread[cur][i])
+        ew_spread(&v, i, &box[cur], ies[i], inb[cur][i], cmp[cur][i]);
     }
     mtia_wait(st_tag[cur]); /* chunk k-2's result has left this output buffer */
     j->fn(j, outb[cur], inb[cur], (uint32_t)box[cur].count);
