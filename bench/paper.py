@@ -10,8 +10,13 @@ experiment: the simulated figure beside the published one, with the paper's sect
 --quick runs reduced shapes (the published figures then do not apply; tests use it to check
 that each experiment produces a figure and that no kernel beats its roofline).
 
+The GEMMs run twice: as PyTorch runs them, operands in LPDDR, and with the operands resident
+in the on-chip SRAM (the library's matmul launched on SRAM addresses; see to_sram). Dynamic
+quantization runs eagerly and under torch.compile.
+
 The kernel records (every launch of the timed region, from the device's kernel-level trace:
-duration, PEs, DPE multiply-accumulates per dtype, DRAM bytes) are part of the JSON output.
+duration, PEs, DPE multiply-accumulates per dtype, DRAM and SRAM bytes) are part of the JSON
+output.
 """
 import argparse
 import json
@@ -40,6 +45,7 @@ clock = conf["clock_hz"]
 peak16 = 2 * conf["dpe_fp16_macs_per_cycle"] * pes * clock     # FLOP/s
 peak8 = 2 * conf["dpe_int8_macs_per_cycle"] * pes * clock
 dram_bw = conf["dram_bandwidth_GBps"] * 1e9                      # B/s
+sram_bw = conf["sram_bandwidth_GBps"] * 1e9
 records = []
 
 
@@ -90,6 +96,41 @@ def rnd(*shape, dtype=torch.float16, scale=1.0):
     return (torch.randn(*shape) * scale).to(dtype).to(dev)
 
 
+# SRAM residency. The tensor layer allocates LPDDR only; the on-chip SRAM is the running
+# launch's scratch (docs/architecture.md's address map: it starts at 1 TiB), reachable by the
+# kernels' DMAs. An SRAM-resident GEMM therefore copies its operands into the SRAM with the
+# library's copy kernel (untimed, as the paper's operands are already there) and launches the
+# library's matmul with SRAM addresses: its tile loads then read the SRAM at the preset's SRAM
+# bandwidth, and the matmul does not stage operands that are already there.
+SRAM_BASE = 1 << 40
+GRID = (conf["pe_rows"], conf["pe_cols"])
+
+
+def to_sram(t, offset):
+    # Copies contiguous device tensor t to SRAM_BASE + offset; returns the address.
+    addr = SRAM_BASE + offset
+    torch_mtia_emu.launch_kernel("copy", [("ptr", addr), t, t.dtype, 1, 1, 1, t.numel(),
+                                          0, 0, 0, 1, 0, 0, 0, 1], grid=GRID)
+    return addr
+
+
+def from_sram(addr, shape, dtype):
+    out = torch.empty(*shape, dtype=dtype, device=dev)
+    torch_mtia_emu.launch_kernel("copy", [out, ("ptr", addr), dtype, 1, 1, 1, out.numel(),
+                                          0, 0, 0, 1, 0, 0, 0, 1], grid=GRID)
+    return out
+
+
+def sram_mm(c, a, b, n, in_dt, out_dt):
+    # C = A @ B, n x n x n, row-major, every operand an SRAM address.
+    torch_mtia_emu.launch_kernel("matmul", [("ptr", c), ("ptr", a), ("ptr", b), in_dt, out_dt,
+                                            n, n, n, n, 1, n, 1, n, 1], grid=GRID)
+
+
+def rel_err(x, ref):
+    return ((x.cpu().float() - ref).abs().max() / ref.abs().max()).item()
+
+
 res = {}
 name = cfg["experiment"]
 
@@ -99,9 +140,22 @@ if name == "gemm":
     t = timed(lambda: a @ b)
     flops = 2 * n ** 3
     rec, _ = launches()
+    # The same product with A, B and C resident in the SRAM.
+    sa, sb, sc = to_sram(a, 0), to_sram(b, n * n * 2), SRAM_BASE + 2 * n * n * 2
+    ts = timed(lambda: sram_mm(sc, sa, sb, n, torch.float16, torch.float16))
+    recs, _ = launches()
+    recs = recs[len(rec):]
+    ref = a.cpu().float() @ b.cpu().float()
     res = {"n": n, "sim_ns": t, "flops": flops, "of_peak": flops / (t * 1e-9) / peak16,
            "dram_bytes": sum(r["dram_bytes"] for r in rec),
-           "dram_roof_ns": 3 * n * n * 2 / dram_bw * 1e9, "flop_roof_ns": flops / peak16 * 1e9}
+           "dram_roof_ns": 3 * n * n * 2 / dram_bw * 1e9, "flop_roof_ns": flops / peak16 * 1e9,
+           "sram_ns": ts, "sram_of_peak": flops / (ts * 1e-9) / peak16,
+           "sram_bytes": sum(r["sram_bytes"] for r in recs),
+           "sram_dram_bytes": sum(r["dram_bytes"] for r in recs),
+           "sram_roof_ns": sum(r["sram_bytes"] for r in recs) / sram_bw * 1e9,
+           "sram_rel_err": rel_err(from_sram(sc, (n, n), torch.float16), ref),
+           "rel_err": rel_err(a @ b, ref)}
+    rec = rec + recs
 
 elif name == "fc":
     m, n, k = (128, 6648, 512) if quick else (512, 26592, 2048)
@@ -125,7 +179,7 @@ elif name == "int8":
     qb = torch.round(b.float() / wscale).clamp(-127, 127).to(torch.int8)
     torch_mtia_emu.reset_fallback_counts()
 
-    def dyn():
+    def dyn(a, qb, wscale):
         # per-row symmetric dynamic quantization of the activation, int8 GEMM, rescale
         af = a.float()
         s = af.abs().amax(1, keepdim=True).clamp_min(1e-8) / 127.0
@@ -133,20 +187,48 @@ elif name == "int8":
         acc = torch._int_mm(q, qb)
         return (acc.float() * s * wscale).to(torch.float16)
 
+    # The same function under torch.compile (the mtia Inductor backend, docs/compiler.md): the
+    # quantization and the rescaling fuse into generated kernels around the int8 GEMM.
+    compiled = torch.compile(dyn)
+    compiled(a, qb, wscale)
+    sync()
+
     t16 = timed(lambda: a @ b)
     rec16, _ = launches()
     t8 = timed(lambda: torch._int_mm(qa, qb))
     rec8, _ = launches()
     rec8 = rec8[len(rec16):]
-    tdyn = timed(dyn)
+    tdyn = timed(lambda: dyn(a, qb, wscale))
     recd, _ = launches()
     recd = recd[len(rec16) + len(rec8):]
+    tcomp = timed(lambda: compiled(a, qb, wscale))
+    recc, _ = launches()
+    recc = recc[len(rec16) + len(rec8) + len(recd):]
+    # The DPE alone with the operands resident in the SRAM (see sram_mm): fp16 and int8.
+    o16 = 0
+    o8 = o16 + 3 * n * n * 2
+    s16 = (to_sram(a, o16), to_sram(b, o16 + n * n * 2), SRAM_BASE + o16 + 2 * n * n * 2)
+    s8 = (to_sram(qa, o8), to_sram(qb, o8 + n * n), SRAM_BASE + o8 + 2 * n * n)
+    ts16 = timed(lambda: sram_mm(s16[2], s16[0], s16[1], n, torch.float16, torch.float16))
+    ts8 = timed(lambda: sram_mm(s8[2], s8[0], s8[1], n, torch.int8, torch.int32))
+    recs, _ = launches()
+    recs = recs[len(rec16) + len(rec8) + len(recd) + len(recc):]
     ref = (a.cpu().float() @ b.cpu().float())
-    err = ((dyn().cpu().float() - ref).abs().max() / ref.abs().max()).item()
-    res = {"n": n, "fp16_ns": t16, "int8_ns": t8, "dynamic_ns": tdyn,
+    ref8 = qa.cpu().int() @ qb.cpu().int()
+    res = {"n": n, "fp16_ns": t16, "int8_ns": t8, "dynamic_ns": tdyn, "compiled_ns": tcomp,
            "dpe_ratio": t16 / t8, "end_to_end_ratio": t16 / tdyn,
+           "compiled_ratio": t16 / tcomp,
+           "sram_fp16_ns": ts16, "sram_int8_ns": ts8, "sram_dpe_ratio": ts16 / ts8,
+           "sram_int8_exact": bool((from_sram(s8[2], (n, n), torch.int32).cpu() == ref8).all()),
+           "sram_fp16_rel_err": rel_err(from_sram(s16[2], (n, n), torch.float16), ref),
+           "sram_bytes": [r["sram_bytes"] for r in recs],
+           "sram_roof_ns": [r["sram_bytes"] / sram_bw * 1e9 for r in recs],
            "dynamic_launches": len(recd), "dynamic_kernels": sorted({r["kernel"] for r in recd}),
-           "rel_err": err, "fallbacks": torch_mtia_emu.fallback_counts(),
+           "compiled_launches": len(recc),
+           "compiled_kernels": sorted({r["kernel"] for r in recc}),
+           "rel_err": rel_err(dyn(a, qb, wscale), ref),
+           "compiled_rel_err": rel_err(compiled(a, qb, wscale), ref),
+           "fallbacks": torch_mtia_emu.fallback_counts(),
            "int8_dram_bytes": sum(r["dram_bytes"] for r in rec8),
            "fp16_dram_bytes": sum(r["dram_bytes"] for r in rec16),
            "int8_dram_roof_ns": (2 * n * n + 4 * n * n) / dram_bw * 1e9,
@@ -338,19 +420,25 @@ def table(r: dict, quick: bool) -> str:
             rows.append(f"| {key} | {sec} | {pub} | {sim} | {note} |")
 
     add("gemm", "3.3", "> 92 % of peak",
-        lambda x: (f"{100 * x['of_peak']:.1f} % of peak",
-                   f"{x['n']}^3 fp16, {x['sim_ns'] / 1e3:.1f} us; DRAM "
-                   f"{x['dram_bytes'] / 1e6:.1f} MB, DRAM roof {x['dram_roof_ns'] / 1e3:.1f} us"))
+        lambda x: (f"{100 * x['of_peak']:.1f} % (LPDDR), {100 * x['sram_of_peak']:.1f} % (SRAM)",
+                   f"{x['n']}^3 fp16; operands in LPDDR {x['sim_ns'] / 1e3:.1f} us, DRAM "
+                   f"{x['dram_bytes'] / 1e6:.1f} MB, DRAM roof {x['dram_roof_ns'] / 1e3:.1f} us; "
+                   f"in SRAM {x['sram_ns'] / 1e3:.1f} us, SRAM {x['sram_bytes'] / 1e6:.1f} MB, "
+                   f"SRAM roof {x['sram_roof_ns'] / 1e3:.1f} us"))
     add("fc", "4.2", "> 95 % of DRAM bandwidth",
         lambda x: (f"{100 * x['share_min_bytes']:.1f} % (tensor bytes), "
                    f"{100 * x['share_traffic']:.1f} % (DRAM traffic)",
                    f"{'x'.join(map(str, x['shape']))}, {x['sim_ns'] / 1e3:.1f} us, traffic "
                    f"{x['dram_bytes'] / 1e6:.1f} MB vs {x['min_bytes'] / 1e6:.1f} MB of tensors"))
     add("int8", "4.4", "DPE 2x; dynamic quant. ~1.6x",
-        lambda x: (f"DPE {x['dpe_ratio']:.2f}x; dynamic {x['end_to_end_ratio']:.3f}x",
-                   f"{x['n']}^3: fp16 {x['fp16_ns'] / 1e3:.1f} us, "
-                   f"int8 {x['int8_ns'] / 1e3:.1f} us, dynamic {x['dynamic_ns'] / 1e3:.1f} us "
-                   f"in {x['dynamic_launches']} launches"))
+        lambda x: (f"DPE {x['dpe_ratio']:.2f}x (LPDDR), {x['sram_dpe_ratio']:.2f}x (SRAM); "
+                   f"dynamic {x['end_to_end_ratio']:.3f}x eager, {x['compiled_ratio']:.3f}x "
+                   f"compiled",
+                   f"{x['n']}^3: fp16 {x['fp16_ns'] / 1e3:.1f} us, int8 {x['int8_ns'] / 1e3:.1f}"
+                   f" us; in SRAM {x['sram_fp16_ns'] / 1e3:.1f} / {x['sram_int8_ns'] / 1e3:.1f} "
+                   f"us; dynamic {x['dynamic_ns'] / 1e3:.1f} us in {x['dynamic_launches']} "
+                   f"launches eager, {x['compiled_ns'] / 1e3:.1f} us in "
+                   f"{x['compiled_launches']} compiled"))
     add("launch", "3.3", "launch < 1 us, replace < 0.5 us",
         lambda x: (f"launch {x['launch_ns']:.0f} ns, replace {x['replace_ns']:.0f} ns (CP step)",
                    f"trivial fill {x['kernel_ns']:.0f} ns; per job {x['eager_ns_per_job']:.0f} ns "

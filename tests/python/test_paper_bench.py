@@ -37,12 +37,14 @@ def positive(x):
 def check_rooflines(kernels, p, clock_hz):
     assert kernels, "no kernel was recorded"
     dram_ps_per_byte = 1e12 / (p["dram_bandwidth_GBps"] * 1e9)
+    sram_ps_per_byte = 1e12 / (p["sram_bandwidth_GBps"] * 1e9)
     for k in kernels:
         per_pe_cycle_s = 1.0 / (k["pes"] * clock_hz)
         dpe_s = (k["macs_int8"] / p["dpe_int8_macs_per_cycle"]
                  + k["macs_16bit"] / p["dpe_fp16_macs_per_cycle"]
                  + k["macs_fp32"] / p["dpe_fp32_macs_per_cycle"]) * per_pe_cycle_s
         assert k["dur_ps"] >= k["dram_bytes"] * dram_ps_per_byte * (1 - 1e-9), k
+        assert k["dur_ps"] >= k["sram_bytes"] * sram_ps_per_byte * (1 - 1e-9), k
         assert k["dur_ps"] >= dpe_s * 1e12 * (1 - 1e-9), k
 
 
@@ -60,6 +62,13 @@ def test_every_experiment_has_a_figure_and_respects_rooflines(results):
     assert 0 < g["of_peak"] <= 1
     assert g["sim_ns"] * 1e-9 >= g["flops"] / peak16
     assert g["sim_ns"] * 1e-9 >= 3 * g["n"] ** 2 * 2 / bw
+    # With the operands in the SRAM: no LPDDR traffic at all, every operand byte read from the
+    # SRAM at least once, and the same product as the CPU's.
+    assert 0 < g["sram_of_peak"] <= 1
+    assert g["sram_ns"] * 1e-9 >= g["flops"] / peak16
+    assert g["sram_dram_bytes"] == 0 and g["sram_bytes"] >= 3 * g["n"] ** 2 * 2
+    assert g["sram_ns"] >= g["sram_roof_ns"] * (1 - 1e-9)
+    assert g["sram_rel_err"] < 0.01 and g["rel_err"] < 0.01
 
     fc = results["fc"]
     m, n, k = fc["shape"]
@@ -72,6 +81,14 @@ def test_every_experiment_has_a_figure_and_respects_rooflines(results):
     assert q["int8_ns"] >= q["int8_dram_roof_ns"]
     assert "matmul" in q["dynamic_kernels"] and not q["fallbacks"]
     assert q["rel_err"] < 0.05        # the dynamically quantized FC against a CPU fp32 one
+    # Compiled: the quantization and rescaling in generated kernels around the int8 matmul.
+    assert positive(q["compiled_ratio"]) and q["compiled_rel_err"] < 0.05
+    assert "matmul" in q["compiled_kernels"] and q["compiled_launches"] < q["dynamic_launches"]
+    assert any(k.startswith("mtia_") for k in q["compiled_kernels"])
+    # In the SRAM: the int8 product exact, the fp16 one close, neither beating the DPE.
+    assert q["sram_int8_exact"] and q["sram_fp16_rel_err"] < 0.01
+    assert q["sram_int8_ns"] >= q["int8_flop_roof_ns"] * (1 - 1e-9)
+    assert q["sram_fp16_ns"] * 1e-9 >= 2 * q["n"] ** 3 / peak16
 
     la = results["launch"]
     assert la["launch_ns"] == p["cp_packet_ns"] and la["replace_ns"] == p["cp_replay_packet_ns"]
