@@ -33,6 +33,7 @@ set(exported
   mtia_isa:isa
   mtia_trace:trace
   mtia_log:log
+  mtia_settings:settings
   mtia_sim:sim
   mtia_pe:pe
   mtia_firmware:firmware

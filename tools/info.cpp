@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "mtia/device.h"
+#include "mtia/settings/settings.h"
 
 namespace mtia::tools {
 namespace {
@@ -39,10 +40,23 @@ void add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "print the properties of an emulated device");
   auto flags = std::make_shared<DeviceFlags>();
   auto show_config = std::make_shared<bool>(false);
+  auto show_env = std::make_shared<bool>(false);
+  auto markdown = std::make_shared<bool>(false);
   flags->add_to(*cmd);
   cmd->add_flag("--config", *show_config,
                 "also print the effective chip configuration (every overridable key)");
-  cmd->callback([flags, show_config] {
+  cmd->add_flag("--env", *show_env,
+                "print every MTIA_EMU_* environment variable instead: its value here and where it "
+                "comes from (opens no device)");
+  cmd->add_flag("--markdown", *markdown,
+                "with --env: the table of variables in Markdown (docs/settings.md)")
+      ->needs("--env");
+  cmd->callback([flags, show_config, show_env, markdown] {
+    if (*show_env) {
+      const std::string text = *markdown ? settings::markdown() : settings::describe_current();
+      std::fputs(text.c_str(), stdout);
+      return;
+    }
     Device device = Device::open(flags->options());
     print_properties(device.properties());
     if (*show_config) std::printf("\n%s\n", device.config_json().c_str());

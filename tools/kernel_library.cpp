@@ -1,11 +1,11 @@
 #include "kernel_library.h"
 
-#include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 #include <system_error>
 
 #include "mtia/isa/install_dirs.h"
+#include "mtia/settings/settings.h"
 
 #ifndef MTIA_KERNEL_LIBRARY_ELF
 #error "MTIA_KERNEL_LIBRARY_ELF must be defined by the build (tools/CMakeLists.txt)"
@@ -16,14 +16,14 @@ namespace mtia::tools {
 namespace fs = std::filesystem;
 
 std::string kernel_library_path() {
-  if (const char* env = std::getenv("MTIA_EMU_KERNELS"); env != nullptr && env[0] != '\0') {
+  if (auto env = settings::read("MTIA_EMU_KERNELS")) {
     // An explicit choice is never silently replaced by another library.
-    if (!fs::is_regular_file(env)) {
-      throw std::runtime_error(std::string("MTIA_EMU_KERNELS=") + env +
+    if (!fs::is_regular_file(*env)) {
+      throw std::runtime_error("MTIA_EMU_KERNELS=" + *env +
                                " is not a file; point it at a kernel library "
                                "(build/kernels/mtia_kernels.elf) or unset it");
     }
-    return env;
+    return *env;
   }
   std::error_code ec;
   if (const std::string dir = isa::installed_data_dir(); !dir.empty()) {

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "mtia/error.h"
 #include "mtia/log/logger.h"
+#include "mtia/settings/settings.h"
 
 namespace mtia::tools {
 
@@ -31,7 +32,7 @@ DeviceOptions DeviceFlags::options() const {
   // Commands that run work trace kernels unless told otherwise (the library's default is off).
   if (!trace.empty()) {
     o.trace = parse_trace_level(trace);
-  } else if (const char* env = std::getenv("MTIA_EMU_TRACE"); env == nullptr || *env == 0) {
+  } else if (!settings::read("MTIA_EMU_TRACE")) {
     o.trace = TraceLevel::kKernels;
   }
   return o;

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "mtia/error.h"
 #include "mtia/server/device_server.h"
+#include "mtia/settings/settings.h"
 #include "mtia/trace.h"
 
 namespace mtia::tools {
@@ -77,17 +78,17 @@ void add_serve_command(CLI::App& app) {
     so.device.lazy_loads = flags->lazy_loads;
     if (o.trace) {
       so.device.trace.level = *o.trace;
-    } else if (const char* env = std::getenv("MTIA_EMU_TRACE"); env != nullptr && *env != 0) {
-      if (auto level = parse_trace_level(env)) so.device.trace.level = *level;
+    } else if (auto env = settings::read("MTIA_EMU_TRACE")) {
+      if (auto level = parse_trace_level(*env)) so.device.trace.level = *level;
     }
     so.device.trace.max_events = flags->trace_max_events;
-    if (const char* env = std::getenv("MTIA_EMU_TRACE_MAX_EVENTS");
-        so.device.trace.max_events == 0 && env != nullptr && *env != 0) {
-      so.device.trace.max_events = std::strtoull(env, nullptr, 10);
+    if (auto env = settings::read("MTIA_EMU_TRACE_MAX_EVENTS");
+        so.device.trace.max_events == 0 && env) {
+      so.device.trace.max_events = std::strtoull(env->c_str(), nullptr, 10);
     }
     if (so.device.trace.max_events == 0) so.device.trace.max_events = kDefaultTraceMaxEvents;
-    const char* env_wait = std::getenv("MTIA_EMU_WAIT");
-    const std::string wait = !flags->wait.empty() ? flags->wait : env_wait ? env_wait : "";
+    const std::string wait =
+        !flags->wait.empty() ? flags->wait : settings::read("MTIA_EMU_WAIT").value_or("");
     if (!wait.empty()) {
       if (auto w = parse_wait_policy(wait)) so.device.wait = *w;
     }

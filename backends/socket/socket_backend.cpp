@@ -39,6 +39,7 @@
 #include "mtia/isa/server_protocol.h"
 #include "mtia/log/logger.h"
 #include "mtia/remote/message_io.h"
+#include "mtia/settings/settings.h"
 #include "mtia/trace/host_call_codec.h"
 
 extern char** environ;
@@ -66,13 +67,13 @@ isa::Failure unavailable(std::string why) {
 // The mtia-emu program that serves devices: $MTIA_EMU_BIN, the installation's, or the build
 // tree's.
 std::string server_program() {
-  if (const char* env = std::getenv("MTIA_EMU_BIN"); env != nullptr && *env != 0) return env;
+  if (auto program = settings::read("MTIA_EMU_BIN")) return *program;
   const std::string data = isa::installed_data_dir();  // <prefix>/share/mtia-emu
   if (!data.empty()) {
     const auto bin = std::filesystem::path(data).parent_path().parent_path() / "bin" / "mtia-emu";
     if (std::filesystem::exists(bin)) return bin.string();
   }
-  return MTIA_EMU_BUILD_TREE_PROGRAM;
+  return MTIA_BUILD_TREE_PROGRAM;
 }
 
 long page_bytes() {

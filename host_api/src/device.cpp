@@ -14,6 +14,7 @@
 #include "mtia/isa/sanitize.h"
 #include "mtia/log/logger.h"
 #include "mtia/runtime.h"
+#include "mtia/settings/settings.h"
 
 namespace mtia {
 namespace {
@@ -21,20 +22,21 @@ namespace {
 // DeviceOptions::trace, else $MTIA_EMU_TRACE, else off.
 TraceLevel resolve_trace_level(const DeviceOptions& o) {
   if (o.trace) return *o.trace;
-  const char* env = std::getenv("MTIA_EMU_TRACE");
-  if (env == nullptr || *env == 0) return TraceLevel::kOff;
-  if (auto level = parse_trace_level(env)) return *level;
+  const std::optional<std::string> env = settings::read("MTIA_EMU_TRACE");
+  if (!env) return TraceLevel::kOff;
+  if (auto level = parse_trace_level(*env)) return *level;
   throw Error(ErrorKind::kInvalidArgument,
               fmt::format("MTIA_EMU_TRACE={} is not a trace level; use off, kernels (packets, "
                           "copies, launches) or units (every PE unit operation too)",
-                          env));
+                          *env));
 }
 
 // DeviceOptions::trace_max_events, else $MTIA_EMU_TRACE_MAX_EVENTS, else the default.
 uint64_t resolve_trace_max_events(const DeviceOptions& o) {
   if (o.trace_max_events != 0) return o.trace_max_events;
-  const char* env = std::getenv("MTIA_EMU_TRACE_MAX_EVENTS");
-  if (env == nullptr || *env == 0) return kDefaultTraceMaxEvents;
+  const std::optional<std::string> text = settings::read("MTIA_EMU_TRACE_MAX_EVENTS");
+  if (!text) return kDefaultTraceMaxEvents;
+  const char* env = text->c_str();
   char* end = nullptr;
   errno = 0;
   const unsigned long long n = std::strtoull(env, &end, 10);

@@ -8,6 +8,7 @@
 
 #include "mtia/driver/backend.h"
 #include "mtia/error.h"
+#include "mtia/settings/settings.h"
 
 namespace mtia {
 namespace {
@@ -15,8 +16,7 @@ namespace {
 constexpr int kMaxDevices = 64;
 
 std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
+  return settings::read(name).value_or("");
 }
 
 // $MTIA_EMU_SERVER's paths, in order.

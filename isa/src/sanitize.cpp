@@ -1,7 +1,10 @@
 #include "mtia/isa/sanitize.h"
 
-#include <cstdlib>
+#include <optional>
+#include <string>
 #include <utility>
+
+#include "mtia/settings/settings.h"
 
 namespace mtia::isa {
 namespace {
@@ -42,9 +45,9 @@ Result<uint64_t> parse_sanitize_checks(std::string_view list, std::string_view s
 }
 
 Result<uint64_t> sanitize_checks_from_environment() {
-  const char* env = std::getenv("MTIA_EMU_SANITIZE");
-  if (env == nullptr || *env == 0) return uint64_t{0};
-  return parse_sanitize_checks(env, "MTIA_EMU_SANITIZE");
+  const std::optional<std::string> env = settings::read("MTIA_EMU_SANITIZE");
+  if (!env) return uint64_t{0};
+  return parse_sanitize_checks(*env, "MTIA_EMU_SANITIZE");
 }
 
 std::string sanitize_checks_name(uint64_t checks) {

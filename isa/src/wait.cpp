@@ -4,9 +4,11 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
+
+#include "mtia/settings/settings.h"
 
 namespace mtia::isa {
 
@@ -41,12 +43,12 @@ std::optional<WaitPolicy> parse_wait_policy(std::string_view text) {
 }
 
 Result<WaitPolicy> wait_policy_from_environment(WaitPolicy fallback) {
-  const char* env = std::getenv("MTIA_EMU_WAIT");
-  if (env == nullptr || *env == 0) return fallback;
-  if (auto p = parse_wait_policy(env)) return *p;
+  const std::optional<std::string> env = settings::read("MTIA_EMU_WAIT");
+  if (!env) return fallback;
+  if (auto p = parse_wait_policy(*env)) return *p;
   return reject(
       ErrorCode::kInvalidArgument,
-      "MTIA_EMU_WAIT=" + std::string(env) +
+      "MTIA_EMU_WAIT=" + *env +
           " is not a wait policy; use auto (spin while a core is free, then yield, then block), "
           "spin, yield or block");
 }

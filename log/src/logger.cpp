@@ -1,11 +1,14 @@
 #include "mtia/log/logger.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
+
+#include "mtia/settings/settings.h"
 
 namespace mtia::log {
 namespace {
@@ -24,14 +27,14 @@ Registry& registry() {
 
 // The level from the environment; called once, under the registry's lock.
 spdlog::level::level_enum level_from_environment() {
-  const char* env = std::getenv("MTIA_EMU_LOG_LEVEL");
-  if (env == nullptr || env[0] == '\0') return spdlog::level::warn;
+  const std::optional<std::string> env = settings::read("MTIA_EMU_LOG_LEVEL");
+  if (!env) return spdlog::level::warn;
   spdlog::level::level_enum level;
-  if (parse_level(env, level)) return level;
+  if (parse_level(*env, level)) return level;
   std::fprintf(stderr,
                "mtia-emu: MTIA_EMU_LOG_LEVEL=%s is not a level (trace, debug, info, warn, error, "
                "critical, off); logging warnings and errors\n",
-               env);
+               env->c_str());
   return spdlog::level::warn;
 }
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "mtia/settings/settings.h"
 #include "runtime.h"
 
 namespace mtia::torch_backend {
@@ -122,8 +123,8 @@ mtia::Grid grid_for(int64_t work, int64_t items_per_pe) {
   // $MTIA_EMU_MAX_PES caps every launch (1..64): fewer PEs simulate faster, more PEs give a
   // shorter simulated time.
   static const int64_t max_pes = [] {
-    const char* e = std::getenv("MTIA_EMU_MAX_PES");
-    const int64_t v = e != nullptr ? std::atoll(e) : 64;
+    const std::optional<std::string> e = mtia::settings::read("MTIA_EMU_MAX_PES");
+    const int64_t v = e ? std::atoll(e->c_str()) : 64;
     return std::clamp<int64_t>(v, 1, 64);
   }();
   const int64_t pes = std::clamp<int64_t>((work + items_per_pe - 1) / items_per_pe, 1, max_pes);

@@ -19,6 +19,7 @@
 #include "hooks.h"
 #include "install_location.h"
 #include "launch.h"
+#include "mtia/settings/settings.h"
 #include "profiler.h"
 #include "random.h"
 #include "runtime.h"
@@ -117,6 +118,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("_preset_dir", [] {
     const std::string& installed = installed_data_dir();
     return installed.empty() ? std::string(MTIA_PRESET_DIR) : installed + "/presets";
+  });
+  // The package's Python code reads MTIA_EMU_* variables through this, so that every read goes
+  // through the one table (mtia/settings/settings.h).
+  m.def("_setting", [](const std::string& name) {
+    TORCH_CHECK_VALUE(mtia::settings::find(name) != nullptr, "torch_mtia_emu: ", name,
+                      " is not a setting of the emulator (`mtia-emu info --env` lists them)");
+    return mtia::settings::read(name);
   });
   m.def("_device_count", [] { return device_count(); });
   m.def(

@@ -27,6 +27,7 @@
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
+#include "mtia/settings/settings.h"
 #include "on_device.h"
 #include "ops.h"
 #include "runtime.h"
@@ -47,8 +48,8 @@ constexpr int64_t kMatmulItemsPerPe = 8192;
 // The most bytes one column matrix may take before the batch is split into chunks (each a
 // separate im2col and product): $MTIA_EMU_CONV_COLUMN_BYTES, else 256 MiB.
 int64_t column_budget() {
-  const char* e = std::getenv("MTIA_EMU_CONV_COLUMN_BYTES");
-  const int64_t v = e != nullptr ? std::atoll(e) : 0;
+  const std::optional<std::string> e = mtia::settings::read("MTIA_EMU_CONV_COLUMN_BYTES");
+  const int64_t v = e ? std::atoll(e->c_str()) : 0;
   return v > 0 ? v : int64_t{256} << 20;
 }
 

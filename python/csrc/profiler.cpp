@@ -45,6 +45,7 @@
 
 #include "log.h"
 #include "mtia/activity.h"
+#include "mtia/settings/settings.h"
 #include "runtime.h"
 
 namespace mtia::torch_backend {
@@ -62,8 +63,9 @@ constexpr int32_t kCorrelationBase = int32_t{1} << 30;
 constexpr size_t kDefaultMaxRecords = 4'000'000;
 
 size_t max_records() {
-  const char* text = std::getenv("MTIA_EMU_PROFILER_MAX_RECORDS");
-  if (text == nullptr || *text == 0) return kDefaultMaxRecords;
+  const std::optional<std::string> value = mtia::settings::read("MTIA_EMU_PROFILER_MAX_RECORDS");
+  if (!value) return kDefaultMaxRecords;
+  const char* text = value->c_str();
   char* end = nullptr;
   const unsigned long long n = std::strtoull(text, &end, 10);
   if (end == text || *end != 0) {

@@ -11,6 +11,7 @@
 #include "install_location.h"
 #include "log.h"
 #include "mtia/runtime.h"
+#include "mtia/settings/settings.h"
 #include "mtia/trace.h"
 #include "profiler.h"
 
@@ -35,8 +36,7 @@ thread_local c10::DeviceIndex t_device = 0;
 thread_local std::array<uint32_t, kMaxDevices> t_streams{};
 
 std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return (v != nullptr && v[0] != '\0') ? std::string(v) : fallback;
+  return mtia::settings::read(name).value_or(fallback);
 }
 
 std::string find_kernel_library(const std::string& requested) {

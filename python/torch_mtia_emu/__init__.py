@@ -71,7 +71,7 @@ def presets() -> List[str]:
     """The chip presets that init(preset=...) and MTIA_EMU_PRESET accept by name: the preset
     files in $MTIA_EMU_PRESET_DIR, else in the installation's share/mtia-emu/presets (an
     installed package) or the source tree's presets/."""
-    directory = os.environ.get("MTIA_EMU_PRESET_DIR") or _C._preset_dir()
+    directory = _C._setting("MTIA_EMU_PRESET_DIR") or _C._preset_dir()
     return sorted(f[:-len(".json")] for f in os.listdir(directory) if f.endswith(".json"))
 
 
@@ -318,7 +318,7 @@ def _register() -> None:
         for module in (torch.mtia, torch.mtia.memory):
             if not hasattr(module, name):
                 setattr(module, name, globals()[name])
-    _C._set_fallback_mode(os.environ.get("MTIA_EMU_FALLBACK", "warn") or "warn")
+    _C._set_fallback_mode(_C._setting("MTIA_EMU_FALLBACK") or "warn")
     _register_serialization()
     _install_quiet_printing()
     _install_profiler()  # torch.profiler: device time and memory per op (docs/profiling.md)

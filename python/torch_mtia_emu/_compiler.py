@@ -275,7 +275,7 @@ def reset_compile_stats() -> None:
 def kernel_cache_dir() -> str:
     """Where compiled kernel modules are kept: $MTIA_EMU_KERNEL_CACHE, else the folder
     "mtia" of Inductor's cache ($TORCHINDUCTOR_CACHE_DIR or its default)."""
-    d = os.environ.get("MTIA_EMU_KERNEL_CACHE")
+    d = _C._setting("MTIA_EMU_KERNEL_CACHE")
     if not d:
         from torch._inductor.runtime.cache_dir_utils import cache_dir
         d = os.path.join(cache_dir(), "mtia")
@@ -489,7 +489,7 @@ def _grid(work: int):
     """PEs for `work` element-operations: one per 16384, at most the chip (or
     $MTIA_EMU_MAX_PES), as the library's launches choose for one operation per element; every PE
     a launch starts costs host time."""
-    limit = max(1, min(64, int(os.environ.get("MTIA_EMU_MAX_PES", "64") or 64)))
+    limit = max(1, min(64, int(_C._setting("MTIA_EMU_MAX_PES") or 64)))
     pes = max(1, min(limit, (work + 16383) // 16384))
     if pes <= 8:
         return 1, pes

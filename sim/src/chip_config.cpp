@@ -26,6 +26,7 @@
 #include "mtia/isa/install_dirs.h"
 #include "mtia/isa/packets.h"
 #include "mtia/isa/registers.h"
+#include "mtia/settings/settings.h"
 
 #ifndef MTIA_PRESET_DIR
 #error "MTIA_PRESET_DIR must be defined by the build (sim/CMakeLists.txt)"
@@ -406,8 +407,7 @@ std::string text_problem(const std::string& text) {
 }  // namespace
 
 std::string preset_directory() {
-  const char* env = std::getenv("MTIA_EMU_PRESET_DIR");
-  if (env != nullptr && env[0] != '\0') return env;
+  if (auto dir = settings::read("MTIA_EMU_PRESET_DIR")) return *dir;
   // An installed program reads its installation's presets, not those of the tree it was
   // built from (which may be gone).
   if (const std::string installed = isa::installed_data_dir(); !installed.empty()) {

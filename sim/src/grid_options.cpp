@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "log.h"
+#include "mtia/settings/settings.h"
 
 namespace mtia::sim {
 namespace {
@@ -19,8 +20,9 @@ constexpr uint64_t kMaxInlineWorkNs = 1'000'000'000;
 // A whole number from the environment variable `name` in [0, max], or `fallback` when it is
 // unset (or not such a number, with a warning).
 uint64_t env_number(const char* name, uint64_t max, uint64_t fallback) {
-  const char* env = std::getenv(name);
-  if (env == nullptr || *env == 0) return fallback;
+  const std::optional<std::string> text = settings::read(name);
+  if (!text) return fallback;
+  const char* env = text->c_str();
   char* end = nullptr;
   const unsigned long long n = std::strtoull(env, &end, 10);
   if (end != nullptr && *end == 0 && *env != '-' && n <= max) return n;

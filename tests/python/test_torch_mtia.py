@@ -5,6 +5,7 @@ devices behave as context managers, torch.get_device_module and torch.accelerato
 generators and RNG states work, and what the emulator does not do yet says so clearly.
 """
 import gc
+import pathlib
 
 import pytest
 import torch
@@ -40,6 +41,20 @@ def test_autoload_can_be_turned_off():
     """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "False"]
+
+
+def test_the_package_reads_settings_through_the_emulators_table(monkeypatch):
+    from torch_mtia_emu import _C
+    monkeypatch.setenv("MTIA_EMU_MAX_PES", "3")
+    assert _C._setting("MTIA_EMU_MAX_PES") == "3"
+    monkeypatch.setenv("MTIA_EMU_MAX_PES", "")
+    assert _C._setting("MTIA_EMU_MAX_PES") is None  # empty is unset
+    with pytest.raises(ValueError, match="MTIA_EMU_NO_SUCH is not a setting"):
+        _C._setting("MTIA_EMU_NO_SUCH")
+    # The package's presets() follows MTIA_EMU_PRESET_DIR through it.
+    monkeypatch.setenv("MTIA_EMU_PRESET_DIR", str(pathlib.Path(__file__).parent / "no-such-dir"))
+    with pytest.raises(FileNotFoundError):
+        torch_mtia_emu.presets()
 
 
 def test_get_device_module_is_torch_mtia():

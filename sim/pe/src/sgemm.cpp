@@ -1,8 +1,10 @@
 #include "mtia/sim/pe/sgemm.h"
 
 #include <cstdio>
-#include <cstdlib>
+#include <optional>
 #include <string>
+
+#include "mtia/settings/settings.h"
 
 namespace mtia::sim::pe {
 
@@ -79,8 +81,9 @@ namespace {
 // or unavailable name is reported and the fastest used.
 SgemmBuild choose() {
   const std::vector<SgemmBuild> builds = sgemm_builds();
-  const char* want = std::getenv("MTIA_EMU_DPE_GEMM");
-  if (want == nullptr || *want == '\0' || std::string(want) == "auto") return builds.front();
+  const std::optional<std::string> choice = settings::read("MTIA_EMU_DPE_GEMM");
+  if (!choice || *choice == "auto") return builds.front();
+  const char* want = choice->c_str();
   std::string names;
   for (const SgemmBuild& b : builds) {
     if (want == std::string(b.name)) return b;
