@@ -188,6 +188,26 @@ def test_a_mixed_layout_pointwise_kernel_walks_the_most_contiguous_dimension(no_
     assert innermost.count("((int64_t)1)") == 4, strides
 
 
+def test_a_per_row_scale_keeps_the_row_major_walk_and_loads_once_per_row(no_fallback):
+    # Row-wise quantization's divide by a per-row scale s [M, 1]: the rows are walked
+    # innermost (x and the output contiguous), not the columns, along which only s is
+    # contiguous though it has the most bytes of an element (fp32 against fp16 in, int8 out);
+    # s is loaded as its distinct elements and spread in the local store (kgen_load_bcast).
+    def f(x, s):
+        return torch.round(x.float() / s).clamp(-127, 127).to(torch.int8)
+
+    x = rand(64, 96, dtype=torch.float16)
+    s = rand(64, 96, seed=1).abs().amax(1, keepdim=True) / 127.0
+    before = set(torch_mtia_emu._compiler._all_kernels())
+    cpu_and_device(f, x, s)
+    sources = [k.source for k in torch_mtia_emu._compiler._all_kernels() if k not in before]
+    assert len(sources) == 1
+    strides = re.findall(r"const int64_t st\[\d\] = \{([^}]*)\}; \(void\)kgen_(?:load|store)\(",
+                         sources[0])
+    assert [st.split(", ")[-1] for st in strides] == ["((int64_t)1)"] * 2, sources[0]
+    assert sources[0].count("kgen_load_bcast(") == 1 and "kgen_spread(" in sources[0]
+
+
 def test_a_long_fused_body_is_spread_over_more_pes():
     # Twelve rounds of math on 64Ki elements: one generated kernel whose launch takes more PEs
     # than one operation on as many elements would, so it finishes well before the same ops
