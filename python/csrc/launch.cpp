@@ -46,6 +46,12 @@ const char* kernel_dtype_list() {
   return "float32, float16, bfloat16, int8, int32, int64, bool";
 }
 
+mtia::Arg dtype_arg(at::ScalarType t) {
+  const auto code = kernel_dtype(t);
+  TORCH_INTERNAL_ASSERT(code.has_value(), "no kernel dtype for ", t);
+  return mtia::Arg::dtype(*code);
+}
+
 mtia::DevicePtr tensor_address(const at::Tensor& t) {
   return device_ptr(t.storage().data()) + t.storage_offset() * int64_t(t.element_size());
 }

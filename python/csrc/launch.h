@@ -31,6 +31,8 @@ inline bool is_kernel_numeric(at::ScalarType t) {  // a float or an int the kern
 }
 // "float32, float16, bfloat16, int8, int32, int64, bool", for messages.
 const char* kernel_dtype_list();
+// A launch argument holding kernel_dtype(t); the caller has checked that the kernels take t.
+mtia::Arg dtype_arg(at::ScalarType t);
 
 // The device address of a tensor's first element.
 mtia::DevicePtr tensor_address(const at::Tensor& t);

@@ -1,11 +1,8 @@
-// Embeddings and indexing on the device (kernels/lib/index.c): index_select, embedding's
-// backward, embedding_bag forward and backward, advanced indexing (index, index_put_),
-// index_add, gather, scatter, scatter_add, masked_fill, masked_select, masked_scatter_,
-// nonzero, cumsum, triu and tril.
-//
-// Index kernels check every index on the device and fail their launch with their own status
-// when one is out of range; the host waits for those launches and turns that status into an
-// IndexError naming the index (found on the host only then), so errors surface at the call.
+// Embeddings and indexing on the device (kernels/lib/index.c): index_select and flip,
+// embedding's backward, embedding_bag forward and backward, advanced indexing (index,
+// index_put_) and index_add. Out-of-range indices are IndexErrors at the call
+// (index_checks.h). gather and scatter are in ops_gather_scatter.cpp, the masked ops in
+// ops_masked.cpp.
 #include <ATen/ExpandUtils.h>
 #include <ATen/Functions.h>
 #include <ATen/MemoryOverlap.h>
@@ -13,13 +10,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/native/IndexingUtils.h>
 #include <ATen/native/Resize.h>
-#include <ATen/ops/cumsum_meta.h>
-#include <ATen/ops/gather_meta.h>
 #include <ATen/ops/index_add_meta.h>
-#include <ATen/ops/scatter_add_meta.h>
-#include <ATen/ops/scatter_meta.h>
-#include <ATen/ops/tril_meta.h>
-#include <ATen/ops/triu_meta.h>
 #include <torch/library.h>
 
 #include <array>
@@ -30,6 +21,7 @@
 
 #include "elementwise.h"
 #include "fallback.h"
+#include "index_checks.h"
 #include "launch.h"
 #include "on_device.h"
 #include "runtime.h"
@@ -40,66 +32,6 @@ namespace mtia::torch_backend {
 namespace {
 
 using at::Tensor;
-
-// index.c's own exit status for an index (or bag offset) out of range.
-constexpr int64_t kBadIndexStatus = 16;
-
-uint8_t code(at::ScalarType t) {
-  const auto c = kernel_dtype(t);
-  TORCH_INTERNAL_ASSERT(c.has_value(), "no kernel dtype for ", t);
-  return *c;
-}
-mtia::Arg dt(at::ScalarType t) {
-  return mtia::Arg::dtype(code(t));
-}
-
-bool is_index_dtype(at::ScalarType t) {
-  return t == at::kLong || t == at::kInt;
-}
-
-// The first index of `index` outside [-size, size) (wrap) or [0, size), as PyTorch words it.
-std::optional<std::string> find_bad_index(const Tensor& index, int64_t size, int64_t dim,
-                                          bool wrap) {
-  const Tensor h = index.cpu().to(at::kLong).contiguous().reshape({-1});
-  const int64_t* p = h.data_ptr<int64_t>();
-  for (int64_t i = 0; i < h.numel(); ++i) {
-    if (p[i] >= size || p[i] < (wrap ? -size : 0)) {
-      return c10::str("index ", p[i], " is out of bounds for dimension ", dim, " with size ", size);
-    }
-  }
-  return std::nullopt;
-}
-std::string bad_index_message(const Tensor& index, int64_t size, int64_t dim, bool wrap) {
-  return find_bad_index(index, size, dim, wrap)
-      .value_or(c10::str("an index is out of bounds for dimension ", dim, " with size ", size));
-}
-
-// Launches an index kernel and waits for it: its bad-index status becomes an IndexError with
-// `explain()`'s message; other failures are the usual RuntimeError.
-void launch_checked(std::string_view kernel, mtia::Grid grid, const std::vector<mtia::Arg>& args,
-                    const std::function<std::string()>& explain) {
-  launch(kernel, grid, args);
-  try {
-    Runtime::get().device().synchronize(current_stream());
-  } catch (const mtia::Error& e) {
-    const std::string what = e.what();
-    const bool ours = what.find("kernel '" + std::string(kernel) + "'") != std::string::npos &&
-                      what.find(c10::str("returned status ", kBadIndexStatus)) != std::string::npos;
-    TORCH_CHECK_INDEX(!ours, explain());
-    rethrow(e, "running kernel '" + std::string(kernel) + "'");
-  }
-}
-
-// A contiguous int32/int64 copy of an index tensor (other integer dtypes are cast to int64).
-Tensor index_operand(const Tensor& index, const char* op) {
-  Tensor i = index.device().type() == kDeviceType
-                 ? index
-                 : index.to(index.options().device(kDeviceType, current_device()));
-  TORCH_CHECK_INDEX(at::isIntegralType(i.scalar_type(), /*includeBool=*/false), op,
-                    "(): Expected dtype int32/int64 for index but got ", i.scalar_type());
-  if (!is_index_dtype(i.scalar_type())) i = as_dtype(i, at::kLong);
-  return i.contiguous();
-}
 
 // Folds a box (sizes with strides in two operands) into at most 3 dimensions: drops size-1
 // dims and merges neighbours that are contiguous in both. nullopt when more remain.
@@ -174,8 +106,8 @@ bool gather_rows(const Tensor& out, const Tensor& src, const Selection& s, int64
   if (out.numel() == 0 || s.n == 0) return true;
   std::vector<mtia::Arg> args{tensor_address(out), tensor_address(src)};
   push_selection(args, s);
-  args.emplace_back(dt(src.scalar_type()));
-  args.emplace_back(dt(s.idx[0].scalar_type()));
+  args.emplace_back(dtype_arg(src.scalar_type()));
+  args.emplace_back(dtype_arg(s.idx[0].scalar_type()));
   args.emplace_back(int64_t(s.idx.size()));
   args.emplace_back(s.n);
   args.emplace_back(int64_t(s.wrap ? 1 : 0));
@@ -210,8 +142,8 @@ bool put_rows(const Tensor& dst, const Tensor& src, const Selection& s, int64_t 
   std::vector<mtia::Arg> args{tensor_address(dst), tensor_address(src)};
   push_selection(args, s);
   args.emplace_back(o.scale ? tensor_address(*o.scale) : mtia::DevicePtr());
-  args.emplace_back(dt(dst.scalar_type()));
-  args.emplace_back(dt(s.idx[0].scalar_type()));
+  args.emplace_back(dtype_arg(dst.scalar_type()));
+  args.emplace_back(dtype_arg(s.idx[0].scalar_type()));
   args.emplace_back(int64_t(s.idx.size()));
   args.emplace_back(s.n);
   args.emplace_back(
@@ -419,8 +351,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> embedding_bag_impl(
                               tensor_address(offset2bag),
                               tensor_address(bag_size),
                               tensor_address(max_idx),
-                              dt(weight.scalar_type()),
-                              dt(it),
+                              dtype_arg(weight.scalar_type()),
+                              dtype_arg(it),
                               mode,
                               int64_t((psw ? 1 : 0) | (include_last_offset ? 2 : 0)),
                               noffs,
@@ -786,403 +718,6 @@ Tensor& index_add_out(const Tensor& self, int64_t dim, const Tensor& index, cons
   return out;
 }
 
-// --- gather, scatter, scatter_add -------------------------------------------------------------
-
-// t with `dim` moved last and padded to 4 dims with leading size-1 dims (nullopt above 4).
-std::optional<std::pair<std::array<int64_t, 4>, std::array<int64_t, 4>>> lines4(const Tensor& t,
-                                                                                int64_t dim) {
-  const int64_t r = std::max<int64_t>(t.dim(), 1);
-  if (r > 4) return std::nullopt;
-  std::array<int64_t, 4> size{1, 1, 1, 1}, st{0, 0, 0, 0};
-  if (t.dim() == 0) return std::make_pair(size, std::array<int64_t, 4>{0, 0, 0, 1});
-  int64_t slot = 4 - r;
-  for (int64_t d = 0; d < r; ++d) {
-    if (d == dim) continue;
-    size[size_t(slot)] = t.size(d);
-    st[size_t(slot)] = t.stride(d);
-    ++slot;
-  }
-  size[3] = t.size(dim);
-  st[3] = t.stride(dim);
-  return std::make_pair(size, st);
-}
-
-void push4(std::vector<mtia::Arg>& args, const std::array<int64_t, 4>& v) {
-  for (int64_t x : v) args.emplace_back(x);
-}
-
-std::string explain_lines(const Tensor& index, int64_t size, int64_t dim) {
-  return bad_index_message(index, size, dim, false);
-}
-
-Tensor& gather_out(const Tensor& self, int64_t dim, const Tensor& index, bool sparse_grad,
-                   Tensor& out) {
-  OutOf<at::meta::structured_gather> m(out);
-  m.meta(self, dim, index, sparse_grad);
-  dim = at::maybe_wrap_dim(dim, self.dim());
-  const auto li = lines4(index, dim), ls = lines4(self, dim), lo = lines4(out, dim);
-  if (!kernel_supports(self.scalar_type()) || !li) {
-    return run_on_cpu<ATEN_OP2(gather, out)>(
-        li ? dtype_reason(self.scalar_type()) : std::string("more than 4 dimensions"), self, dim,
-        index, sparse_grad, out);
-  }
-  if (index.numel() == 0) return out;
-  const Tensor idx = index_operand(index, "gather");
-  const auto lidx = lines4(idx, dim);
-  std::vector<mtia::Arg> args{tensor_address(out), tensor_address(self), tensor_address(idx),
-                              dt(self.scalar_type()), dt(idx.scalar_type())};
-  push4(args, li->first);
-  args.emplace_back(self.dim() == 0 ? int64_t(1) : self.size(dim));
-  push4(args, lo->second);
-  push4(args, ls->second);
-  push4(args, lidx->second);
-  launch_checked("gather_lines", grid_for(index.numel(), 4096), args,
-                 [&] { return explain_lines(idx, self.dim() == 0 ? 1 : self.size(dim), dim); });
-  return out;
-}
-
-// scatter/scatter_add into out (already holding self): mode 0 assign, 1 add.
-void scatter_into(const char* op, Tensor& out, int64_t dim, const Tensor& index, const Tensor* src,
-                  const c10::Scalar* value, int64_t mode) {
-  if (index.numel() == 0) return;
-  const Tensor idx = index_operand(index, op);
-  const auto li = lines4(idx, dim), lo = lines4(out, dim);
-  std::array<int64_t, 4> sst{0, 0, 0, 0};
-  if (src != nullptr) sst = lines4(*src, dim)->second;
-  std::vector<mtia::Arg> args{
-      tensor_address(out),
-      src != nullptr ? tensor_address(*src) : tensor_address(out),
-      tensor_address(idx),
-      dt(out.scalar_type()),
-      dt(idx.scalar_type()),
-      mode,
-      int64_t(src != nullptr ? 0 : 1),
-      int64_t(value != nullptr ? scalar_bits(*value, out.scalar_type()) : 0)};
-  push4(args, li->first);
-  args.emplace_back(out.dim() == 0 ? int64_t(1) : out.size(dim));
-  push4(args, lo->second);
-  push4(args, sst);
-  push4(args, li->second);
-  launch_checked("scatter_lines", grid_for(index.numel(), 4096), args,
-                 [&] { return explain_lines(idx, out.dim() == 0 ? 1 : out.size(dim), dim); });
-}
-
-// Scatter lines are kept whole in a PE's local store: longer destination lines take the CPU.
-bool scatter_fits(const Tensor& out, int64_t dim) {
-  const int64_t len = out.dim() == 0 ? 1 : out.size(dim);
-  const int64_t per = int64_t(out.element_size()) + (is_kernel_float(out.scalar_type()) ? 4 : 8);
-  return len * per <= 48 * 1024;
-}
-
-std::optional<std::string> scatter_reason(const Tensor& self, const Tensor& out, int64_t dim,
-                                          bool add) {
-  if (!kernel_supports(self.scalar_type())) return dtype_reason(self.scalar_type());
-  if (add && self.scalar_type() == at::kBool) return dtype_reason(self.scalar_type());
-  if (self.dim() > 4) return std::string("more than 4 dimensions");
-  if (!scatter_fits(out, dim)) return std::string("a destination line longer than the local store");
-  return std::nullopt;
-}
-
-Tensor& scatter_src_out(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
-                        Tensor& out) {
-  OutOf<at::meta::structured_scatter_src> m(out);
-  m.meta(self, dim, index, src);
-  dim = at::maybe_wrap_dim(dim, self.dim());
-  if (auto why = scatter_reason(self, out, dim, false)) {
-    return run_on_cpu<ATEN_OP2(scatter, src_out)>(*why, self, dim, index, src, out);
-  }
-  if (!out.is_same(self)) out.copy_(self);
-  scatter_into("scatter", out, dim, index, &src, nullptr, 0);
-  return out;
-}
-
-Tensor& scatter_value_out(const Tensor& self, int64_t dim, const Tensor& index,
-                          const c10::Scalar& value, Tensor& out) {
-  OutOf<at::meta::structured_scatter_value> m(out);
-  m.meta(self, dim, index, value);
-  dim = at::maybe_wrap_dim(dim, self.dim());
-  if (auto why = scatter_reason(self, out, dim, false)) {
-    return run_on_cpu<ATEN_OP2(scatter, value_out)>(*why, self, dim, index, value, out);
-  }
-  if (!out.is_same(self)) out.copy_(self);
-  scatter_into("scatter", out, dim, index, nullptr, &value, 0);
-  return out;
-}
-
-Tensor& scatter_add_out(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
-                        Tensor& out) {
-  OutOf<at::meta::structured_scatter_add> m(out);
-  m.meta(self, dim, index, src);
-  dim = at::maybe_wrap_dim(dim, self.dim());
-  if (auto why = scatter_reason(self, out, dim, true)) {
-    return run_on_cpu<ATEN_OP2(scatter_add, out)>(*why, self, dim, index, src, out);
-  }
-  if (!out.is_same(self)) out.copy_(self);
-  scatter_into("scatter_add", out, dim, index, &src, nullptr, 1);
-  return out;
-}
-
-// --- masked_fill, masked_select, masked_scatter_, nonzero ---------------------------------------
-
-Tensor& masked_fill_impl(Tensor& self, const Tensor& mask, const Tensor& value_dev) {
-  launch_where(self, mask, value_dev, self);
-  return self;
-}
-
-void check_mask(const Tensor& self, const Tensor& mask, const char* op) {
-  TORCH_CHECK(mask.scalar_type() == at::kBool, op,
-              " only supports boolean masks, but got mask with dtype ", mask.scalar_type());
-  TORCH_CHECK(at::is_expandable_to(mask.sizes(), self.sizes()), "The size of the mask ",
-              mask.sizes(), " must be broadcastable to the size of the tensor ", self.sizes());
-  check_device(mask, op);
-}
-
-Tensor& masked_fill_scalar(Tensor& self, const Tensor& mask, const c10::Scalar& value) {
-  check_device(self, "masked_fill_");
-  check_mask(self, mask, "masked_fill_");
-  if (!kernel_supports(self.scalar_type())) {
-    return run_on_cpu<ATEN_OP2(masked_fill_, Scalar)>(dtype_reason(self.scalar_type()), self, mask,
-                                                      value);
-  }
-  at::assert_no_internal_overlap(self);
-  if (self.numel() == 0) return self;
-  return masked_fill_impl(self, mask, device_scalar(value, self.scalar_type()));
-}
-
-Tensor& masked_fill_tensor(Tensor& self, const Tensor& mask, const Tensor& value) {
-  TORCH_CHECK(value.dim() == 0,
-              "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
-              value.dim(), " dimension(s).");
-  check_device(self, "masked_fill_");
-  check_mask(self, mask, "masked_fill_");
-  if (!kernel_supports(self.scalar_type()) || !kernel_supports(value.scalar_type())) {
-    return run_on_cpu<ATEN_OP2(masked_fill_, Tensor)>(dtype_reason(self.scalar_type()), self, mask,
-                                                      value);
-  }
-  at::assert_no_internal_overlap(self);
-  if (self.numel() == 0) return self;
-  Tensor v;
-  if (value.device().type() == kDeviceType) {
-    v = as_dtype(value, self.scalar_type());
-  } else {
-    v = device_scalar(value.item(), self.scalar_type());
-  }
-  return masked_fill_impl(self, mask, v);
-}
-
-// Rows of a <= 4-D view of `t` (padded with leading size-1 dims).
-std::array<int64_t, 4> pad4(at::IntArrayRef v, int64_t fill) {
-  std::array<int64_t, 4> r{fill, fill, fill, fill};
-  for (size_t i = 0; i < v.size(); ++i) r[4 - v.size() + i] = v[i];
-  return r;
-}
-
-// Compaction over the broadcast (<= 4-D) `mask`: each row's first output position from a
-// device count of the row, then the `compact` kernel. Returns the number selected.
-int64_t compact_into(Tensor* out, const Tensor& mask, const Tensor* src, int64_t ndim,
-                     at::ScalarType out_dtype, int64_t out_cols) {
-  const auto size = pad4(mask.sizes(), 1);
-  const auto mst = pad4(mask.strides(), 0);
-  const int64_t rows = size[0] * size[1] * size[2];
-  // Per-row counts (device sum), their running sum (device cumsum); the total is read back.
-  const Tensor m4 =
-      mask.as_strided({size[0], size[1], size[2], size[3]}, {mst[0], mst[1], mst[2], mst[3]});
-  const Tensor counts = at::sum(m4, {3}, false, at::kLong).reshape({rows});
-  const Tensor ends = at::cumsum(counts, 0);
-  const int64_t total = ends[rows - 1].item<int64_t>();
-  *out =
-      at::empty(out_cols >= 0 ? std::vector<int64_t>{total, out_cols} : std::vector<int64_t>{total},
-                mask.options().dtype(out_dtype));
-  if (total == 0) return 0;
-  const Tensor starts = at::sub(ends, counts).contiguous();
-  std::vector<mtia::Arg> args{tensor_address(*out),
-                              src != nullptr ? tensor_address(*src) : tensor_address(mask),
-                              tensor_address(mask),
-                              tensor_address(starts),
-                              dt(src != nullptr ? src->scalar_type() : at::kLong),
-                              int64_t(src != nullptr ? 0 : 1),
-                              ndim};
-  push4(args, size);
-  push4(args, src != nullptr ? pad4(src->strides(), 0) : std::array<int64_t, 4>{0, 0, 0, 0});
-  push4(args, mst);
-  launch("compact", grid_for(mask.numel(), 16384), args);
-  return total;
-}
-
-Tensor masked_select_dev(const Tensor& self, const Tensor& mask) {
-  check_device(self, "masked_select");
-  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask, got ",
-              mask.scalar_type());
-  check_device(mask, "masked_select");
-  auto [s, m] = at::expand_outplace(self, mask);
-  if (!kernel_supports(self.scalar_type()) || s->dim() > 4) {
-    return run_on_cpu<ATEN_OP(masked_select)>(kernel_supports(self.scalar_type())
-                                                  ? std::string("more than 4 dimensions")
-                                                  : dtype_reason(self.scalar_type()),
-                                              self, mask);
-  }
-  if (s->numel() == 0) return at::empty({0}, self.options());
-  const Tensor ms = s->dim() == 0 ? m->reshape({1}) : *m;
-  const Tensor ss = s->dim() == 0 ? s->reshape({1}) : *s;
-  Tensor out;
-  compact_into(&out, ms, &ss, 0, self.scalar_type(), -1);
-  return out;
-}
-
-Tensor& masked_select_out(const Tensor& self, const Tensor& mask, Tensor& out) {
-  const Tensor r = masked_select_dev(self, mask);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
-}
-
-Tensor nonzero_dev(const Tensor& self) {
-  check_device(self, "nonzero");
-  if (!kernel_supports(self.scalar_type()) || self.dim() > 4) {
-    return run_on_cpu<ATEN_OP(nonzero)>(kernel_supports(self.scalar_type())
-                                            ? std::string("more than 4 dimensions")
-                                            : dtype_reason(self.scalar_type()),
-                                        self);
-  }
-  const int64_t nd = self.dim();
-  if (self.numel() == 0) return at::empty({0, nd}, self.options().dtype(at::kLong));
-  const Tensor t = nd == 0 ? self.reshape({1}) : self;
-  const Tensor mask = self.scalar_type() == at::kBool ? t : at::ne(t, 0);
-  Tensor out;
-  compact_into(&out, mask, nullptr, nd, at::kLong, nd);
-  return out;
-}
-
-Tensor& nonzero_out(const Tensor& self, Tensor& out) {
-  TORCH_CHECK(out.scalar_type() == at::kLong,
-              "nonzero: Expected out tensor to have scalar type Long but got scalar type",
-              out.scalar_type());
-  const Tensor r = nonzero_dev(self);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
-}
-
-Tensor& masked_scatter_(Tensor& self, const Tensor& mask, const Tensor& source) {
-  check_device(self, "masked_scatter_");
-  TORCH_CHECK(mask.scalar_type() == at::kBool,
-              "masked_scatter_ only supports boolean masks, but got mask with dtype ",
-              mask.scalar_type());
-  TORCH_CHECK(self.scalar_type() == source.scalar_type(),
-              "masked_scatter_: expected self and source to have same dtypes but got",
-              self.scalar_type(), " and ", source.scalar_type());
-  if (!kernel_supports(self.scalar_type()) || self.dim() > 4) {
-    return run_on_cpu<ATEN_OP(masked_scatter_)>(dtype_reason(self.scalar_type()), self, mask,
-                                                source);
-  }
-  if (self.numel() == 0) return self;
-  const Tensor m = mask.expand(self.sizes());
-  const Tensor pos = nonzero_dev(m);
-  const int64_t n = pos.size(0);
-  TORCH_CHECK(n <= source.numel(), "masked_scatter: expected source to have at least ", n,
-              " elements, got ", source.numel());
-  if (n == 0) return self;
-  c10::List<c10::optional<Tensor>> idx;
-  const Tensor src = source.reshape({-1}).narrow(0, 0, n);
-  if (self.dim() == 0) {
-    self.copy_(src.reshape({}));
-    return self;
-  }
-  for (int64_t d = 0; d < self.dim(); ++d) idx.push_back(pos.select(1, d));
-  return index_put_impl_(self, idx, src, false, false);
-}
-
-// --- cumsum, triu, tril ------------------------------------------------------------------------
-
-Tensor& cumsum_out(const Tensor& self, int64_t dim, c10::optional<at::ScalarType> dtype,
-                   Tensor& out) {
-  OutOf<at::meta::structured_cumsum> m(out);
-  m.meta(self, dim, dtype);
-  dim = at::maybe_wrap_dim(dim, self.dim());
-  if (!kernel_supports(self.scalar_type()) || !kernel_supports(out.scalar_type()) ||
-      out.scalar_type() == at::kBool) {
-    return run_on_cpu<ATEN_OP2(cumsum, out)>(
-        dtype_reason(kernel_supports(self.scalar_type()) ? out.scalar_type() : self.scalar_type()),
-        self, dim, dtype, out);
-  }
-  if (self.numel() == 0) return out;
-  // [outer, len, inner] views: the dims before `dim` fold into outer when both tensors allow,
-  // else one launch per outer index (loop below).
-  const Tensor in = self.dim() == 0 ? self.reshape({1}) : self;
-  Tensor o = out.dim() == 0 ? out.reshape({1}) : out;
-  const Tensor inc = in.contiguous();
-  const bool direct = o.is_contiguous();
-  const Tensor res = direct ? o : at::empty(in.sizes(), out.options());
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= in.size(d);
-  for (int64_t d = dim + 1; d < in.dim(); ++d) inner *= in.size(d);
-  const int64_t len = in.size(dim);
-  std::vector<mtia::Arg> args{tensor_address(res),
-                              tensor_address(inc),
-                              dt(in.scalar_type()),
-                              dt(out.scalar_type()),
-                              outer,
-                              len,
-                              inner};
-  for (int k = 0; k < 2; ++k) {
-    args.emplace_back(len * inner);
-    args.emplace_back(inner);
-    args.emplace_back(int64_t(1));
-  }
-  launch("cumsum", grid_for(outer * inner * 64, 16384), args);
-  if (!direct) o.copy_(res);
-  return out;
-}
-
-Tensor& tri_out(bool lower, const Tensor& self, int64_t k, Tensor& out) {
-  const int64_t r = self.dim();
-  const int64_t rows = self.size(r - 2), cols = self.size(r - 1);
-  if (self.numel() == 0) return out;
-  // Leading dims: one batch dim per launch after folding what folds.
-  const Tensor in = self, o = out;
-  const int64_t batch = self.numel() / std::max<int64_t>(rows * cols, 1);
-  auto folds = [&](const Tensor& t) {
-    int64_t expect = t.stride(r - 3 >= 0 ? r - 3 : 0);
-    for (int64_t d = r - 3; d >= 0; --d) {
-      if (t.size(d) == 1) continue;
-      if (t.stride(d) != expect) return false;
-      expect = t.stride(d) * t.size(d);
-    }
-    return true;
-  };
-  if (r > 3 && !(folds(in) && folds(o))) {
-    for (int64_t b = 0; b < self.size(0); ++b) {
-      Tensor ob = out.select(0, b);
-      tri_out(lower, self.select(0, b), k, ob);
-    }
-    return out;
-  }
-  const int64_t ibs = r >= 3 ? in.stride(r - 3) : 0, obs = r >= 3 ? o.stride(r - 3) : 0;
-  launch("tri", grid_for(batch * rows * cols, 16384),
-         {tensor_address(o), tensor_address(in), dt(self.scalar_type()), int64_t(lower ? 1 : 0), k,
-          batch, rows, cols, ibs, in.stride(r - 2), in.stride(r - 1), obs, o.stride(r - 2),
-          o.stride(r - 1)});
-  return out;
-}
-
-Tensor& triu_out(const Tensor& self, int64_t diagonal, Tensor& out) {
-  OutOf<at::meta::structured_triu> m(out);
-  m.meta(self, diagonal);
-  if (!kernel_supports(self.scalar_type())) {
-    return run_on_cpu<ATEN_OP2(triu, out)>(dtype_reason(self.scalar_type()), self, diagonal, out);
-  }
-  return tri_out(false, self, diagonal, out);
-}
-
-Tensor& tril_out(const Tensor& self, int64_t diagonal, Tensor& out) {
-  OutOf<at::meta::structured_tril> m(out);
-  m.meta(self, diagonal);
-  if (!kernel_supports(self.scalar_type())) {
-    return run_on_cpu<ATEN_OP2(tril, out)>(dtype_reason(self.scalar_type()), self, diagonal, out);
-  }
-  return tri_out(true, self, diagonal, out);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
@@ -1201,20 +736,6 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("index.Tensor_out", MTIA_FN(index_tensor_out));
   m.impl("_index_put_impl_", MTIA_FN(index_put_impl_));
   m.impl("index_add.out", MTIA_FN(index_add_out));
-  m.impl("gather.out", MTIA_FN(gather_out));
-  m.impl("scatter.src_out", MTIA_FN(scatter_src_out));
-  m.impl("scatter.value_out", MTIA_FN(scatter_value_out));
-  m.impl("scatter_add.out", MTIA_FN(scatter_add_out));
-  m.impl("masked_fill_.Scalar", MTIA_FN(masked_fill_scalar));
-  m.impl("masked_fill_.Tensor", MTIA_FN(masked_fill_tensor));
-  m.impl("masked_select", MTIA_FN(masked_select_dev));
-  m.impl("masked_select.out", MTIA_FN(masked_select_out));
-  m.impl("masked_scatter_", MTIA_FN(masked_scatter_));
-  m.impl("nonzero", MTIA_FN(nonzero_dev));
-  m.impl("nonzero.out", MTIA_FN(nonzero_out));
-  m.impl("cumsum.out", MTIA_FN(cumsum_out));
-  m.impl("triu.out", MTIA_FN(triu_out));
-  m.impl("tril.out", MTIA_FN(tril_out));
 }
 
 }  // namespace mtia::torch_backend
