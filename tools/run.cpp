@@ -153,9 +153,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--grid", o->grid, "PEs to launch on, ROWSxCOLS")->capture_default_str();
   cmd->add_option("--out", o->out, "folder for trace.json, summary.json, stats.json, config.json")
       ->capture_default_str();
-  cmd->add_option("--sanitize", o->sanitize,
-                  "device sanitizer checks, comma-separated: memcheck, racecheck "
-                  "(docs/sanitizer.md); default $MTIA_EMU_SANITIZE if set, else off");
+  cmd->add_option(
+      "--sanitize", o->sanitize,
+      "device sanitizer checks, comma-separated: memcheck, racecheck, initcheck, synccheck "
+      "(docs/sanitizer.md); default $MTIA_EMU_SANITIZE if set, else off");
   cmd->callback([o] { run_kernel(*o); });
 }
 

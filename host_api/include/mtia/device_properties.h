@@ -56,11 +56,12 @@ struct DeviceOptions {
   // $MTIA_EMU_LAZY_LOADS (0 or 1), else on.
   std::optional<bool> lazy_loads;
   // The device sanitizer (docs/sanitizer.md): a comma-separated list of checks ("memcheck",
-  // "racecheck"), or "off". memcheck checks every PE DMA to or from device memory against the
-  // live allocations and fails a launch with a bad access (kDeviceFault, naming the kernel, PE,
-  // pc, access and allocation); racecheck fails a launch in which two PEs touch the same device
-  // bytes by DMA between barriers, one of them writing. initcheck and synccheck are not
-  // implemented yet and are refused.
+  // "racecheck", "initcheck", "synccheck"), or "off". memcheck checks every PE DMA to or from
+  // device memory against the live allocations and fails a launch with a bad access
+  // (kDeviceFault, naming the kernel, PE, pc, access and allocation); racecheck fails a launch
+  // in which two PEs touch the same device bytes by DMA between barriers, one of them writing;
+  // initcheck one that reads device memory or local-store bytes nothing wrote; synccheck one
+  // with a barrier that not every PE reaches or a wait on a tag never issued.
   // Unset: $MTIA_EMU_SANITIZE, else off. Only the in-process device runs it.
   std::optional<std::string> sanitize;
 };
