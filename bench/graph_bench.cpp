@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_library.h"
 #include "mtia/device.h"
 
 namespace {
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
     mtia::DeviceOptions o;
     o.preset = preset;
     mtia::Device dev = mtia::Device::open(o);
-    const mtia::KernelModule lib = dev.load_module(MTIA_KERNEL_LIBRARY_ELF);
+    const mtia::KernelModule lib = dev.load_module(mtia::tools::kernel_library_path());
     const mtia::Kernel& matmul = lib.kernel("matmul");
     constexpr int64_t n = 32;
     constexpr uint8_t kFp32 = 1;  // MTIA_PE_DT_FP32

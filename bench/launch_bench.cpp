@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cpu_time.h"
+#include "kernel_library.h"
 #include "mtia/device.h"
 #include "mtia/isa/pe/pe_ops.h"
 #include "mtia/sim/pe/elf.h"
@@ -68,7 +69,7 @@ void launch_figures(const std::string& preset, int launches) {
   options.preset = preset;
   options.timing = true;
   mtia::Device dev = mtia::Device::open(options);
-  const mtia::KernelModule lib = dev.load_module(MTIA_KERNEL_LIBRARY_ELF);
+  const mtia::KernelModule lib = dev.load_module(mtia::tools::kernel_library_path());
   const mtia::Kernel& binary = lib.kernel("binary");
 
   std::vector<float> a(kElems), b(kElems), out(kElems), ref(kElems);
