@@ -193,8 +193,8 @@ Tensor columns(const Tensor& x5, const Dims3& k, const Dims3& out, const Dims3& 
   // One PE per 16 Ki elements, at most one per (row, batch) pair: the kernel's units.
   const int64_t units = rows * N;
   const int64_t per_pe = 16384;
-  std::vector<mtia::Arg> args{tensor_address(c), tensor_address(x5),
-                              mtia::Arg::dtype(*kernel_dtype(x5.scalar_type())), N, C};
+  std::vector<mtia::Arg> args{tensor_address(c), tensor_address(x5), dtype_arg(x5.scalar_type()), N,
+                              C};
   for (int64_t d = 2; d < 5; ++d) args.emplace_back(x5.size(d));
   for (int64_t d = 0; d < 5; ++d) args.emplace_back(x5.stride(d));
   for (const Dims3* v : {&k, &out, &stride, &origin, &dil}) {
@@ -215,10 +215,9 @@ Tensor grouped_product(const Tensor& a, const Tensor& b) {
     return c;
   }
   launch("bmm", grid_for(G * M * P, kMatmulItemsPerPe),
-         {tensor_address(c), tensor_address(a), tensor_address(b),
-          mtia::Arg::dtype(*kernel_dtype(a.scalar_type())), mtia::Arg::dtype(MTIA_PE_DT_FP32), G, M,
-          P, R, a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
-          c.stride(0), c.stride(1), c.stride(2)});
+         {tensor_address(c), tensor_address(a), tensor_address(b), dtype_arg(a.scalar_type()),
+          mtia::Arg::dtype(MTIA_PE_DT_FP32), G, M, P, R, a.stride(0), a.stride(1), a.stride(2),
+          b.stride(0), b.stride(1), b.stride(2), c.stride(0), c.stride(1), c.stride(2)});
   return c;
 }
 

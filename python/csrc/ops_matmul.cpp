@@ -40,21 +40,18 @@ void launch_matmul(const Tensor& c, const Tensor& a, const Tensor& b) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   if (m == 0 || n == 0) return;
   launch("matmul", grid_for(m * n, kMatmulItemsPerPe),
-         {tensor_address(c), tensor_address(a), tensor_address(b),
-          mtia::Arg::dtype(*kernel_dtype(a.scalar_type())),
-          mtia::Arg::dtype(*kernel_dtype(c.scalar_type())), m, n, k, a.stride(0), a.stride(1),
-          b.stride(0), b.stride(1), c.stride(0), c.stride(1)});
+         {tensor_address(c), tensor_address(a), tensor_address(b), dtype_arg(a.scalar_type()),
+          dtype_arg(c.scalar_type()), m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+          c.stride(0), c.stride(1)});
 }
 
 void launch_bmm(const Tensor& c, const Tensor& a, const Tensor& b) {
   const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
   if (batch == 0 || m == 0 || n == 0) return;
-  launch(
-      "bmm", grid_for(batch * m * n, kMatmulItemsPerPe),
-      {tensor_address(c), tensor_address(a), tensor_address(b),
-       mtia::Arg::dtype(*kernel_dtype(a.scalar_type())),
-       mtia::Arg::dtype(*kernel_dtype(c.scalar_type())), batch, m, n, k, a.stride(0), a.stride(1),
-       a.stride(2), b.stride(0), b.stride(1), b.stride(2), c.stride(0), c.stride(1), c.stride(2)});
+  launch("bmm", grid_for(batch * m * n, kMatmulItemsPerPe),
+         {tensor_address(c), tensor_address(a), tensor_address(b), dtype_arg(a.scalar_type()),
+          dtype_arg(c.scalar_type()), batch, m, n, k, a.stride(0), a.stride(1), a.stride(2),
+          b.stride(0), b.stride(1), b.stride(2), c.stride(0), c.stride(1), c.stride(2)});
 }
 
 Tensor& mm_out(const Tensor& self, const Tensor& mat2, Tensor& out) {
@@ -81,8 +78,7 @@ Tensor& addmm_out(const Tensor& self, const Tensor& mat1, const Tensor& mat2,
   const Tensor bias = as_dtype(self, out.scalar_type()).expand({m, n});
   launch("addmm", grid_for(m * n, kMatmulItemsPerPe),
          {tensor_address(out), tensor_address(bias), tensor_address(mat1), tensor_address(mat2),
-          mtia::Arg::dtype(*kernel_dtype(mat1.scalar_type())),
-          mtia::Arg::dtype(*kernel_dtype(out.scalar_type())), m, n, k, alpha.to<float>(),
+          dtype_arg(mat1.scalar_type()), dtype_arg(out.scalar_type()), m, n, k, alpha.to<float>(),
           beta.to<float>(), bias.stride(0), bias.stride(1), mat1.stride(0), mat1.stride(1),
           mat2.stride(0), mat2.stride(1), out.stride(0), out.stride(1)});
   return out;
@@ -102,10 +98,9 @@ Tensor& addmv_out(const Tensor& self, const Tensor& mat, const Tensor& vec, cons
   const Tensor bias = as_dtype(self, out.scalar_type()).expand({m});
   launch("addmm", grid_for(m, kMatmulItemsPerPe),
          {tensor_address(out), tensor_address(bias), tensor_address(mat), tensor_address(vec),
-          mtia::Arg::dtype(*kernel_dtype(mat.scalar_type())),
-          mtia::Arg::dtype(*kernel_dtype(out.scalar_type())), m, int64_t{1}, k, alpha.to<float>(),
-          beta.to<float>(), bias.stride(0), int64_t{0}, mat.stride(0), mat.stride(1), vec.stride(0),
-          int64_t{0}, out.stride(0), int64_t{0}});
+          dtype_arg(mat.scalar_type()), dtype_arg(out.scalar_type()), m, int64_t{1}, k,
+          alpha.to<float>(), beta.to<float>(), bias.stride(0), int64_t{0}, mat.stride(0),
+          mat.stride(1), vec.stride(0), int64_t{0}, out.stride(0), int64_t{0}});
   return out;
 }
 
@@ -127,9 +122,8 @@ Tensor dot(const Tensor& self, const Tensor& other) {
   const int64_t k = self.numel();
   launch("matmul", mtia::Grid{1, 1},
          {tensor_address(out), tensor_address(self), tensor_address(other),
-          mtia::Arg::dtype(*kernel_dtype(self.scalar_type())),
-          mtia::Arg::dtype(*kernel_dtype(out.scalar_type())), int64_t{1}, int64_t{1}, k, int64_t{0},
-          self.stride(0), other.stride(0), int64_t{0}, int64_t{0}, int64_t{0}});
+          dtype_arg(self.scalar_type()), dtype_arg(out.scalar_type()), int64_t{1}, int64_t{1}, k,
+          int64_t{0}, self.stride(0), other.stride(0), int64_t{0}, int64_t{0}, int64_t{0}});
   return out;
 }
 

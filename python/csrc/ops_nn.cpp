@@ -171,8 +171,7 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm(const Tensor& input,
     launch("layer_norm", grid_for(M * N, 32768),
            {tensor_address(out), tensor_address(mean), tensor_address(rstd), xp,
             w.defined() ? tensor_address(w) : xp, b.defined() ? tensor_address(b) : xp,
-            mtia::Arg::dtype(*kernel_dtype(dt)), flags, float(eps), M, N, x.stride(0), x.stride(1),
-            N, int64_t{1}});
+            dtype_arg(dt), flags, float(eps), M, N, x.stride(0), x.stride(1), N, int64_t{1}});
   }
   // PyTorch's CPU kernel returns the statistics in the input's dtype.
   return {out, as_dtype(mean, dt).view(stats), as_dtype(rstd, dt).view(stats)};
@@ -356,10 +355,10 @@ Tensor nll_forward_kernel(const NllView& x_in, const NllView& t_in, const Tensor
   const mtia::DevicePtr xp = tensor_address(x.t);
   launch("nll_loss", grid,
          {out ? tensor_address(out->t) : xp, out ? xp : tensor_address(sums), xp,
-          tensor_address(t.t), weight.defined() ? tensor_address(weight) : xp,
-          mtia::Arg::dtype(*kernel_dtype(dt)), flags, ignore_index, N, C, S, x.stride[0],
-          x.stride[1], x.stride[2], t.stride[0], t.stride[1], out ? out->stride[0] : int64_t{0},
-          out ? out->stride[1] : int64_t{0}, weight.defined() ? weight.stride(0) : int64_t{0}});
+          tensor_address(t.t), weight.defined() ? tensor_address(weight) : xp, dtype_arg(dt), flags,
+          ignore_index, N, C, S, x.stride[0], x.stride[1], x.stride[2], t.stride[0], t.stride[1],
+          out ? out->stride[0] : int64_t{0}, out ? out->stride[1] : int64_t{0},
+          weight.defined() ? weight.stride(0) : int64_t{0}});
   if (check) {
     try {
       Runtime::get().device().synchronize(current_stream());
@@ -418,12 +417,12 @@ void nll_backward_kernel(const Tensor& gi, const Tensor& g, bool per_pos, const 
   const int64_t flags = (weight.defined() ? kNllWeight : 0) | (per_pos ? kNllPerPos : 0) |
                         (reduction == at::Reduction::Mean ? kNllMean : 0) | (box ? kNllBox : 0);
   const mtia::DevicePtr gp = tensor_address(gv->t);
-  launch("nll_loss_backward", grid_for(N * S, nll_positions_per_pe(C)),
-         {gp, tensor_address(go.t), tensor_address(t.t),
-          weight.defined() ? tensor_address(weight) : gp, tensor_address(total_weight),
-          mtia::Arg::dtype(*kernel_dtype(dt)), flags, ignore_index, N, C, S, gv->stride[0],
-          gv->stride[1], gv->stride[2], go.stride[0], go.stride[1], t.stride[0], t.stride[1],
-          weight.defined() ? weight.stride(0) : int64_t{0}});
+  launch(
+      "nll_loss_backward", grid_for(N * S, nll_positions_per_pe(C)),
+      {gp, tensor_address(go.t), tensor_address(t.t),
+       weight.defined() ? tensor_address(weight) : gp, tensor_address(total_weight), dtype_arg(dt),
+       flags, ignore_index, N, C, S, gv->stride[0], gv->stride[1], gv->stride[2], go.stride[0],
+       go.stride[1], t.stride[0], t.stride[1], weight.defined() ? weight.stride(0) : int64_t{0}});
   if (!gi_t.is_same(gi)) write_into(gi, gi_t);
 }
 

@@ -68,8 +68,7 @@ std::tuple<Tensor, Tensor> moments(const ChannelView& v) {
   if (v.c == 0) return {mean, var};
   launch("channel_moments", grid_for(v.n * v.c * v.s, 32768),
          {tensor_address(mean), tensor_address(var), tensor_address(v.t),
-          mtia::Arg::dtype(*kernel_dtype(v.t.scalar_type())), v.n, v.c, v.s, v.st[0], v.st[1],
-          v.st[2]});
+          dtype_arg(v.t.scalar_type()), v.n, v.c, v.s, v.st[0], v.st[1], v.st[2]});
   return {mean, var};
 }
 
@@ -90,8 +89,8 @@ std::tuple<Tensor, Tensor> grad_sums(const ChannelView& dy, const ChannelView& x
   const mtia::DevicePtr mp = mean.defined() ? tensor_address(mean) : tensor_address(s1);
   launch("channel_grad_sums", grid_for(dv.n * dv.c * dv.s, 32768),
          {tensor_address(s1), tensor_address(s2), tensor_address(dv.t), tensor_address(xv.t), mp,
-          mtia::Arg::dtype(*kernel_dtype(dv.t.scalar_type())), mean.defined() ? kSubMean : 0, dv.n,
-          dv.c, dv.s, dv.st[0], dv.st[1], dv.st[2], xv.st[0], xv.st[1], xv.st[2]});
+          dtype_arg(dv.t.scalar_type()), mean.defined() ? kSubMean : 0, dv.n, dv.c, dv.s, dv.st[0],
+          dv.st[1], dv.st[2], xv.st[0], xv.st[1], xv.st[2]});
   return {s1, s2};
 }
 

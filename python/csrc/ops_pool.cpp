@@ -94,7 +94,7 @@ void launch_pool(bool backward, int64_t op, int64_t flags, int64_t divisor, cons
   std::vector<mtia::Arg> args{ap,
                               tensor_address(b),
                               indices.defined() ? tensor_address(indices) : ap,
-                              mtia::Arg::dtype(*kernel_dtype(a.scalar_type())),
+                              dtype_arg(a.scalar_type()),
                               op,
                               flags,
                               in.size[0],

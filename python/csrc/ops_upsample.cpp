@@ -160,7 +160,7 @@ void launch_upsample(bool backward, const Plan& p, const Tensor& dst, const Tens
   }
   std::vector<mtia::Arg> args{tensor_address(dst),
                               tensor_address(src),
-                              mtia::Arg::dtype(*kernel_dtype(dst.scalar_type())),
+                              dtype_arg(dst.scalar_type()),
                               p.mode,
                               plan_flags(backward, p),
                               int64_t{p.dims},

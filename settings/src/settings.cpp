@@ -98,7 +98,7 @@ std::string cell(std::string_view text) {
     else
       out += c;
   }
-  return out.empty() ? "" : out;
+  return out;
 }
 
 }  // namespace
