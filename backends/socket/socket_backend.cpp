@@ -1,5 +1,5 @@
 // The socket backend: a device in another process, a device server (`mtia-emu serve`, server/),
-// reached over a Unix-domain socket (isa/server_protocol.h).
+// reached over a Unix-domain socket (wire/protocol.h).
 //
 // BackendOptions::server names the server's socket. Left empty, the backend starts a server
 // of its own for this device: `mtia-emu serve --fd 3` on one end of a socketpair, so the
@@ -36,20 +36,20 @@
 #include "mtia/driver/backend.h"
 #include "mtia/driver/trace_channel.h"
 #include "mtia/isa/install_dirs.h"
-#include "mtia/isa/server_protocol.h"
 #include "mtia/log/logger.h"
-#include "mtia/remote/message_io.h"
 #include "mtia/settings/settings.h"
-#include "mtia/trace/host_call_codec.h"
+#include "mtia/wire/host_call_codec.h"
+#include "mtia/wire/message_io.h"
+#include "mtia/wire/protocol.h"
 
 extern char** environ;
 
 namespace mtia::backends {
 namespace {
 
-using isa::server::MessageType;
-using isa::server::PayloadWriter;
-using remote::UniqueFd;
+using wire::MessageType;
+using wire::PayloadWriter;
+using wire::UniqueFd;
 
 std::shared_ptr<spdlog::logger> logger() {
   static const std::shared_ptr<spdlog::logger> log = mtia::log::get("backend.socket");
@@ -136,7 +136,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   isa::Result<uint64_t> read_register(uint64_t offset) override {
     PayloadWriter w;
     w.u64(offset);
-    MTIA_ASSIGN_OR_RETURN(const isa::server::Reply r, call(MessageType::kReadRegister, w.data()));
+    MTIA_ASSIGN_OR_RETURN(const wire::Reply r, call(MessageType::kReadRegister, w.data()));
     return r.value;
   }
 
@@ -156,10 +156,10 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
     }
     auto* out = static_cast<uint8_t*>(dst);
     for (uint64_t done = 0; done < bytes || bytes == 0;) {
-      const uint64_t n = std::min(bytes - done, isa::server::kMaxMemoryChunk);
+      const uint64_t n = std::min(bytes - done, wire::kMaxMemoryChunk);
       PayloadWriter w;
       w.u64(addr + done).u64(n);
-      MTIA_ASSIGN_OR_RETURN(const isa::server::Reply r, call(MessageType::kReadMemory, w.data()));
+      MTIA_ASSIGN_OR_RETURN(const wire::Reply r, call(MessageType::kReadMemory, w.data()));
       if (r.data.size() != n) {
         return lose("the server answered a memory read of " + std::to_string(n) + " bytes with " +
                     std::to_string(r.data.size()));
@@ -178,7 +178,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
     }
     const auto* in = static_cast<const uint8_t*>(src);
     for (uint64_t done = 0; done < bytes || bytes == 0;) {
-      const uint64_t n = std::min(bytes - done, isa::server::kMaxMemoryChunk);
+      const uint64_t n = std::min(bytes - done, wire::kMaxMemoryChunk);
       PayloadWriter w;
       w.u64(addr + done).bytes(in + done, n);
       if (auto r = call(MessageType::kWriteMemory, w.data()); !r) return r.error();
@@ -252,7 +252,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
     const uint64_t aligned = offset / page * page;
     PayloadWriter w;
     w.u64(aligned).u64(bytes + (offset - aligned));
-    MTIA_ASSIGN_OR_RETURN(const isa::server::Reply r, call(MessageType::kMapHost, w.data(), fd));
+    MTIA_ASSIGN_OR_RETURN(const wire::Reply r, call(MessageType::kMapHost, w.data(), fd));
     std::lock_guard lock(segments_mu_);
     bus_base_[r.value + (offset - aligned)] = r.value;
     return r.value + (offset - aligned);
@@ -323,7 +323,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
     return {};
   }
   void trace_host_call(trace::HostCall call) override {
-    const std::vector<uint8_t> bytes = trace::encode_host_call(call);
+    const std::vector<uint8_t> bytes = wire::encode_host_call(call);
     (void)post(MessageType::kTraceHostCall, bytes);
   }
 
@@ -339,7 +339,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   };
   struct Pending {
     bool done = false;
-    isa::Result<isa::server::Reply> reply = isa::server::Reply{};
+    isa::Result<wire::Reply> reply = wire::Reply{};
   };
 
   SocketBackend() = default;
@@ -430,8 +430,8 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
     reader_ = std::thread([this] { read_loop(); });
     writer_ = std::thread([this] { write_loop(); });
     PayloadWriter w;
-    w.u32(isa::server::kProtocolVersion).u32(0);
-    isa::Result<isa::server::Reply> r = call(MessageType::kHello, w.data());
+    w.u32(wire::kProtocolVersion).u32(0);
+    isa::Result<wire::Reply> r = call(MessageType::kHello, w.data());
     if (!r) {
       if (r.error().code == isa::ErrorCode::kDeviceLost) {
         return unavailable(where_ + " did not answer: " + r.error().reason);
@@ -455,8 +455,8 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   }
 
   // Sends a request and waits for its reply (kDeviceLost once the server has gone).
-  isa::Result<isa::server::Reply> call(MessageType type, const std::vector<uint8_t>& payload,
-                                       int fd = -1) {
+  isa::Result<wire::Reply> call(MessageType type, const std::vector<uint8_t>& payload,
+                                int fd = -1) {
     auto pending = std::make_shared<Pending>();
     uint64_t id = 0;
     {
@@ -469,7 +469,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
     std::unique_lock lock(calls_mu_);
     calls_cv_.wait(lock, [&] { return pending->done; });
     if (!pending->reply) return pending->reply.error();
-    const isa::server::Reply& r = pending->reply.value();
+    const wire::Reply& r = pending->reply.value();
     if (r.code != isa::ErrorCode::kNone) return isa::reject(r.code, r.text, r.value, r.value2);
     return pending->reply;
   }
@@ -491,11 +491,10 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   // report (lose()), never the caller's: the caller may hold the driver's locks.
   void send(MessageType type, uint64_t id, const std::vector<uint8_t>& payload, int fd) {
     Outgoing out;
-    out.bytes.resize(isa::server::kHeaderBytes + payload.size());
-    isa::server::encode_header(remote::message_header(type, id, payload.size(), fd >= 0),
-                               out.bytes.data());
+    out.bytes.resize(wire::kHeaderBytes + payload.size());
+    wire::encode_header(wire::message_header(type, id, payload.size(), fd >= 0), out.bytes.data());
     if (!payload.empty()) {
-      std::memcpy(out.bytes.data() + isa::server::kHeaderBytes, payload.data(), payload.size());
+      std::memcpy(out.bytes.data() + wire::kHeaderBytes, payload.data(), payload.size());
     }
     out.fd = fd;
     std::lock_guard lock(send_mu_);
@@ -516,7 +515,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   // One sendmsg() of what is left of `out` (its descriptor too, if not sent yet).
   ssize_t send_some(const Outgoing& out, int flags) {
     const iovec iov{const_cast<uint8_t*>(out.bytes.data()), out.bytes.size()};
-    return remote::send_bytes(socket_.get(), &iov, 1, out.fd, flags);
+    return wire::send_bytes(socket_.get(), &iov, 1, out.fd, flags);
   }
 
   // Drains the outbox in order, waiting for room on the socket as long as it takes; the first
@@ -577,15 +576,15 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   }
 
   void read_loop() {
-    remote::MessageReader reader;
+    wire::MessageReader reader;
     for (;;) {
-      isa::Result<remote::MessageReader::ReadState> got = reader.read_some(socket_.get());
+      isa::Result<wire::MessageReader::ReadState> got = reader.read_some(socket_.get());
       if (!got) {
         lose(got.error().reason);
         return;
       }
       for (;;) {
-        isa::Result<std::optional<remote::Message>> m = reader.next();
+        isa::Result<std::optional<wire::Message>> m = reader.next();
         if (!m) {
           lose(m.error().reason);
           return;
@@ -596,18 +595,17 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
           return;
         }
       }
-      if (got.value() == remote::MessageReader::ReadState::kClosed) {
+      if (got.value() == wire::MessageReader::ReadState::kClosed) {
         lose("the connection closed");
         return;
       }
     }
   }
 
-  isa::Status dispatch(remote::Message& m) {
+  isa::Status dispatch(wire::Message& m) {
     switch (m.header.type) {
       case MessageType::kReply: {
-        isa::Result<isa::server::Reply> r =
-            isa::server::decode_reply(m.payload.data(), m.payload.size());
+        isa::Result<wire::Reply> r = wire::decode_reply(m.payload.data(), m.payload.size());
         std::lock_guard lock(calls_mu_);
         auto it = pending_.find(m.header.request_id);
         if (it == pending_.end()) {
@@ -622,7 +620,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
         return {};
       }
       case MessageType::kInterrupt: {
-        isa::server::PayloadReader in(m.payload.data(), m.payload.size(), m.header.type);
+        wire::PayloadReader in(m.payload.data(), m.payload.size(), m.header.type);
         MTIA_ASSIGN_OR_RETURN(const uint64_t mask, in.u64());
         MTIA_RETURN_IF_ERROR(in.finish());
         std::lock_guard lock(handler_mu_);
@@ -634,8 +632,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
                            std::string(m.payload.begin(), m.payload.end()));
       default:
         return bad_argument("the server sent a client's message (" +
-                            isa::server::message_type_name(static_cast<uint16_t>(m.header.type)) +
-                            ")");
+                            wire::message_type_name(static_cast<uint16_t>(m.header.type)) + ")");
     }
   }
 

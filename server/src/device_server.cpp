@@ -25,20 +25,20 @@
 #include "mtia/isa/access_scope.h"
 #include "mtia/isa/address_map.h"
 #include "mtia/isa/registers.h"
-#include "mtia/isa/server_protocol.h"
 #include "mtia/log/logger.h"
-#include "mtia/remote/message_io.h"
-#include "mtia/trace/host_call_codec.h"
 #include "mtia/trace/level.h"
+#include "mtia/wire/host_call_codec.h"
+#include "mtia/wire/message_io.h"
+#include "mtia/wire/protocol.h"
 
 namespace mtia::server {
 namespace {
 
 namespace asio = boost::asio;
 using local = asio::local::stream_protocol;
-using isa::server::MessageType;
-using isa::server::PayloadReader;
-using isa::server::Reply;
+using wire::MessageType;
+using wire::PayloadReader;
+using wire::Reply;
 
 std::shared_ptr<spdlog::logger> logger() {
   static const std::shared_ptr<spdlog::logger> log = mtia::log::get("server");
@@ -98,7 +98,7 @@ struct Slot {
 struct Session {
   explicit Session(asio::io_context& io) : socket(io) {}
   local::socket socket;
-  remote::MessageReader reader;
+  wire::MessageReader reader;
   uint64_t id = 0;
   bool first = false;  // the client_fd client (exit_with_client)
   bool closed = false;
@@ -163,10 +163,10 @@ struct DeviceServer::Impl {
   void on_readable(const std::shared_ptr<Session>& s) {
     const int fd = s->socket.native_handle();
     for (;;) {
-      isa::Result<remote::MessageReader::ReadState> got = s->reader.read_some(fd);
+      isa::Result<wire::MessageReader::ReadState> got = s->reader.read_some(fd);
       if (!got) return drop(*s, got.error().reason);
       for (;;) {
-        isa::Result<std::optional<remote::Message>> m = s->reader.next();
+        isa::Result<std::optional<wire::Message>> m = s->reader.next();
         if (!m) return drop(*s, m.error().reason);
         if (!m.value()) break;
         if (isa::Status handled = handle(*s, *m.value()); !handled) {
@@ -174,11 +174,11 @@ struct DeviceServer::Impl {
         }
         if (s->closed) return;
       }
-      if (got.value() == remote::MessageReader::ReadState::kClosed) {
+      if (got.value() == wire::MessageReader::ReadState::kClosed) {
         return drop(*s, s->reader.buffered() > 0 ? "it disconnected in the middle of a message"
                                                  : "it disconnected");
       }
-      if (got.value() == remote::MessageReader::ReadState::kWouldBlock) break;
+      if (got.value() == wire::MessageReader::ReadState::kWouldBlock) break;
     }
     wait_readable(s);
   }
@@ -441,12 +441,12 @@ struct DeviceServer::Impl {
   // --- requests ----------------------------------------------------------------------------
   isa::Status send(Session& s, MessageType type, uint64_t id, const std::vector<uint8_t>& payload,
                    int fd = -1) {
-    return remote::send_message(s.socket.native_handle(), type, id, payload.data(), payload.size(),
-                                fd);
+    return wire::send_message(s.socket.native_handle(), type, id, payload.data(), payload.size(),
+                              fd);
   }
 
   isa::Status reply(Session& s, uint64_t id, const Reply& r, int fd = -1) {
-    return send(s, MessageType::kReply, id, isa::server::encode_reply(r), fd);
+    return send(s, MessageType::kReply, id, wire::encode_reply(r), fd);
   }
 
   isa::Status reply_status(Session& s, uint64_t id, const isa::Status& st) {
@@ -469,23 +469,23 @@ struct DeviceServer::Impl {
   }
 
   // Answers one message. A failure here is the client's fault: it is dropped.
-  isa::Status handle(Session& s, remote::Message& m) {
+  isa::Status handle(Session& s, wire::Message& m) {
     const MessageType type = m.header.type;
     const uint64_t id = m.header.request_id;
     PayloadReader in(m.payload.data(), m.payload.size(), type);
     if (m.fd && type != MessageType::kMapHost) {
-      return bad_request(isa::server::message_type_name(static_cast<uint16_t>(type)) +
+      return bad_request(wire::message_type_name(static_cast<uint16_t>(type)) +
                          " carries a file descriptor it has no use for");
     }
     if (type == MessageType::kHello) return hello(s, id, in);
     if (type == MessageType::kReply || type == MessageType::kInterrupt ||
         type == MessageType::kLost) {
       return bad_request("a client sent a server's message (" +
-                         isa::server::message_type_name(static_cast<uint16_t>(type)) + ")");
+                         wire::message_type_name(static_cast<uint16_t>(type)) + ")");
     }
     if (s.slot == nullptr) return bad_request("a request came before the hello");
     if (!lost.empty()) {
-      if (isa::server::is_posted(type)) return {};
+      if (wire::is_posted(type)) return {};
       return reply_status(s, id, isa::reject(isa::ErrorCode::kDeviceLost, lost));
     }
     switch (type) {
@@ -505,9 +505,9 @@ struct DeviceServer::Impl {
         MTIA_ASSIGN_OR_RETURN(const uint64_t addr, in.u64());
         MTIA_ASSIGN_OR_RETURN(const uint64_t bytes, in.u64());
         MTIA_RETURN_IF_ERROR(in.finish());
-        if (bytes > isa::server::kMaxMemoryChunk) {
+        if (bytes > wire::kMaxMemoryChunk) {
           return bad_request(fmt::format("read memory of {} bytes is over the limit of {}", bytes,
-                                         isa::server::kMaxMemoryChunk));
+                                         wire::kMaxMemoryChunk));
         }
         if (isa::Status ok = check_window(*s.slot, "read_memory", addr, bytes); !ok) {
           return reply_status(s, id, ok);
@@ -572,23 +572,23 @@ struct DeviceServer::Impl {
       }
       case MessageType::kTraceHostCall: {
         MTIA_ASSIGN_OR_RETURN(trace::HostCall call,
-                              trace::decode_host_call(m.payload.data(), m.payload.size()));
+                              wire::decode_host_call(m.payload.data(), m.payload.size()));
         device->trace().trace_host_call(std::move(call));
         return {};
       }
       default:
         break;
     }
-    return bad_request("unexpected " + isa::server::message_type_name(static_cast<uint16_t>(type)));
+    return bad_request("unexpected " + wire::message_type_name(static_cast<uint16_t>(type)));
   }
 
   isa::Status hello(Session& s, uint64_t id, PayloadReader& in) {
     MTIA_ASSIGN_OR_RETURN(const uint32_t version, in.u32());
     MTIA_ASSIGN_OR_RETURN(const uint32_t zero, in.u32());
     MTIA_RETURN_IF_ERROR(in.finish());
-    if (version != isa::server::kProtocolVersion || zero != 0) {
+    if (version != wire::kProtocolVersion || zero != 0) {
       return bad_request(fmt::format("hello with protocol version {}, this server speaks {}",
-                                     version, isa::server::kProtocolVersion));
+                                     version, wire::kProtocolVersion));
     }
     if (s.slot != nullptr) return bad_request("a second hello on one connection");
     if (open_failure) {
@@ -632,7 +632,7 @@ struct DeviceServer::Impl {
     return reply(s, id, r, slot.window.fd);
   }
 
-  isa::Status map_host(Session& s, uint64_t id, PayloadReader& in, remote::UniqueFd fd) {
+  isa::Status map_host(Session& s, uint64_t id, PayloadReader& in, wire::UniqueFd fd) {
     MTIA_ASSIGN_OR_RETURN(const uint64_t offset, in.u64());
     MTIA_ASSIGN_OR_RETURN(const uint64_t bytes, in.u64());
     MTIA_RETURN_IF_ERROR(in.finish());
@@ -677,7 +677,7 @@ struct DeviceServer::Impl {
       for (Slot& slot : slots) {
         const uint64_t mine = (mask >> slot.first_queue) & slot.mask();
         if (mine == 0 || slot.holder == nullptr || slot.holder->closed) continue;
-        isa::server::PayloadWriter w;
+        wire::PayloadWriter w;
         w.u64(mine);
         if (isa::Status sent = send(*slot.holder, MessageType::kInterrupt, 0, w.data()); !sent) {
           drop(*slot.holder, sent.error().reason);
@@ -696,7 +696,7 @@ struct DeviceServer::Impl {
   }
 
   void tell_all_and_close(const std::string& why) {
-    isa::server::PayloadWriter w;
+    wire::PayloadWriter w;
     w.bytes(why.data(), why.size());
     auto all = sessions;
     for (auto& s : all) {
@@ -728,7 +728,7 @@ struct DeviceServer::Impl {
 
 isa::Result<std::unique_ptr<DeviceServer>> DeviceServer::create(ServerOptions options) {
   auto impl = std::make_unique<Impl>();
-  remote::UniqueFd first(options.client_fd);
+  wire::UniqueFd first(options.client_fd);
   options.client_fd = -1;
   if (options.socket_path.empty() && !first) {
     return bad_request("a device server needs a socket path (--socket PATH) to listen on");

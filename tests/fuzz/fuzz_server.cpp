@@ -20,9 +20,9 @@
 
 #include "fuzz_check.h"
 #include "mtia/isa/registers.h"
-#include "mtia/isa/server_protocol.h"
-#include "mtia/remote/message_io.h"
 #include "mtia/server/device_server.h"
+#include "mtia/wire/message_io.h"
+#include "mtia/wire/protocol.h"
 
 namespace isa = mtia::isa;
 namespace srv = isa::server;
@@ -71,7 +71,7 @@ Rig& rig() {
 void send_and_drain(int fd, const std::vector<uint8_t>& bytes) {
   (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   ::shutdown(fd, SHUT_WR);
-  mtia::remote::MessageReader reader;
+  mtia::wire::MessageReader reader;
   for (;;) {
     pollfd p{fd, POLLIN, 0};
     FUZZ_CHECK(::poll(&p, 1, 10000) == 1);  // the server answers or hangs up, never stalls
@@ -88,7 +88,7 @@ void send_and_drain(int fd, const std::vector<uint8_t>& bytes) {
         FUZZ_CHECK(srv::decode_reply(msg.payload.data(), msg.payload.size()).ok());
       }
     }
-    if (got.value() == mtia::remote::MessageReader::ReadState::kClosed) break;
+    if (got.value() == mtia::wire::MessageReader::ReadState::kClosed) break;
   }
 }
 
@@ -113,22 +113,22 @@ void check_served() {
   const int fd = rig().connect();
   srv::PayloadWriter hello;
   hello.u32(srv::kProtocolVersion).u32(0);
-  FUZZ_CHECK(mtia::remote::send_message(fd, srv::MessageType::kHello, 1, hello.data().data(),
-                                        hello.data().size())
+  FUZZ_CHECK(mtia::wire::send_message(fd, srv::MessageType::kHello, 1, hello.data().data(),
+                                      hello.data().size())
                  .ok());
   srv::PayloadWriter read;
   read.u64(isa::reg::kDeviceId);
-  FUZZ_CHECK(mtia::remote::send_message(fd, srv::MessageType::kReadRegister, 2, read.data().data(),
-                                        read.data().size())
+  FUZZ_CHECK(mtia::wire::send_message(fd, srv::MessageType::kReadRegister, 2, read.data().data(),
+                                      read.data().size())
                  .ok());
-  mtia::remote::MessageReader reader;
+  mtia::wire::MessageReader reader;
   int replies = 0;
   uint64_t id_value = 0;
   while (replies < 2) {
     pollfd p{fd, POLLIN, 0};
     FUZZ_CHECK(::poll(&p, 1, 10000) == 1);
     auto got = reader.read_some(fd);
-    FUZZ_CHECK(got.ok() && got.value() != mtia::remote::MessageReader::ReadState::kClosed);
+    FUZZ_CHECK(got.ok() && got.value() != mtia::wire::MessageReader::ReadState::kClosed);
     for (;;) {
       auto m = reader.next();
       FUZZ_CHECK(m.ok());

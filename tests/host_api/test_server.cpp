@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "device_helpers.h"
-#include "mtia/isa/server_protocol.h"
 #include "mtia/raw_packet.h"
+#include "mtia/wire/protocol.h"
 
 extern char** environ;
 
@@ -244,19 +244,18 @@ TEST_CASE("malformed messages drop that client and the server serves on", "[serv
     garbage(std::vector<uint8_t>(64, 'x'));
   }
   SECTION("a request before the hello") {
-    std::vector<uint8_t> h(isa::server::kHeaderBytes + 8, 0);
-    isa::server::encode_header({isa::server::MessageType::kReadRegister, 0, 1, 8}, h.data());
+    std::vector<uint8_t> h(wire::kHeaderBytes + 8, 0);
+    wire::encode_header({wire::MessageType::kReadRegister, 0, 1, 8}, h.data());
     garbage(h);
   }
   SECTION("a truncated message, then the connection closes") {
-    std::vector<uint8_t> h(isa::server::kHeaderBytes + 3, 0);
-    isa::server::encode_header({isa::server::MessageType::kHello, 0, 1, 8}, h.data());
+    std::vector<uint8_t> h(wire::kHeaderBytes + 3, 0);
+    wire::encode_header({wire::MessageType::kHello, 0, 1, 8}, h.data());
     garbage(h);
   }
   SECTION("a payload over the limit") {
-    std::vector<uint8_t> h(isa::server::kHeaderBytes, 0);
-    isa::server::encode_header({isa::server::MessageType::kWriteMemory, 0, 1, 1ull << 40},
-                               h.data());
+    std::vector<uint8_t> h(wire::kHeaderBytes, 0);
+    wire::encode_header({wire::MessageType::kWriteMemory, 0, 1, 1ull << 40}, h.data());
     garbage(h);
   }
   test::check_device_works(holder);  // the client holding the device never noticed

@@ -1,5 +1,5 @@
 // The device server: one emulated device in its own process, served to clients over a
-// Unix-domain socket with Boost.Asio (the protocol: isa/server_protocol.h). `mtia-emu serve`
+// Unix-domain socket with Boost.Asio (the protocol: wire/protocol.h). `mtia-emu serve`
 // runs it; the driver's socket backend (backends/socket/) is its client.
 //
 // The server runs the device through the driver's Backend interface (the in-process backend),

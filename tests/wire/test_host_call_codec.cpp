@@ -1,7 +1,7 @@
 // A host-call record crosses the device server's socket unchanged, and a damaged one is refused.
 #include <catch2/catch.hpp>
 
-#include "mtia/trace/host_call_codec.h"
+#include "mtia/wire/host_call_codec.h"
 
 using namespace mtia;
 
@@ -17,8 +17,8 @@ TEST_CASE("a host-call record round-trips through its bytes", "[trace][server]")
   c.wall_us = 0.5;
   c.error = "";
   c.packets = {{1, 7, 1100, "DMA copy"}, {2, 8, 1200, "matmul"}};
-  const auto bytes = trace::encode_host_call(c);
-  isa::Result<trace::HostCall> back = trace::decode_host_call(bytes.data(), bytes.size());
+  const auto bytes = wire::encode_host_call(c);
+  isa::Result<trace::HostCall> back = wire::decode_host_call(bytes.data(), bytes.size());
   REQUIRE(back.ok());
   const trace::HostCall& b = back.value();
   CHECK(b.thread == 3);
@@ -37,10 +37,10 @@ TEST_CASE("a host-call record round-trips through its bytes", "[trace][server]")
 
   for (size_t n = 0; n < bytes.size(); ++n) {  // every truncation is refused
     INFO("cut at " << n);
-    CHECK_FALSE(trace::decode_host_call(bytes.data(), n).ok());
+    CHECK_FALSE(wire::decode_host_call(bytes.data(), n).ok());
   }
   auto longer = bytes;
   longer.push_back(0);
-  CHECK_THAT(trace::decode_host_call(longer.data(), longer.size()).error().reason,
+  CHECK_THAT(wire::decode_host_call(longer.data(), longer.size()).error().reason,
              Catch::Contains("past its end"));
 }

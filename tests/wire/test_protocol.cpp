@@ -1,13 +1,13 @@
-// The device server's wire format (isa/server_protocol.h): headers and replies round-trip,
+// The device server's wire format (wire/protocol.h): headers and replies round-trip,
 // and every malformed header or reply is rejected with the reason.
 #include <catch2/catch.hpp>
 
 #include <cstring>
 
-#include "mtia/isa/server_protocol.h"
+#include "mtia/wire/protocol.h"
 
 using namespace mtia::isa;
-using namespace mtia::isa::server;
+using namespace mtia::wire;
 
 namespace {
 

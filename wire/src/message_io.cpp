@@ -1,4 +1,4 @@
-#include "mtia/remote/message_io.h"
+#include "mtia/wire/message_io.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,11 +9,11 @@
 #include <cstring>
 #include <string>
 
-namespace mtia::remote {
+namespace mtia::wire {
 namespace {
 
-using isa::server::kHeaderBytes;
-using isa::server::kMessageCarriesFd;
+using kHeaderBytes;
+using kMessageCarriesFd;
 
 constexpr size_t kReadChunk = 256 * 1024;
 constexpr size_t kMaxPendingFds = 16;  // more unclaimed descriptors than this is malformed
@@ -30,9 +30,9 @@ void UniqueFd::reset(int fd) {
   fd_ = fd;
 }
 
-isa::server::MessageHeader message_header(isa::server::MessageType type, uint64_t request_id,
-                                          uint64_t payload_bytes, bool carries_fd) {
-  isa::server::MessageHeader h;
+MessageHeader message_header(MessageType type, uint64_t request_id, uint64_t payload_bytes,
+                             bool carries_fd) {
+  MessageHeader h;
   h.type = type;
   h.flags = carries_fd ? kMessageCarriesFd : 0;
   h.request_id = request_id;
@@ -62,10 +62,10 @@ ssize_t send_bytes(int socket, const iovec* iov, int n_iov, int fd, int flags) {
   return n;
 }
 
-isa::Status send_message(int socket, isa::server::MessageType type, uint64_t request_id,
-                         const void* payload, uint64_t payload_bytes, int fd, int timeout_ms) {
+isa::Status send_message(int socket, MessageType type, uint64_t request_id, const void* payload,
+                         uint64_t payload_bytes, int fd, int timeout_ms) {
   uint8_t header[kHeaderBytes];
-  isa::server::encode_header(message_header(type, request_id, payload_bytes, fd >= 0), header);
+  encode_header(message_header(type, request_id, payload_bytes, fd >= 0), header);
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   const auto* body = static_cast<const uint8_t*>(payload);
@@ -150,8 +150,7 @@ isa::Result<MessageReader::ReadState> MessageReader::read_some(int socket) {
 
 isa::Result<std::optional<Message>> MessageReader::next() {
   if (buffered() < kHeaderBytes) return std::optional<Message>();
-  MTIA_ASSIGN_OR_RETURN(const isa::server::MessageHeader h,
-                        isa::server::decode_header(buf_.data() + at_));
+  MTIA_ASSIGN_OR_RETURN(const MessageHeader h, decode_header(buf_.data() + at_));
   if (buffered() - kHeaderBytes < h.payload_bytes) return std::optional<Message>();
   Message m;
   m.header = h;
@@ -160,10 +159,10 @@ isa::Result<std::optional<Message>> MessageReader::next() {
   at_ += kHeaderBytes + h.payload_bytes;
   if ((h.flags & kMessageCarriesFd) != 0) {
     if (fds_.empty()) {
-      return isa::reject(isa::ErrorCode::kInvalidArgument,
-                         "malformed server message: " +
-                             isa::server::message_type_name(static_cast<uint16_t>(h.type)) +
-                             " says it carries a file descriptor, and none arrived");
+      return isa::reject(
+          isa::ErrorCode::kInvalidArgument,
+          "malformed server message: " + message_type_name(static_cast<uint16_t>(h.type)) +
+              " says it carries a file descriptor, and none arrived");
     }
     m.fd = std::move(fds_.front());
     fds_.pop_front();
@@ -171,4 +170,4 @@ isa::Result<std::optional<Message>> MessageReader::next() {
   return std::optional<Message>(std::move(m));
 }
 
-}  // namespace mtia::remote
+}  // namespace mtia::wire

@@ -1,8 +1,8 @@
-#include "mtia/isa/server_protocol.h"
+#include "mtia/wire/protocol.h"
 
 #include <cstdio>
 
-namespace mtia::isa::server {
+namespace mtia::wire {
 namespace {
 
 constexpr uint64_t kMaxReplyText = 1ull << 20;
@@ -24,8 +24,8 @@ bool known_type(uint16_t t) {
           t <= static_cast<uint16_t>(MessageType::kLost));
 }
 
-Failure malformed(std::string why) {
-  return reject(ErrorCode::kInvalidArgument, "malformed server message: " + std::move(why));
+isa::Failure malformed(std::string why) {
+  return isa::reject(ErrorCode::kInvalidArgument, "malformed server message: " + std::move(why));
 }
 
 }  // namespace
@@ -199,4 +199,4 @@ Result<Reply> decode_reply(const uint8_t* p, uint64_t n) {
   return r;
 }
 
-}  // namespace mtia::isa::server
+}  // namespace mtia::wire

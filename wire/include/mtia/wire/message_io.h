@@ -1,4 +1,4 @@
-// Framed messages of the device server's protocol (isa/server_protocol.h) over a connected
+// Framed messages of the device server's protocol (protocol.h) over a connected
 // Unix-domain stream socket, with file descriptors passed as SCM_RIGHTS. Shared by the device
 // server (server/) and the driver's socket backend (backends/socket/).
 #pragma once
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "mtia/isa/result.h"
-#include "mtia/isa/server_protocol.h"
+#include "mtia/wire/protocol.h"
 
-namespace mtia::remote {
+namespace mtia::wire {
 
 // An owned file descriptor, closed on destruction.
 class UniqueFd {
@@ -44,14 +44,14 @@ class UniqueFd {
 };
 
 struct Message {
-  isa::server::MessageHeader header;
+  MessageHeader header;
   std::vector<uint8_t> payload;
   UniqueFd fd;  // the descriptor sent with it (header.flags has kMessageCarriesFd)
 };
 
 // The header of a message with `payload_bytes` of payload (and a descriptor if `carries_fd`).
-isa::server::MessageHeader message_header(isa::server::MessageType type, uint64_t request_id,
-                                          uint64_t payload_bytes, bool carries_fd);
+MessageHeader message_header(MessageType type, uint64_t request_id, uint64_t payload_bytes,
+                             bool carries_fd);
 
 // One sendmsg() of `iov` (MSG_NOSIGNAL and `flags`, e.g. MSG_DONTWAIT), with `fd` attached to
 // its first byte when fd >= 0; retried on EINTR. The bytes sent, or -1 with errno set.
@@ -61,9 +61,8 @@ ssize_t send_bytes(int socket, const iovec* iov, int n_iov, int fd, int flags);
 // socket's buffer is full, at most `timeout_ms` in all (a peer that stops reading is dead to
 // us). kDeviceLost when the peer has gone or the timeout passed. Callers that share a socket
 // serialize their sends.
-isa::Status send_message(int socket, isa::server::MessageType type, uint64_t request_id,
-                         const void* payload, uint64_t payload_bytes, int fd = -1,
-                         int timeout_ms = 10000);
+isa::Status send_message(int socket, MessageType type, uint64_t request_id, const void* payload,
+                         uint64_t payload_bytes, int fd = -1, int timeout_ms = 10000);
 
 // Collects bytes and descriptors from a socket and cuts them into messages.
 class MessageReader {
@@ -85,4 +84,4 @@ class MessageReader {
   std::deque<UniqueFd> fds_;
 };
 
-}  // namespace mtia::remote
+}  // namespace mtia::wire

@@ -28,7 +28,7 @@
 //   kWriteArtifacts  the folder (text)                      -> ok
 //   kConfigJson      (empty)                                -> text = configuration JSON
 //   kSetTraceLevel   u32 level (trace::TraceLevel)          -> ok
-//   kTraceHostCall   a host-call record (trace/host_call_codec.h) (posted)
+//   kTraceHostCall   a host-call record (wire/host_call_codec.h) (posted)
 // Server -> client, unrequested:
 //   kInterrupt       u64 queue mask
 //   kLost            the reason (text): the device died; the server closes the connection
@@ -43,7 +43,12 @@
 
 #include "mtia/isa/result.h"
 
-namespace mtia::isa::server {
+namespace mtia::wire {
+
+// The protocol reports through the error type the layers below share.
+using isa::ErrorCode;
+using isa::Result;
+using isa::Status;
 
 constexpr uint32_t kServerMagic = 0x5653544D;  // "MTSV"
 constexpr uint16_t kProtocolVersion = 1;
@@ -141,4 +146,4 @@ struct Reply {
 std::vector<uint8_t> encode_reply(const Reply& r);
 Result<Reply> decode_reply(const uint8_t* p, uint64_t n);
 
-}  // namespace mtia::isa::server
+}  // namespace mtia::wire

@@ -1,15 +1,11 @@
-#include "mtia/trace/host_call_codec.h"
+#include "mtia/wire/host_call_codec.h"
 
 #include <cstring>
 
-#include "mtia/isa/server_protocol.h"
+#include "mtia/wire/protocol.h"
 
-namespace mtia::trace {
+namespace mtia::wire {
 namespace {
-
-using isa::server::MessageType;
-using isa::server::PayloadReader;
-using isa::server::PayloadWriter;
 
 constexpr uint64_t kMaxText = 64ull << 10;
 constexpr uint64_t kMaxPackets = 65536;
@@ -28,17 +24,18 @@ double from_bits(uint64_t v) {
 
 }  // namespace
 
-std::vector<uint8_t> encode_host_call(const HostCall& c) {
+std::vector<uint8_t> encode_host_call(const trace::HostCall& c) {
   PayloadWriter w;
   w.u32(c.thread).u64(c.order).text(c.name).text(c.detail).u64(c.start_ps).u64(c.end_ps);
   w.u64(bits(c.wall_start_us)).u64(bits(c.wall_us)).text(c.error).u64(c.packets.size());
-  for (const HostPacket& p : c.packets) w.u32(p.queue).u64(p.seq).u64(p.submit_ps).text(p.label);
+  for (const trace::HostPacket& p : c.packets)
+    w.u32(p.queue).u64(p.seq).u64(p.submit_ps).text(p.label);
   return w.take();
 }
 
-isa::Result<HostCall> decode_host_call(const uint8_t* p, uint64_t n) {
+isa::Result<trace::HostCall> decode_host_call(const uint8_t* p, uint64_t n) {
   PayloadReader in(p, n, MessageType::kTraceHostCall);
-  HostCall c;
+  trace::HostCall c;
   MTIA_ASSIGN_OR_RETURN(c.thread, in.u32());
   MTIA_ASSIGN_OR_RETURN(c.order, in.u64());
   MTIA_ASSIGN_OR_RETURN(c.name, in.text(kMaxText));
@@ -57,7 +54,7 @@ isa::Result<HostCall> decode_host_call(const uint8_t* p, uint64_t n) {
                            " packets, over the limit of " + std::to_string(kMaxPackets));
   }
   for (uint64_t i = 0; i < packets; ++i) {
-    HostPacket hp;
+    trace::HostPacket hp;
     MTIA_ASSIGN_OR_RETURN(hp.queue, in.u32());
     MTIA_ASSIGN_OR_RETURN(hp.seq, in.u64());
     MTIA_ASSIGN_OR_RETURN(hp.submit_ps, in.u64());
@@ -68,4 +65,4 @@ isa::Result<HostCall> decode_host_call(const uint8_t* p, uint64_t n) {
   return c;
 }
 
-}  // namespace mtia::trace
+}  // namespace mtia::wire
