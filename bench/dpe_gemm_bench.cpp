@@ -25,9 +25,6 @@
 #include <blis.h>
 #include <dlfcn.h>
 #endif
-#if defined(MTIA_BENCH_HAVE_LIBXSMM)
-#include <libxsmm.h>
-#endif
 
 extern "C" {
 char* openblas_get_corename(void);
@@ -75,30 +72,6 @@ void blis_sgemm(bool ta, bool tb, uint32_t m, uint32_t n, uint32_t k, const floa
   blis.sgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, const_cast<float*>(a),
              ta ? 1 : la, ta ? la : 1, const_cast<float*>(b), tb ? 1 : lb, tb ? lb : 1, &beta, c,
              static_cast<inc_t>(ldc), 1);
-}
-#endif
-
-#if defined(MTIA_BENCH_HAVE_LIBXSMM)
-// Row-major C = A.B is column-major C^T = B^T.A^T: the kernel gets B first. Kernels are made
-// once per shape (libxsmm caches them); a shape it cannot make goes to Eigen, and is counted.
-int xsmm_fallbacks = 0;
-SgemmFn xsmm_fallback = nullptr;  // the widest Eigen build
-void xsmm_sgemm(bool ta, bool tb, uint32_t m, uint32_t n, uint32_t k, const float* a, size_t lda,
-                const float* b, size_t ldb, bool acc, float* c, size_t ldc) {
-  const libxsmm_blasint M = n, N = m, K = k, la = static_cast<libxsmm_blasint>(ldb),
-                        lb = static_cast<libxsmm_blasint>(lda),
-                        lc = static_cast<libxsmm_blasint>(ldc);
-  const float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
-  const int flags = (tb ? LIBXSMM_GEMM_FLAG_TRANS_A : 0) | (ta ? LIBXSMM_GEMM_FLAG_TRANS_B : 0) |
-                    (acc ? 0 : LIBXSMM_GEMM_FLAG_BETA_0);
-  const libxsmm_smmfunction f =
-      libxsmm_smmdispatch(M, N, K, &la, &lb, &lc, &alpha, &beta, &flags, nullptr);
-  if (f == nullptr) {
-    ++xsmm_fallbacks;
-    xsmm_fallback(ta, tb, m, n, k, a, lda, b, ldb, acc, c, ldc);
-    return;
-  }
-  f(b, a, c);
 }
 #endif
 
@@ -208,13 +181,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   openblas_set_num_threads(1);  // a DPE product runs on one host thread
-  // The emulator's builds: Eigen's per instruction set, and libxsmm-or-Eigen where it has it.
+  // The emulator's builds: Eigen's per instruction set, the widest first (the reference column).
   std::vector<Candidate> libs;
-  size_t eigen = ~size_t{0};  // the widest Eigen build: the reference column
+  const size_t eigen = 0;
   for (const auto& b : mtia::sim::pe::sgemm_builds()) {
-    const bool is_eigen = std::string(b.name) != "libxsmm";
-    if (is_eigen && eigen == ~size_t{0}) eigen = libs.size();
-    libs.push_back({std::string(is_eigen ? "eigen-" : "dpe-") + b.name, b.fn});
+    libs.push_back({std::string("eigen-") + b.name, b.fn});
   }
   libs.push_back({std::string("openblas-") + openblas_get_corename(), &openblas_sgemm});
 #if defined(MTIA_BENCH_HAVE_BLIS)
@@ -224,11 +195,6 @@ int main(int argc, char** argv) {
   } else {
     std::printf("BLIS: libblis.so.4 not found (%s)\n", dlerror());
   }
-#endif
-#if defined(MTIA_BENCH_HAVE_LIBXSMM)
-  libxsmm_init();
-  xsmm_fallback = libs[eigen].fn;
-  libs.push_back({std::string("libxsmm-") + libxsmm_get_target_arch(), &xsmm_sgemm});
 #endif
   std::printf("The emulator's DPE uses %s on this host.\n", mtia::sim::pe::sgemm_variant());
 
@@ -281,13 +247,5 @@ int main(int argc, char** argv) {
   std::printf("%-22s", "geomean x Eigen");
   for (size_t i = 0; i < libs.size(); ++i) std::printf(" %22.2f", std::exp(log_sum[i] / cases));
   std::printf("\n");
-#if defined(MTIA_BENCH_HAVE_LIBXSMM)
-  if (xsmm_fallbacks > 0) {
-    std::printf(
-        "libxsmm made no kernel for %d calls (transposed B): Eigen ran them, as in the "
-        "emulator's libxsmm build\n",
-        xsmm_fallbacks);
-  }
-#endif
   return 0;
 }

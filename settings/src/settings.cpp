@@ -67,7 +67,7 @@ constexpr std::array kSettings{
     Setting{"MTIA_EMU_LAZY_LOADS", "0 or 1", "1",
             "DeviceOptions::lazy_loads; mtia-emu serve --lazy-loads", "simulator",
             "local-store loads copied only when first read (0: copied at once)"},
-    Setting{"MTIA_EMU_DPE_GEMM", "avx512, avx2+fma, baseline, or libxsmm where installed",
+    Setting{"MTIA_EMU_DPE_GEMM", "avx512, avx2+fma or baseline",
             "the fastest build the host CPU runs", "", "simulator",
             "which host GEMM does the DPE's fp32 tile products (for measurements)"},
     // The PyTorch backend.

@@ -15,17 +15,8 @@ void sgemm_avx2(bool, bool, uint32_t, uint32_t, uint32_t, const float*, size_t, 
                 size_t, bool, float*, size_t);
 void sgemm_avx512(bool, bool, uint32_t, uint32_t, uint32_t, const float*, size_t, const float*,
                   size_t, bool, float*, size_t);
-#if defined(MTIA_HAVE_LIBXSMM)
-// sgemm_libxsmm.cpp: false where libxsmm has no kernel for the call.
-bool sgemm_libxsmm(bool, bool, uint32_t, uint32_t, uint32_t, const float*, size_t, const float*,
-                   size_t, bool, float*, size_t);
-bool sgemm_libxsmm_usable();
-#endif
 
-namespace {
-
-// The Eigen builds the host can run, widest first.
-std::vector<SgemmBuild> eigen_builds() {
+std::vector<SgemmBuild> sgemm_builds() {
   std::vector<SgemmBuild> builds;
 
 #if defined(__x86_64__)
@@ -45,33 +36,6 @@ std::vector<SgemmBuild> eigen_builds() {
 #endif
 #endif
   builds.push_back({"baseline", &sgemm_baseline});
-  return builds;
-}
-
-#if defined(MTIA_HAVE_LIBXSMM)
-void sgemm_libxsmm_or_eigen(bool ta, bool tb, uint32_t m, uint32_t n, uint32_t k, const float* a,
-                            size_t lda, const float* b, size_t ldb, bool acc, float* c,
-                            size_t ldc) {
-  static const SgemmFn widest_eigen = eigen_builds().front().fn;
-  if (!sgemm_libxsmm(ta, tb, m, n, k, a, lda, b, ldb, acc, c, ldc)) {
-    widest_eigen(ta, tb, m, n, k, a, lda, b, ldb, acc, c, ldc);
-  }
-}
-#endif
-
-}  // namespace
-
-std::vector<SgemmBuild> sgemm_builds() {
-  std::vector<SgemmBuild> builds = eigen_builds();
-#if defined(MTIA_HAVE_LIBXSMM)
-  // libxsmm's JIT kernels, Eigen where they have no kernel: on their own up to 2x faster than
-  // Eigen's AVX-512 build on small tiles and 1.0-1.1x on the large ones (summed as accurately,
-  // bench/dpe_gemm_bench.cpp), but 2-6% slower in the emulator's GEMMs and MLP passes on the
-  // AVX-512 host measured (docs/performance.md, 2026-11-25), so only on request.
-  if (sgemm_libxsmm_usable()) {
-    builds.insert(builds.end() - 1, {"libxsmm", &sgemm_libxsmm_or_eigen});
-  }
-#endif
   return builds;
 }
 

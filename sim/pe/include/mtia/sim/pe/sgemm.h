@@ -1,8 +1,7 @@
 // The DPE's floating-point math: C = A.B (or C += A.B) on fp32 row-major tiles, on the calling
 // thread only. Eigen does the work; the host's vector units are chosen at run time (an
 // AVX-512 build, else an AVX2/FMA build when the CPU has them, a baseline x86-64 build
-// otherwise), so one binary runs everywhere and is fast where it can be. Where libxsmm is
-// installed, MTIA_EMU_DPE_GEMM=libxsmm runs its JIT kernels instead (MTIA_EMU_DPE_GEMM names
+// otherwise), so one binary runs everywhere and is fast where it can be (MTIA_EMU_DPE_GEMM names
 // any build of sgemm_builds()). No global state: safe to call from several threads.
 #pragma once
 
@@ -22,12 +21,12 @@ using SgemmFn = void (*)(bool trans_a, bool trans_b, uint32_t m, uint32_t n, uin
                          float* c, size_t ldc);
 
 struct SgemmBuild {
-  const char* name;  // "avx512", "avx2+fma", "libxsmm" or "baseline"
+  const char* name;  // "avx512", "avx2+fma" or "baseline"
   SgemmFn fn;
 };
 
-// The builds this binary holds that the host can run: Eigen's, widest first, then libxsmm's,
-// then Eigen's baseline. sgemm() uses the first unless MTIA_EMU_DPE_GEMM names another.
+// The builds this binary holds that the host can run: Eigen's, widest first, the baseline
+// last. sgemm() uses the first unless MTIA_EMU_DPE_GEMM names another.
 // (Tests run each of them.)
 std::vector<SgemmBuild> sgemm_builds();
 
