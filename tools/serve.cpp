@@ -22,7 +22,6 @@ void add_serve_command(CLI::App& app) {
     DeviceFlags device;
     std::string socket;
     int fd = -1;
-    std::optional<uint32_t> pe_threads;
     std::optional<uint32_t> unit_threads;
     std::optional<uint64_t> inline_work_ns;
     std::optional<bool> lazy_loads;
@@ -47,9 +46,6 @@ void add_serve_command(CLI::App& app) {
                   "how the simulator thread waits for requests: auto, spin, yield or block "
                   "(default $MTIA_EMU_WAIT, else auto)")
       ->check(CLI::IsMember({"auto", "spin", "yield", "block"}));
-  cmd->add_option("--pe-threads", flags->pe_threads,
-                  "host threads that run the PEs of a launch, 1..64; 2 or more: a pool (default "
-                  "$MTIA_EMU_PE_THREADS, else 1)");
   cmd->add_option("--unit-threads", flags->unit_threads,
                   "host threads for PE unit work beside the simulator thread, 0..256 (default "
                   "$MTIA_EMU_UNIT_THREADS, else host cores - 1, at most 6)");
@@ -72,7 +68,6 @@ void add_serve_command(CLI::App& app) {
     so.device.preset = o.preset;
     so.device.overrides = o.overrides;
     so.device.timing = o.timing;
-    so.device.pe_threads = flags->pe_threads;
     so.device.unit_threads = flags->unit_threads;
     so.device.inline_work_ns = flags->inline_work_ns;
     so.device.lazy_loads = flags->lazy_loads;

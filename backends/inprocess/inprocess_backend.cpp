@@ -122,7 +122,6 @@ isa::Result<sim::ChipConfig> make_config(const driver::BackendOptions& options) 
 
 sim::PeGridHostOptions grid_options(const driver::BackendOptions& options) {
   sim::PeGridHostOptions o;
-  o.pe_threads = options.pe_threads;
   o.unit_threads = options.unit_threads;
   o.inline_work_ns = options.inline_work_ns;
   o.lazy_loads = options.lazy_loads;

@@ -387,7 +387,6 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
     if (!o.timing) args.push_back("--no-timing");
     args.insert(args.end(), {"--trace-max-events", std::to_string(o.trace.max_events), "--wait",
                              isa::wait_policy_name(o.wait)});
-    if (o.pe_threads) args.insert(args.end(), {"--pe-threads", std::to_string(*o.pe_threads)});
     if (o.unit_threads)
       args.insert(args.end(), {"--unit-threads", std::to_string(*o.unit_threads)});
     if (o.inline_work_ns) {

@@ -92,7 +92,6 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
   bo.trace.level = trace_level;
   bo.trace.max_events = resolve_trace_max_events(o);
   bo.wait = resolve_wait_policy(o);
-  bo.pe_threads = o.pe_threads;
   bo.unit_threads = o.unit_threads;
   bo.inline_work_ns = o.inline_work_ns;
   bo.lazy_loads = o.lazy_loads;

@@ -4,7 +4,7 @@
 //   Bridge --TLM-2.0 b_transport--> RegisterFile (BAR0, TLM target) --> firmware registers
 //   CommandProcessorModule (SC_THREAD running firmware::CommandProcessor, implements Platform)
 //   DmaEngine x N (SC_THREADs executing N-D jobs through the MemorySystem's timing model)
-//   PeGrid (one SC_THREAD running kernel launches on the PE cores; see pe_grid.h)
+//   PeGrid (one SC_THREAD running kernel launches on the PE cores; see grid/pe_grid.h)
 //
 // Every SystemC object lives on the simulator thread. The only cross-thread state is the
 // HostInbox (mutex), the atomic clock view and device memory contents (ordered by doorbells).
@@ -32,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "grid/pe_grid.h"
 #include "initcheck.h"
 #include "memcheck.h"
 #include "mtia/firmware/command_processor.h"
@@ -42,7 +43,6 @@
 #include "mtia/sim/device.h"
 #include "mtia/sim/grid_options.h"
 #include "mtia/sim/memory_system.h"
-#include "pe_grid.h"
 #include "trace.h"
 
 namespace mtia::sim::detail {
@@ -154,7 +154,9 @@ class HostChannel : public sc_core::sc_prim_channel {
 class DmaEngine;
 
 // Runs the firmware and is its Platform.
-class CommandProcessorModule : public sc_core::sc_module, public firmware::Platform {
+class CommandProcessorModule : public sc_core::sc_module,
+                               public firmware::Platform,
+                               public LaunchDoneIf {
  public:
   CommandProcessorModule(sc_core::sc_module_name name, SimShared& shared,
                          std::vector<DmaEngine*> engines, PeGrid& grid, HostChannel& channel);
@@ -163,8 +165,9 @@ class CommandProcessorModule : public sc_core::sc_module, public firmware::Platf
   void notify_work();
   // A DMA engine finished its job (simulator thread, at the job's end time).
   void dma_done(unsigned engine, const isa::Status& outcome);
-  // The PE grid finished its launch (simulator thread, at the launch's end time).
-  void launch_done(const isa::Status& outcome);
+  // The PE grid finished its launch (through its launch_done_port; simulator thread, at the
+  // launch's end time).
+  void launch_done(const isa::Status& outcome) override;
 
   firmware::CommandProcessor& firmware() { return fw_; }
   Json stats_json() const;

@@ -47,10 +47,11 @@ void check_pc_is_dma_start(const std::string& report, const char* elf = MTIA_SMO
   CHECK(found > 0);
 }
 
-DeviceOptions options(const char* sanitize, uint32_t pe_threads = 1) {
+DeviceOptions options(const char* sanitize, uint32_t unit_threads = 0) {
   DeviceOptions o = test::functional_options();
   o.sanitize = sanitize;
-  o.pe_threads = pe_threads;
+  o.unit_threads = unit_threads;
+  o.inline_work_ns = 0;  // with helpers, every unit operation and DMA copy is handed over
   return o;
 }
 
@@ -97,10 +98,10 @@ TEST_CASE("memcheck reports a read past a tensor into its neighbour", "[sanitize
   // elements 256..384: one DMA of 129 elements, the last of them the neighbour's first.
   const std::vector<int32_t> in_data = iota(384, 5), neighbour_data = iota(256, 7000);
   std::string first_report;
-  for (const auto& [sanitize, pe_threads] : std::vector<std::pair<const char*, uint32_t>>{
-           {"off", 1}, {"memcheck", 1}, {"memcheck", 2}}) {
-    INFO("sanitize " << sanitize << ", pe_threads " << pe_threads);
-    Device dev = Device::open(options(sanitize, pe_threads));
+  for (const auto& [sanitize, unit_threads] : std::vector<std::pair<const char*, uint32_t>>{
+           {"off", 0}, {"memcheck", 0}, {"memcheck", 1}}) {
+    INFO("sanitize " << sanitize << ", unit_threads " << unit_threads);
+    Device dev = Device::open(options(sanitize, unit_threads));
     const KernelModule smoke = dev.load_module(MTIA_SMOKE_KERNEL_ELF);
     const Kernel kernel = smoke.entry_kernel();
     DevicePtr in = test::upload(dev, in_data);
@@ -286,12 +287,12 @@ std::vector<int32_t> touch_reference(const Touch& t, int64_t pes) {
   return v;
 }
 
-// Runs `t` on `grid` under racecheck at 1, 2 and 4 PE threads; each launch must pass with the
-// reference's bytes.
+// Runs `t` on `grid` under racecheck with 0, 1 and 2 unit helper threads; each launch must pass
+// with the reference's bytes.
 void expect_no_race(Grid grid, const Touch& t) {
-  for (const uint32_t pe_threads : {1u, 2u, 4u}) {
-    INFO("pe_threads " << pe_threads);
-    Device dev = Device::open(options("racecheck", pe_threads));
+  for (const uint32_t unit_threads : {0u, 1u, 2u}) {
+    INFO("unit_threads " << unit_threads);
+    Device dev = Device::open(options("racecheck", unit_threads));
     const KernelModule races = dev.load_module(MTIA_RACE_KERNELS_ELF);
     DevicePtr buf = launch_touch(dev, races, grid, t);
     dev.synchronize();
@@ -308,10 +309,10 @@ TEST_CASE("racecheck reports two PEs writing the same bytes", "[sanitizer]") {
   // lowest overlap is PE 0's and PE 1's, at byte 128: 384 bytes, up to the end of PE 0's row.
   const Touch t{.pe_offset = 128};
   std::string first_report;
-  for (const auto& [sanitize, pe_threads] : std::vector<std::pair<const char*, uint32_t>>{
-           {"off", 1}, {"racecheck", 1}, {"racecheck", 2}, {"memcheck,racecheck", 4}}) {
-    INFO("sanitize " << sanitize << ", pe_threads " << pe_threads);
-    Device dev = Device::open(options(sanitize, pe_threads));
+  for (const auto& [sanitize, unit_threads] : std::vector<std::pair<const char*, uint32_t>>{
+           {"off", 0}, {"racecheck", 0}, {"racecheck", 1}, {"memcheck,racecheck", 2}}) {
+    INFO("sanitize " << sanitize << ", unit_threads " << unit_threads);
+    Device dev = Device::open(options(sanitize, unit_threads));
     const KernelModule races = dev.load_module(MTIA_RACE_KERNELS_ELF);
     DevicePtr buf = launch_touch(dev, races, {2, 2}, t);
     if (std::string(sanitize) == "off") {
@@ -350,9 +351,9 @@ TEST_CASE("racecheck reports the library's fill given an output view whose rows 
   // A 2 x 2048 int32 view with rows 1024 elements apart: its rows share 1024 elements. On a
   // 1x2 grid the fill kernel gives each PE one row, so PE 0 and PE 1 both write elements
   // 1024..2047 of the buffer.
-  for (const uint32_t pe_threads : {1u, 2u}) {
-    INFO("pe_threads " << pe_threads);
-    Device dev = Device::open(options("racecheck", pe_threads));
+  for (const uint32_t unit_threads : {0u, 1u}) {
+    INFO("unit_threads " << unit_threads);
+    Device dev = Device::open(options("racecheck", unit_threads));
     const KernelModule lib = dev.load_module(MTIA_KERNEL_LIBRARY_ELF);
     DevicePtr out = dev.malloc(4 * 3072);
     dev.launch(lib.kernel("fill"), {1, 2},
@@ -424,14 +425,14 @@ TEST_CASE("racecheck passes writes to the same bytes separated by barriers", "[s
 
 namespace {
 
-// The reports of `run` (which launches on a fresh device and returns its report) at 1, 2 and 4
-// PE threads must be identical; returns it.
+// The reports of `run` (which launches on a fresh device and returns its report) with 0, 1 and
+// 2 unit helper threads must be identical; returns it.
 template <typename Run>
 std::string same_at_every_thread_count(const char* sanitize, Run run) {
   std::string first;
-  for (const uint32_t pe_threads : {1u, 2u, 4u}) {
-    INFO("pe_threads " << pe_threads);
-    Device dev = Device::open(options(sanitize, pe_threads));
+  for (const uint32_t unit_threads : {0u, 1u, 2u}) {
+    INFO("unit_threads " << unit_threads);
+    Device dev = Device::open(options(sanitize, unit_threads));
     const std::string report = run(dev);
     if (first.empty()) {
       first = report;

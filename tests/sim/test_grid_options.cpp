@@ -46,25 +46,13 @@ std::filesystem::path preset_without(const std::vector<std::string>& fields) {
 
 TEST_CASE("grid host options: an option, else the environment, else the default",
           "[config][grid]") {
-  ScopedEnv pe_threads("MTIA_EMU_PE_THREADS", nullptr);
   ScopedEnv threads("MTIA_EMU_UNIT_THREADS", nullptr);
   ScopedEnv inline_ns("MTIA_EMU_INLINE_WORK_NS", nullptr);
   ScopedEnv lazy("MTIA_EMU_LAZY_LOADS", nullptr);
   const unsigned cores = std::thread::hardware_concurrency();
 
-  // The PEs run on the simulator thread unless told otherwise; on a pool no unit helpers start.
-  CHECK(must(resolve({})).pe_threads == 1);
-  ::setenv("MTIA_EMU_PE_THREADS", "3", 1);
-  CHECK(must(resolve({})).pe_threads == 3);
-  CHECK(must(resolve({})).unit_threads == 0);
-  PeGridHostOptions five;
-  five.pe_threads = 5;
-  CHECK(must(resolve(five)).pe_threads == 5);
-
-  // On one PE thread: host cores - 1 helpers (at most 6), 5 us, lazy loads on.
-  ::setenv("MTIA_EMU_PE_THREADS", "1", 1);
+  // Host cores - 1 helpers (at most 6), 5 us, lazy loads on.
   const auto d = must(resolve({}));
-  CHECK(d.pe_threads == 1);
   CHECK(d.unit_threads == (cores > 1 ? std::min(cores - 1, 6u) : 0));
   CHECK(d.inline_work_ns == 5'000);
   CHECK(d.lazy_loads);
@@ -99,14 +87,10 @@ TEST_CASE("grid host options: an option, else the environment, else the default"
 
 TEST_CASE("grid host options: bad values", "[config][grid]") {
   // An environment value that is not a number in range is ignored (with a warning).
-  ScopedEnv pe_threads("MTIA_EMU_PE_THREADS", "65");
   ScopedEnv threads("MTIA_EMU_UNIT_THREADS", "lots");
   ScopedEnv inline_ns("MTIA_EMU_INLINE_WORK_NS", "-5");
   ScopedEnv lazy("MTIA_EMU_LAZY_LOADS", "2");
   const unsigned cores = std::thread::hardware_concurrency();
-  CHECK(must(resolve({})).pe_threads == 1);
-  ::setenv("MTIA_EMU_PE_THREADS", "0", 1);  // no threads at all: one, with a warning
-  CHECK(must(resolve({})).pe_threads == 1);
   const auto r = must(resolve({}));
   CHECK(r.unit_threads == (cores > 1 ? std::min(cores - 1, 6u) : 0));
   CHECK(r.inline_work_ns == 5'000);
@@ -114,11 +98,6 @@ TEST_CASE("grid host options: bad values", "[config][grid]") {
 
   // An option out of range is the caller's error.
   PeGridHostOptions o;
-  o.pe_threads = 0;
-  CHECK_THAT(mtia::test::failure(resolve(o)).reason, Catch::Contains("pe_threads is 0"));
-  o.pe_threads = 65;
-  CHECK_THAT(mtia::test::failure(resolve(o)).reason, Catch::Contains("must be 1..64"));
-  o.pe_threads.reset();
   o.unit_threads = 257;
   CHECK_THAT(mtia::test::failure(resolve(o)).reason, Catch::Contains("unit_threads is 257"));
   o.unit_threads.reset();

@@ -41,12 +41,9 @@ struct DeviceOptions {
   std::optional<WaitPolicy> wait;
   // How the emulator's PE grid uses the host machine; results and simulated times never depend
   // on these, only wall time does.
-  // Host threads that run the PEs of a launch, the simulator thread included, 1..64; 2 or more
-  // run them on a pool, each PE with its unit math (docs/architecture.md, "The PE pool").
-  // Unset: $MTIA_EMU_PE_THREADS, else 1 (the pool measured slower; docs/performance.md).
-  std::optional<uint32_t> pe_threads;
-  // With pe_threads 1: host threads running unit math and PE DMA copies beside the simulator
-  // thread, 0..256. Unset: $MTIA_EMU_UNIT_THREADS, else host cores - 1, at most 6.
+  // Host threads running unit math and PE DMA copies beside the simulator thread, 0..256
+  // (0: all on the simulator thread). Unset: $MTIA_EMU_UNIT_THREADS, else host cores - 1, at
+  // most 6.
   std::optional<uint32_t> unit_threads;
   // Operations estimated below this many ns of host work run on the simulator thread when their
   // PE has nothing queued, 0..10^9 (0: all to the helpers). Unset: $MTIA_EMU_INLINE_WORK_NS,

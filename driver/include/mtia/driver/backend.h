@@ -32,7 +32,6 @@ struct BackendOptions {
   // How a simulating backend's PE grid uses the host (no effect on results or simulated
   // times). Unset: the backend's environment variables (MTIA_EMU_UNIT_THREADS,
   // MTIA_EMU_INLINE_WORK_NS, MTIA_EMU_LAZY_LOADS), else its defaults.
-  std::optional<uint32_t> pe_threads;      // threads that run the PEs, 1..64 (MTIA_EMU_PE_THREADS)
   std::optional<uint32_t> unit_threads;    // helper threads, 0..256
   std::optional<uint64_t> inline_work_ns;  // ns, 0..10^9
   std::optional<bool> lazy_loads;

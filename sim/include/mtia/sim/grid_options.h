@@ -4,7 +4,6 @@
 //
 // Each field left unset comes from its environment variable, a documented override for
 // programs that do not set options (tests, benchmarks, the tensor layer), else its default:
-//   pe_threads      $MTIA_EMU_PE_THREADS      1 (the pool is slower so far: docs/performance.md)
 //   unit_threads    $MTIA_EMU_UNIT_THREADS    host cores - 1, at most kDefaultMaxUnitThreads
 //   inline_work_ns  $MTIA_EMU_INLINE_WORK_NS  5,000 ns
 //   lazy_loads      $MTIA_EMU_LAZY_LOADS      1 (on)
@@ -25,14 +24,9 @@ namespace mtia::sim {
 inline constexpr uint32_t kDefaultMaxUnitThreads = 6;
 
 struct PeGridHostOptions {
-  // Host threads that run the PEs of a launch, the simulator thread included, 1..64
-  // (docs/architecture.md, "The PE pool"). 1 runs every PE on the simulator thread, with the
-  // unit math on `unit_threads` helpers; 2 or more run each PE, its unit math included, on a
-  // pool, and no unit helpers are started. The default is 1: on 16 cores the pool measured
-  // slower than the helpers (docs/performance.md, "The PE pool, measured").
-  std::optional<uint32_t> pe_threads;
   // Host threads that run the units' math and the PEs' DMA copies beside the simulator
-  // thread, 0..256; 0 runs it all on the simulator thread.
+  // thread, 0..256; 0 runs it all on the simulator thread. Every PE runs on the simulator
+  // thread, which takes every decision that shares state or time.
   std::optional<uint32_t> unit_threads;
   // Nanoseconds, 0..10^9: an operation estimated to take the host less than this runs on the
   // simulator thread when its PE has nothing queued (handing it over would cost more); 0 hands
@@ -45,7 +39,6 @@ struct PeGridHostOptions {
 
 // The values in effect.
 struct PeGridHostSettings {
-  uint32_t pe_threads = 1;
   uint32_t unit_threads = 0;
   uint64_t inline_work_ns = 5'000;
   bool lazy_loads = true;

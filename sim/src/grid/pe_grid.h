@@ -19,25 +19,12 @@
 // of PE 0 may reserve bandwidth before an earlier one of PE 1). Bandwidth is conserved.
 //
 // The sequential order. Everything shared between PEs happens in one order: slice by slice,
-// and within a slice PE 0, PE 1, ... (a "ticket" k * n + i is PE i's run through slice k of
-// the current quantum). A PE that faults or exits with an error stops; the others still run to
-// the end of the quantum, and the launch fails with the first failure in this order.
-//
-// The pool (pe_threads > 1). The simulator thread and the pool's helpers (pe_pool.h) split
-// the PEs of a launch, PE i to thread i mod threads, and each thread runs its PEs through the
-// quantum's slices in the sequential order (every PE of it through slice k, then slice k + 1).
-// So a PE runs on one thread, its unit math included, and no thread waits for a scheduler
-// between slices, which are short (a slice is about a microsecond of host time). What the PEs
-// share is kept in the sequential order by a commit cursor, the first ticket not yet ended:
-//   - a DMA is checked, and its bytes move, at issue on the PE's thread; its turn on the
-//     memory timelines (MemorySystem::reserve) and its trace slice are logged;
-//   - a unit operation's trace slice is logged the same way (its times are the PE's own);
-//   - logged actions are committed in ticket order by whoever needs one: pe.wait, pe.poll or
-//     pe.waitall on a logged DMA commits every ended ticket's actions, waiting first for the
-//     slices before its own to end; the quantum's end commits the rest.
-// So simulated times, traces and results do not depend on the thread count. PEs that touch the
-// same device bytes (or another PE's local store) between two barriers without ordering race
-// as they would on the chip: their accesses then happen in host order.
+// and within a slice PE 0, PE 1, ... A PE that faults or exits with an error stops; the others
+// still run to the end of the quantum, and the launch fails with the first failure in this
+// order. The unit math and the local DMA copies may run on helper threads (unit_threads,
+// deferred_work.h), but every decision that shares state or time is taken on the simulator
+// thread in this order, so simulated times, traces and results do not depend on the helper
+// count.
 #pragma once
 
 #include <systemc>
@@ -62,12 +49,20 @@
 #include "mtia/sim/pe/riscv_core.h"
 #include "mtia/sim/pe/unit_workers.h"
 #include "mtia/sim/pe/units.h"
+#include "pe_clock.h"
 
 namespace mtia::sim::detail {
 
 struct SimShared;
-class PePool;
-class CommandProcessorModule;
+class ProcessingElement;
+struct PeEnvironment;
+
+// Where the grid reports the end of a launch (the command processor), through
+// PeGrid::launch_done_port: called on the simulator thread at the launch's end time.
+class LaunchDoneIf : public virtual sc_core::sc_interface {
+ public:
+  virtual void launch_done(const isa::Status& outcome) = 0;
+};
 
 // Parameters of the grid: the preset's scheduler fields (ChipConfig::pe_*) and how it uses the
 // host (PeGridHostSettings, grid_options.h).
@@ -79,10 +74,7 @@ struct PeGridParams {
   uint64_t default_watchdog_cycles = 1'000'000'000;  // when LaunchPacket::watchdog_cycles is 0
   uint64_t max_image_bytes = 16ull << 20;            // a larger ELF is rejected
   size_t max_cached_programs = 16;                   // decoded images kept (cleared when full)
-  // Host threads that run the PEs, the simulator thread included; more than 1 runs them on a
-  // pool (PePool), with each PE's unit math on its own thread.
-  unsigned pe_threads = 1;
-  // With pe_threads 1: host threads that run the units' math and the local DMA copies beside
+  // Host threads that run the units' math and the local DMA copies beside
   // the simulator thread (pe::UnitWorkers); 0 runs it all on that thread.
   unsigned unit_threads = 0;
   // An operation estimated to take the host less than this (nanoseconds) runs on the
@@ -102,7 +94,9 @@ class PeGrid : public sc_core::sc_module {
   // Its parameters are PeGridParams::from(shared.config, shared.grid_host).
   PeGrid(sc_core::sc_module_name name, SimShared& shared);
   ~PeGrid() override;
-  void connect(CommandProcessorModule* cp) { cp_ = cp; }
+
+  // Bound to the command processor: told the outcome of every launch when it ends.
+  sc_core::sc_port<LaunchDoneIf> launch_done_port;
 
   // From the firmware's launch_start: the launch starts in a later delta cycle, so its
   // completion never re-enters the firmware from inside launch_start.
@@ -129,15 +123,7 @@ class PeGrid : public sc_core::sc_module {
   const Stats& stats() const { return stats_; }
   nlohmann::ordered_json stats_json() const;
 
-  // Core cycles of a launch to picoseconds (0 with timing off), and back (rounded up).
-  uint64_t cycles_to_ps(uint64_t cycles) const;
-  uint64_t ps_to_cycles(uint64_t ps) const;
-
-  class Pe;  // one PE: core, units, tags (grid_pe.h)
-
  private:
-  struct Phase;  // the tickets of one quantum on the pool
-
   struct CachedProgram {
     std::vector<uint8_t> bytes;
     uint64_t entry = 0;
@@ -155,14 +141,10 @@ class PeGrid : public sc_core::sc_module {
   isa::Status load_program(const isa::LaunchPacket& launch,
                            std::shared_ptr<const sim::pe::Program>& out);
   // Runs the PEs that are ready through the slices of the quantum that ends at `horizon`, in
-  // the sequential order (above): on this thread, or on the pool.
-  void run_slices(const std::vector<Pe*>& pes, uint64_t horizon);
-  void run_ticket(Pe& pe, uint64_t ticket, uint64_t horizon_cycles);
-  void work_phase(Phase& phase);  // a pool thread's part of a phase
-  // Commits, in ticket order, the PEs' logged actions of every ended ticket and of the first
-  // ticket not ended (all before it have); returns that ticket, the cursor (pool mode).
-  uint64_t commit_ended(Phase& phase);
-  bool pooled() const { return pool_ != nullptr; }
+  // the sequential order (above).
+  void run_slices(const std::vector<ProcessingElement*>& pes, uint64_t horizon);
+  // Runs `pe` up to `horizon_cycles`; `order` is its place in the sequential order.
+  void run_pe(ProcessingElement& pe, uint64_t order, uint64_t horizon_cycles);
   // Advances SystemC time to `ps` (no-op if already there).
   void sync_to(uint64_t ps);
   // Finishes every PE's deferred unit work (see pe::UnitWorkers).
@@ -171,29 +153,19 @@ class PeGrid : public sc_core::sc_module {
   // whose local store they are in, or (for a write) whose loads may still read them, copies
   // its loads and finishes its queued work.
   void before_device_access(isa::ByteSpan span, bool write);
-  // The trace (sim/src/trace.h): whether it records, and a unit operation or local DMA of chip
-  // PE `pe` (`work` and the matmul's input dtype as the tracer counts them).
-  bool tracing() const;
-  static uint8_t matmul_dtype(const sim::pe::RiscvCore& core, uint64_t desc_addr);
-  void trace_unit(uint32_t pe, sim::pe::UnitKind kind, uint64_t start_ps, uint64_t end_ps,
-                  uint64_t work, uint8_t matmul_dtype);
-  void trace_dma(uint32_t pe, const DmaPlan& plan, uint64_t issue_ps);
+  // What a PE reaches outside itself: these, its parameters and its clock.
+  PeEnvironment pe_environment();
 
   SimShared& shared_;
   PeGridParams params_;
-  bool timing_;
-  CommandProcessorModule* cp_ = nullptr;
+  PeClock clock_;
   std::optional<isa::LaunchPacket> job_;
   isa::AccessScope scope_;  // of the launch in job_
   sc_core::sc_event start_;
-  std::vector<std::unique_ptr<Pe>> pes_;  // one per chip PE, created on first use
+  std::vector<std::unique_ptr<ProcessingElement>> pes_;  // one per chip PE, created on first use
   std::unique_ptr<sim::pe::UnitWorkers> workers_;
-  std::unique_ptr<PePool> pool_;                                  // pe_threads > 1
-  Phase* phase_ = nullptr;                                        // the phase the pool runs
   std::map<std::pair<uint64_t, uint64_t>, CachedProgram> cache_;  // (image address, entry)
   Stats stats_;
-
-  friend class Pe;
 };
 
 }  // namespace mtia::sim::detail

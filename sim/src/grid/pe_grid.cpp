@@ -6,7 +6,6 @@
 #include <cassert>
 #include <cstring>
 
-#include "grid_pe.h"
 #include "log.h"
 #include "model.h"
 #include "mtia/isa/address_map.h"
@@ -14,13 +13,12 @@
 #include "mtia/sim/pe/descriptors.h"
 #include "mtia/sim/pe/elf.h"
 #include "mtia/sim/pe/unit_workers.h"
-#include "pe_pool.h"
+#include "processing_element.h"
 
 namespace mtia::sim::detail {
 namespace {
 
 constexpr size_t kThreadStackBytes = 1 << 20;  // as the other SC_THREADs (model.cpp)
-constexpr uint64_t kPsPerSecond = 1'000'000'000'000ull;
 
 template <typename T>
 T read_le(const uint8_t* p) {
@@ -39,8 +37,7 @@ PeGridParams PeGridParams::from(const ChipConfig& config, const PeGridHostSettin
   p.slice_cycles = config.pe_slice_cycles;
   p.default_watchdog_cycles = config.pe_watchdog_cycles;
   p.max_image_bytes = config.kernel_image_max_bytes;
-  p.pe_threads = std::max(1u, host.pe_threads);
-  p.unit_threads = p.pe_threads > 1 ? 0 : host.unit_threads;
+  p.unit_threads = host.unit_threads;
   p.inline_work_ns = host.inline_work_ns;
   p.lazy_loads = host.lazy_loads;
   return p;
@@ -48,13 +45,13 @@ PeGridParams PeGridParams::from(const ChipConfig& config, const PeGridHostSettin
 
 PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared)
     : sc_core::sc_module(name),
+      launch_done_port("launch_done_port"),
       shared_(shared),
       params_(PeGridParams::from(shared.config, shared.grid_host)),
-      timing_(shared.config.timing) {
+      clock_{shared.config.clock_hz, shared.config.timing} {
   pes_.resize(size_t{shared.config.pe_rows} * shared.config.pe_cols);
   workers_ =
       std::make_unique<pe::UnitWorkers>(params_.unit_threads, static_cast<uint32_t>(pes_.size()));
-  if (params_.pe_threads > 1) pool_ = std::make_unique<PePool>(params_.pe_threads - 1);
   shared_.memory->set_device_access_observer([this](isa::ByteSpan span, bool write) {
     // initcheck: host copies and fills write device bytes.
     if (write && shared_.initcheck.on()) [[unlikely]] {
@@ -94,42 +91,16 @@ void PeGrid::join_units() {
   }
 }
 
-uint64_t PeGrid::cycles_to_ps(uint64_t cycles) const {
-  if (!timing_) return 0;
-  const unsigned __int128 num = static_cast<unsigned __int128>(cycles) * kPsPerSecond;
-  return static_cast<uint64_t>((num + shared_.config.clock_hz - 1) / shared_.config.clock_hz);
-}
-
-uint64_t PeGrid::ps_to_cycles(uint64_t ps) const {
-  const unsigned __int128 num = static_cast<unsigned __int128>(ps) * shared_.config.clock_hz;
-  return static_cast<uint64_t>((num + kPsPerSecond - 1) / kPsPerSecond);
-}
-
-bool PeGrid::tracing() const {
-  return shared_.tracer->on();
-}
-
-uint8_t PeGrid::matmul_dtype(const pe::RiscvCore& core, uint64_t desc_addr) {
-  auto d = pe::read_descriptor<mtia_pe_matmul_desc>(core, desc_addr);
-  return d.ok() ? d.value().in_dtype : 0;
-}
-
-void PeGrid::trace_unit(uint32_t pe, pe::UnitKind kind, uint64_t start_ps, uint64_t end_ps,
-                        uint64_t work, uint8_t matmul_dtype) {
-  static_assert(static_cast<int>(Tracer::Unit::kDpe) == static_cast<int>(pe::UnitKind::kDpe) &&
-                static_cast<int>(Tracer::Unit::kMlu) == static_cast<int>(pe::UnitKind::kMlu));
-  Tracer::DpeClass dpe = Tracer::DpeClass::kFp32;
-  if (matmul_dtype == MTIA_PE_DT_INT8) dpe = Tracer::DpeClass::kInt8;
-  if (matmul_dtype == MTIA_PE_DT_FP16 || matmul_dtype == MTIA_PE_DT_BF16) {
-    dpe = Tracer::DpeClass::k16Bit;
-  }
-  shared_.tracer->pe_unit(pe, static_cast<Tracer::Unit>(kind), start_ps, end_ps, work, dpe);
-}
-
-void PeGrid::trace_dma(uint32_t pe, const DmaPlan& plan, uint64_t issue_ps) {
-  shared_.tracer->pe_unit(pe, Tracer::Unit::kDma, issue_ps, std::max(issue_ps, plan.end_ps),
-                          plan.payload_bytes);
-  shared_.tracer->reservations(plan, /*pe_dma=*/true);
+PeEnvironment PeGrid::pe_environment() {
+  return PeEnvironment{shared_,
+                       *workers_,
+                       DeferredWork::Params{params_.inline_work_ns, params_.lazy_loads},
+                       clock_,
+                       scope_,
+                       [this](uint32_t chip) {
+                         if (chip < pes_.size() && pes_[chip]) pes_[chip]->flush();
+                       },
+                       [this](isa::ByteSpan span) { before_device_access(span, true); }};
 }
 
 void PeGrid::submit(const isa::LaunchPacket& launch, const isa::AccessScope& scope) {
@@ -155,7 +126,7 @@ void PeGrid::run() {
     const uint64_t begin = sc_core::sc_time_stamp().value();
     const isa::LaunchPacket launch = *job_;
     // The helper threads may work during the launch: the host's wait policy counts them.
-    const int helpers = static_cast<int>(params_.unit_threads + params_.pe_threads - 1);
+    const int helpers = static_cast<int>(params_.unit_threads);
     isa::add_busy_threads(helpers);
     isa::Status outcome;
     try {
@@ -175,7 +146,7 @@ void PeGrid::run() {
                              outcome.error().reason);
     }
     job_.reset();
-    cp_->launch_done(outcome);
+    launch_done_port->launch_done(outcome);
   }
 }
 
@@ -321,21 +292,21 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
   const uint32_t n = rows * cols;
   const uint64_t watchdog =
       launch.watchdog_cycles != 0 ? launch.watchdog_cycles : params_.default_watchdog_cycles;
-  std::vector<Pe*> pes;
+  std::vector<ProcessingElement*> pes;
   pes.reserve(n);
   for (uint32_t r = 0; r < rows; ++r) {
     for (uint32_t c = 0; c < cols; ++c) {
       const uint32_t chip = r * shared_.config.pe_cols + c;
       const uint32_t index = r * cols + c;
-      std::unique_ptr<Pe>& slot = pes_.at(chip);
+      std::unique_ptr<ProcessingElement>& slot = pes_.at(chip);
       if (!slot) {
         uint8_t* ls = shared_.memory->device().translate(
             isa::kLocalStoreBase + uint64_t{chip} * isa::kLocalStoreStride,
             shared_.config.local_store_bytes);
         assert(ls != nullptr && "DeviceMemory maps every PE's local store");
-        slot = std::make_unique<Pe>(*this, chip,
-                                    std::span<uint8_t>(ls, shared_.config.local_store_bytes),
-                                    shared_.config.units);
+        slot = std::make_unique<ProcessingElement>(
+            pe_environment(), chip, std::span<uint8_t>(ls, shared_.config.local_store_bytes),
+            shared_.config.units);
       }
       slot->begin(t0);
       pe::LaunchContext ctx;
@@ -366,7 +337,7 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
   }
   // initcheck: what the PEs' DMA wrote becomes what every PE may read after the barrier.
   auto publish_writes = [&] {
-    for (Pe* p : pes) {
+    for (ProcessingElement* p : pes) {
       shared_.initcheck.written(p->dram_written);
       p->dram_written.clear();
     }
@@ -377,27 +348,27 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     }
     // The local stores hold every load when the launch ends. All copies are queued before
     // any is waited for, so the simulator thread helps with any PE's work meanwhile.
-    for (Pe* p : pes) p->copy_loads();
+    for (ProcessingElement* p : pes) p->copy_loads();
     join_units();
     uint64_t end = 0;
-    for (Pe* p : pes) {
+    for (ProcessingElement* p : pes) {
       end = std::max(end, p->core().cycles());
       stats_.pe_cycles += p->core().cycles();
       stats_.instructions += p->core().instret();
-      Pe::Counters& c = p->counters;
+      ProcessingElement::Counters& c = p->counters;
       stats_.unit_ops += c.unit_ops;
       stats_.dma_ops += c.dma_ops;
       stats_.dma_bytes += c.dma_bytes;
       stats_.lazy.loads += c.lazy.loads;
       stats_.lazy.copied += c.lazy.copied;
       stats_.lazy.operand_reads += c.lazy.operand_reads;
-      c = Pe::Counters{};
+      c = ProcessingElement::Counters{};
     }
     for (uint32_t i = 0; i < n; ++i) {
       shared_.tracer->pe_kernel(pes[i]->chip_index(), t0,
-                                t0 + cycles_to_ps(pes[i]->core().cycles()));
+                                t0 + clock_.cycles_to_ps(pes[i]->core().cycles()));
     }
-    sync_to(t0 + cycles_to_ps(end));
+    sync_to(t0 + clock_.cycles_to_ps(end));
     return outcome;
   };
   auto sanitizer_failure = [&](const std::string& finding, uint64_t pc, uint32_t pe) {
@@ -417,7 +388,7 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
   const bool synccheck = (shared_.sanitize & isa::kSanitizeSynccheck) != 0;
   std::vector<RaceLog*> race_logs;
   if (racecheck) {
-    for (Pe* p : pes) race_logs.push_back(&p->race_log);
+    for (ProcessingElement* p : pes) race_logs.push_back(&p->race_log);
   }
   uint64_t barriers = 0;
   auto race_found = [&](bool at_end) -> std::optional<isa::Failure> {
@@ -454,7 +425,7 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
       }
     }
     assert(waiter != n && exited != n);
-    const Pe& w = *pes[waiter];
+    const ProcessingElement& w = *pes[waiter];
     const pe::RiscvCore& x = pes[exited]->core();
     return sanitizer_failure(
         fmt::format(
@@ -491,7 +462,7 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     // The first failure in the sequential order ends the launch.
     uint32_t failed = n;
     for (uint32_t i = 0; i < n; ++i) {
-      if (pes[i]->failed_at != Pe::kNoTicket &&
+      if (pes[i]->failed_at != ProcessingElement::kNotFailed &&
           (failed == n || pes[i]->failed_at < pes[failed]->failed_at)) {
         failed = i;
       }
@@ -500,7 +471,7 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     // Release the barrier once every PE still running has reached it.
     uint32_t running = 0, waiting = 0;
     uint64_t release = 0;
-    for (Pe* p : pes) {
+    for (ProcessingElement* p : pes) {
       if (p->core().state() == pe::RiscvCore::State::kExited) continue;
       ++running;
       if (p->at_barrier) {
@@ -524,16 +495,8 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
       // What a PE wrote to device memory before the barrier is there for the others after it,
       // and what it reads there is read before they write. Its local store is its own: others
       // reach it through its device window, which finishes its work first (dma_side).
-      // On the pool, the PEs' loads left in device memory are copied too: after the barrier
-      // another PE may write what they read, and no PE flushes another between barriers.
-      for (Pe* p : pes) {
-        if (pooled()) {
-          p->flush();
-        } else {
-          p->join_device();
-        }
-      }
-      for (Pe* p : pes) {
+      for (ProcessingElement* p : pes) p->join_device();
+      for (ProcessingElement* p : pes) {
         if (!p->at_barrier) continue;
         p->at_barrier = false;
         p->core().resume(0, release - p->barrier_arrival);
@@ -542,7 +505,7 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     }
     // Every core has reached the horizon or waits at the barrier: let simulated time catch up
     // (the host DMA engines and the command processor run meanwhile).
-    sync_to(t0 + cycles_to_ps(horizon));
+    sync_to(t0 + clock_.cycles_to_ps(horizon));
     horizon += params_.quantum_cycles;
   }
   if (racecheck) [[unlikely]] {
@@ -551,76 +514,26 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
   return finish(isa::Status{});
 }
 
-void PeGrid::run_ticket(Pe& p, uint64_t ticket, uint64_t horizon_cycles) {
+void PeGrid::run_pe(ProcessingElement& p, uint64_t order, uint64_t horizon_cycles) {
   pe::RiscvCore& core = p.core();
   if (core.state() != pe::RiscvCore::State::kReady || core.cycles() >= horizon_cycles) return;
-  p.ticket = ticket;
   const pe::RunResult res = core.run(~0ull, horizon_cycles);
   if (res.reason == pe::StopReason::kFault ||
       (res.reason == pe::StopReason::kExit && core.exit_status() != 0)) {
-    p.failed_at = ticket;
+    p.failed_at = order;
   }
   // kUnitStall is a barrier (waits never stall); kBudget: the slice's horizon.
 }
 
-void PeGrid::run_slices(const std::vector<Pe*>& pes, uint64_t horizon) {
+void PeGrid::run_slices(const std::vector<ProcessingElement*>& pes, uint64_t horizon) {
   // Lockstep slices up to the horizon: requests to the shared memories stay nearly in time
   // order (a reservation timeline assumes requests arrive in order).
   const uint64_t n = pes.size();
-  if (!pooled()) {
-    uint64_t k = 0;
-    for (uint64_t h = horizon - params_.quantum_cycles; h != horizon; ++k) {
-      h = std::min(horizon, h + params_.slice_cycles);
-      for (uint64_t i = 0; i < n; ++i) run_ticket(*pes[i], k * n + i, h);
-    }
-    return;
-  }
-  std::vector<uint64_t> horizons;
-  for (uint64_t h = horizon - params_.quantum_cycles; h != horizon;) {
+  uint64_t k = 0;
+  for (uint64_t h = horizon - params_.quantum_cycles; h != horizon; ++k) {
     h = std::min(horizon, h + params_.slice_cycles);
-    horizons.push_back(h);
+    for (uint64_t i = 0; i < n; ++i) run_pe(*pes[i], k * n + i, h);
   }
-  Phase ph;
-  ph.pes = pes;
-  ph.n = n;
-  ph.total = horizons.size() * n;
-  ph.horizons = std::move(horizons);
-  ph.threads = pool_->helpers() + 1;
-  for (Pe* p : pes) p->slices_done.store(0, std::memory_order_relaxed);
-  phase_ = &ph;
-  const std::function<void()> work = [this, &ph] { work_phase(ph); };
-  pool_->run_on_all(work);
-  commit_ended(ph);  // every ticket has ended
-  phase_ = nullptr;
-  assert(ph.cursor.load() == ph.total);
-}
-
-void PeGrid::work_phase(Phase& ph) {
-  const unsigned me = ph.joined.fetch_add(1, std::memory_order_relaxed);
-  assert(me < ph.threads);
-  for (uint64_t k = 0; k < ph.horizons.size(); ++k) {
-    for (uint64_t i = me; i < ph.n; i += ph.threads) {
-      Pe& p = *ph.pes[i];
-      run_ticket(p, k * ph.n + i, ph.horizons[k]);
-      p.slices_done.store(k + 1, std::memory_order_release);
-      p.slices_done.notify_all();
-    }
-  }
-}
-
-uint64_t PeGrid::commit_ended(Phase& ph) {
-  std::lock_guard lock(ph.commit_mu);
-  uint64_t c = ph.cursor.load(std::memory_order_relaxed);
-  for (; c < ph.total; ++c) {
-    Pe& p = *ph.pes[c % ph.n];
-    // Every ticket before c has ended, so c's actions logged so far may be committed; c's end
-    // is read first, so that once it has ended no action of c is logged after the commit.
-    const bool ended = p.slices_done.load(std::memory_order_acquire) > c / ph.n;
-    p.commit_logged(c);
-    if (!ended) break;
-  }
-  ph.cursor.store(c, std::memory_order_release);
-  return c;
 }
 
 Json PeGrid::stats_json() const {

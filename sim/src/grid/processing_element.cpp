@@ -1,36 +1,62 @@
-#include "grid_pe.h"
+#include "processing_element.h"
 
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
 #include <cassert>
+#include <utility>
 
 #include "model.h"
 #include "mtia/isa/address_map.h"
 #include "mtia/sim/pe/descriptors.h"
-#include "pe_pool.h"
 
 namespace mtia::sim::detail {
 
 using pe::UnitOp;
 using pe::UnitResponse;
 
-PeGrid::Pe::Pe(PeGrid& grid, uint32_t chip_index, std::span<uint8_t> local_store,
-               const pe::UnitTiming& timing)
-    : grid_(grid),
+bool ProcessingElement::tracing() const {
+  return env_.shared.tracer->on();
+}
+
+uint8_t ProcessingElement::matmul_dtype(const pe::RiscvCore& core, uint64_t desc_addr) {
+  auto d = pe::read_descriptor<mtia_pe_matmul_desc>(core, desc_addr);
+  return d.ok() ? d.value().in_dtype : 0;
+}
+
+void ProcessingElement::trace_unit(pe::UnitKind kind, uint64_t start_ps, uint64_t end_ps,
+                                   uint64_t work, uint8_t matmul_dtype) {
+  static_assert(static_cast<int>(Tracer::Unit::kDpe) == static_cast<int>(pe::UnitKind::kDpe) &&
+                static_cast<int>(Tracer::Unit::kMlu) == static_cast<int>(pe::UnitKind::kMlu));
+  Tracer::DpeClass dpe = Tracer::DpeClass::kFp32;
+  if (matmul_dtype == MTIA_PE_DT_INT8) dpe = Tracer::DpeClass::kInt8;
+  if (matmul_dtype == MTIA_PE_DT_FP16 || matmul_dtype == MTIA_PE_DT_BF16) {
+    dpe = Tracer::DpeClass::k16Bit;
+  }
+  env_.shared.tracer->pe_unit(chip_index_, static_cast<Tracer::Unit>(kind), start_ps, end_ps, work,
+                              dpe);
+}
+
+void ProcessingElement::trace_dma(const DmaPlan& plan, uint64_t issue_ps) {
+  env_.shared.tracer->pe_unit(chip_index_, Tracer::Unit::kDma, issue_ps,
+                              std::max(issue_ps, plan.end_ps), plan.payload_bytes);
+  env_.shared.tracer->reservations(plan, /*pe_dma=*/true);
+}
+
+ProcessingElement::ProcessingElement(PeEnvironment env, uint32_t chip_index,
+                                     std::span<uint8_t> local_store, const pe::UnitTiming& timing)
+    : env_(std::move(env)),
       chip_index_(chip_index),
       ls_device_base_(isa::kLocalStoreBase + uint64_t{chip_index} * isa::kLocalStoreStride),
       units_(local_store, timing),
-      dma_(*grid.shared_.memory, ls_device_base_),
+      dma_(*env_.shared.memory, ls_device_base_),
       core_(pe::CoreConfig{}, local_store, *this),
-      work_(*grid.workers_, chip_index, core_,
-            DeferredWork::Params{grid.params_.inline_work_ns, grid.params_.lazy_loads},
-            counters.lazy) {
+      work_(env_.workers, chip_index, core_, env_.work, counters.lazy) {
   // Unit math and DMA copies go to the grid's helper threads, in order per PE.
   units_.set_deferral([this](const Touched& touched, uint64_t host_ns, pe::UnitTask&& math) {
     work_.run_or_defer(touched, host_ns, std::move(math), /*device=*/false);
   });
-  if (grid_.params_.lazy_loads) {
+  if (env_.work.lazy_loads) {
     units_.set_operand_source(
         [this](uint64_t offset, uint64_t rows, uint64_t row_bytes, uint64_t ld_bytes) {
           return work_.operand_view(offset, rows, row_bytes, ld_bytes);
@@ -38,27 +64,25 @@ PeGrid::Pe::Pe(PeGrid& grid, uint32_t chip_index, std::span<uint8_t> local_store
   }
 }
 
-void PeGrid::Pe::begin(uint64_t t0_ps) {
+void ProcessingElement::begin(uint64_t t0_ps) {
   t0_ps_ = t0_ps;
   tag_done_.clear();
   all_done_ = 0;
   std::fill(std::begin(unit_free_), std::end(unit_free_), 0);
   at_barrier = false;
   barrier_arrival = 0;
-  failed_at = kNoTicket;
+  failed_at = kNotFailed;
   sanitizer_finding.clear();
   race_log.clear();
   dram_written.clear();
-  const bool ls_check = (grid_.shared_.sanitize & isa::kSanitizeInitcheck) != 0;
+  const bool ls_check = (env_.shared.sanitize & isa::kSanitizeInitcheck) != 0;
   if (ls_check != ls_initcheck_) {
     ls_initcheck_ = ls_check;
     core_.guard_all(ls_check);
   }
-  log_.clear();
-  resolved_.clear();
 }
 
-UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
+UnitResponse ProcessingElement::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
   switch (r.op) {
     case UnitOp::kBarrier:
       at_barrier = true;
@@ -68,30 +92,29 @@ UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
     case UnitOp::kWait: {
       if (r.rs1 == 0) return UnitResponse::done(0);  // tag 0 is always complete
       if (r.rs1 > tag_done_.size()) {
-        if (grid_.shared_.sanitize & isa::kSanitizeSynccheck) [[unlikely]] {
+        if (env_.shared.sanitize & isa::kSanitizeSynccheck) [[unlikely]] {
           sanitizer_finding = synccheck_tag(r);
         }
         return UnitResponse::fault(
             fmt::format("pe.wait on tag {}, which was never issued ({} operations issued so far)",
                         r.rs1, tag_done_.size()));
       }
-      const uint64_t done = tag_done(r.rs1);
+      const uint64_t done = tag_done_[r.rs1 - 1];
       return UnitResponse::done(0, done > r.cycle ? done - r.cycle : 0);
     }
     case UnitOp::kWaitAll:
-      if (grid_.pooled()) await(0);
       return UnitResponse::done(0, all_done_ > r.cycle ? all_done_ - r.cycle : 0);
     case UnitOp::kPoll: {
       if (r.rs1 == 0) return UnitResponse::done(1);
       if (r.rs1 > tag_done_.size()) {
-        if (grid_.shared_.sanitize & isa::kSanitizeSynccheck) [[unlikely]] {
+        if (env_.shared.sanitize & isa::kSanitizeSynccheck) [[unlikely]] {
           sanitizer_finding = synccheck_tag(r);
         }
         return UnitResponse::fault(
             fmt::format("pe.poll on tag {}, which was never issued ({} operations issued so far)",
                         r.rs1, tag_done_.size()));
       }
-      return UnitResponse::done(tag_done(r.rs1) <= r.cycle ? 1 : 0);
+      return UnitResponse::done(tag_done_[r.rs1 - 1] <= r.cycle ? 1 : 0);
     }
     case UnitOp::kDma:
       return dma(core, r);
@@ -123,25 +146,16 @@ UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
       uint64_t& free = unit_free_[static_cast<size_t>(kind)];
       uint64_t done = 0;
       uint64_t start = 0;
-      if (grid_.timing_) {
+      if (env_.clock.timing) {
         start = std::max(r.cycle, free);
         done = start + outcome.value().busy_cycles;
         free = done;
       }
       ++counters.unit_ops;
-      if (grid_.tracing() && !grid_.pooled()) {
-        grid_.trace_unit(chip_index_, kind, t0_ps_ + grid_.cycles_to_ps(start),
-                         t0_ps_ + grid_.cycles_to_ps(done), outcome.value().work,
-                         r.op == UnitOp::kMatmul ? matmul_dtype(core, r.rs1) : 0);
-      } else if (grid_.tracing()) {
-        Pending e;
-        e.ticket = ticket;
-        e.unit = kind;
-        e.start_ps = t0_ps_ + grid_.cycles_to_ps(start);
-        e.end_ps = t0_ps_ + grid_.cycles_to_ps(done);
-        e.work = outcome.value().work;
-        e.matmul_dtype = r.op == UnitOp::kMatmul ? matmul_dtype(core, r.rs1) : 0;
-        log(std::move(e));
+      if (tracing()) {
+        trace_unit(kind, t0_ps_ + env_.clock.cycles_to_ps(start),
+                   t0_ps_ + env_.clock.cycles_to_ps(done), outcome.value().work,
+                   r.op == UnitOp::kMatmul ? matmul_dtype(core, r.rs1) : 0);
       }
       return UnitResponse::done(add_tag(done));
     }
@@ -151,14 +165,15 @@ UnitResponse PeGrid::Pe::issue(pe::RiscvCore& core, const pe::UnitRequest& r) {
   }
 }
 
-uint64_t PeGrid::Pe::add_tag(uint64_t done_cycle) {
+uint64_t ProcessingElement::add_tag(uint64_t done_cycle) {
   tag_done_.push_back(done_cycle);
-  if (done_cycle != kOpen) all_done_ = std::max(all_done_, done_cycle);
+  all_done_ = std::max(all_done_, done_cycle);
   return tag_done_.size();
 }
 
-PeGrid::Pe::Extent PeGrid::Pe::dma_side(uint8_t space, uint64_t addr, const uint64_t* strides,
-                                        const mtia_pe_dma_desc& d) {
+ProcessingElement::Extent ProcessingElement::dma_side(uint8_t space, uint64_t addr,
+                                                      const uint64_t* strides,
+                                                      const mtia_pe_dma_desc& d) {
   __int128 lo = 0, hi = d.elem_size;
   for (int i = 0; i < d.ndims && i < MTIA_PE_DMA_MAX_DIMS; ++i) {
     if (d.sizes[i] == 0) return {};  // an empty copy touches nothing
@@ -172,11 +187,7 @@ PeGrid::Pe::Extent PeGrid::Pe::dma_side(uint8_t space, uint64_t addr, const uint
     if (addr < isa::kLocalStoreBase) return {};
     const uint64_t owner = (addr - isa::kLocalStoreBase) / isa::kLocalStoreStride;
     if (owner != chip_index_) {
-      // On the pool the owner runs on another thread: between barriers the two PEs are not
-      // ordered (pe_grid.h), and every barrier flushes all PEs.
-      if (!grid_.pooled() && owner < grid_.pes_.size() && grid_.pes_[owner]) {
-        grid_.pes_[owner]->flush();
-      }
+      env_.settle_pe(owner);
       return {};
     }
     base = static_cast<__int128>(addr) - static_cast<__int128>(ls_device_base_);
@@ -186,7 +197,7 @@ PeGrid::Pe::Extent PeGrid::Pe::dma_side(uint8_t space, uint64_t addr, const uint
   return {static_cast<uint64_t>(l), static_cast<uint64_t>(base + hi)};
 }
 
-UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
+UnitResponse ProcessingElement::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   const uint64_t at = r.rs1 - MTIA_PE_LS_BASE;
   work_.settle({at, at + sizeof(mtia_pe_dma_desc)});
   auto desc = dma_.validate(core, r.rs1);
@@ -194,62 +205,47 @@ UnitResponse PeGrid::Pe::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   const mtia_pe_dma_desc& d = desc.value();
   const Touched touched{dma_side(d.src_space, d.src, d.src_strides, d),
                         dma_side(d.dst_space, d.dst, d.dst_strides, d), Extent{}, Extent{}};
-  const uint64_t now = t0_ps_ + grid_.cycles_to_ps(r.cycle);
-  auto job = dma_.check(d, now, grid_.scope_);
+  const uint64_t now = t0_ps_ + env_.clock.cycles_to_ps(r.cycle);
+  auto job = dma_.check(d, now, env_.scope);
   if (!job.ok()) return UnitResponse::fault(job.error().reason);
   DmaPlan& plan = job.value().plan;
-  if (grid_.shared_.sanitize != 0) [[unlikely]] {
-    if (grid_.shared_.sanitize & isa::kSanitizeMemcheck) {
+  if (env_.shared.sanitize != 0) [[unlikely]] {
+    if (env_.shared.sanitize & isa::kSanitizeMemcheck) {
       if (std::string found = memcheck(r, plan); !found.empty()) {
         sanitizer_finding = found;
         return UnitResponse::fault(std::move(found));
       }
     }
-    if (grid_.shared_.sanitize & isa::kSanitizeInitcheck) {
+    if (env_.shared.sanitize & isa::kSanitizeInitcheck) {
       if (std::string found = initcheck(r, d, plan); !found.empty()) {
         sanitizer_finding = found;
         return UnitResponse::fault(std::move(found));
       }
     }
-    if (grid_.shared_.sanitize & isa::kSanitizeRacecheck) log_race_access(r, d, plan);
+    if (env_.shared.sanitize & isa::kSanitizeRacecheck) log_race_access(r, d, plan);
   }
-  if (d.dst_space != MTIA_PE_SPACE_LOCAL) {
-    if (!grid_.pooled()) {
-      grid_.before_device_access(plan.dst.span, true);
-    } else if (reads_device(plan.dst.span.lo, plan.dst.span.hi)) {
-      flush();  // this PE's own loads; the others' are not ordered with it (pe_grid.h)
-    }
-  }
+  if (d.dst_space != MTIA_PE_SPACE_LOCAL) env_.before_device_write(plan.dst.span);
   dma_.execute(d, job.value(), touched, work_);
   ++counters.dma_ops;
   counters.dma_bytes += plan.payload_bytes;
-  if (!grid_.pooled()) return UnitResponse::done(add_tag(take_turn(plan, now)));
-  const uint64_t tag = add_tag(kOpen);
-  Pending e;
-  e.ticket = ticket;
-  e.dma = true;
-  e.plan = plan;
-  e.issue_ps = now;
-  e.tag = tag;
-  log(std::move(e));
-  return UnitResponse::done(tag);
+  return UnitResponse::done(add_tag(take_turn(plan, now)));
 }
 
-std::string PeGrid::Pe::memcheck(const pe::UnitRequest& r, const DmaPlan& plan) const {
+std::string ProcessingElement::memcheck(const pe::UnitRequest& r, const DmaPlan& plan) const {
   // Only DRAM holds the driver's allocations; SRAM and the local stores are the launch's own.
   for (const bool write : {false, true}) {
     const SideInfo& side = write ? plan.dst : plan.src;
     if (side.host || side.memory != MemoryKind::kDram) continue;
     Memcheck::Miss miss;
-    if (grid_.shared_.memcheck.inside(side.span.lo, side.span.hi, miss)) continue;
+    if (env_.shared.memcheck.inside(side.span.lo, side.span.hi, miss)) continue;
     return fmt::format("memcheck: dma.start at pc 0x{:x} {} {} bytes at 0x{:x}: the access {}",
                        r.pc, write ? "writes" : "reads", side.span.size(), side.span.lo, miss.what);
   }
   return {};
 }
 
-std::string PeGrid::Pe::initcheck(const pe::UnitRequest& r, const mtia_pe_dma_desc& d,
-                                  const DmaPlan& plan) {
+std::string ProcessingElement::initcheck(const pe::UnitRequest& r, const mtia_pe_dma_desc& d,
+                                         const DmaPlan& plan) {
   // Only DRAM holds the driver's allocations; SRAM is the launch's scratch.
   auto in_dram = [](const SideInfo& side) {
     return !side.host && side.memory == MemoryKind::kDram;
@@ -257,7 +253,7 @@ std::string PeGrid::Pe::initcheck(const pe::UnitRequest& r, const mtia_pe_dma_de
   // Bytes of a read row are unwritten when neither the device's record (as of the last barrier)
   // nor this PE's own writes since hold them, and a live allocation does.
   constexpr uint64_t kMaxRows = uint64_t{1} << 22;
-  const ByteSet& written = grid_.shared_.initcheck.bytes();
+  const ByteSet& written = env_.shared.initcheck.bytes();
   std::string found;
   // A store from the local store: its rows must have been written in this launch.
   if (d.src_space == MTIA_PE_SPACE_LOCAL) {
@@ -282,7 +278,7 @@ std::string PeGrid::Pe::initcheck(const pe::UnitRequest& r, const mtia_pe_dma_de
           continue;
         }
         uint64_t base = 0, bytes = 0;
-        if (!grid_.shared_.memcheck.first_allocation_in(unwritten.lo, unwritten.hi, base, bytes)) {
+        if (!env_.shared.memcheck.first_allocation_in(unwritten.lo, unwritten.hi, base, bytes)) {
           at = unwritten.hi;  // memcheck's business
           continue;
         }
@@ -309,8 +305,8 @@ std::string PeGrid::Pe::initcheck(const pe::UnitRequest& r, const mtia_pe_dma_de
   return found;
 }
 
-bool PeGrid::Pe::guarded_access(pe::RiscvCore&, uint64_t pc, uint64_t offset, uint64_t bytes,
-                                bool write) {
+bool ProcessingElement::guarded_access(pe::RiscvCore&, uint64_t pc, uint64_t offset, uint64_t bytes,
+                                       bool write) {
   // With initcheck the core guards the whole local store: finish the work only when the
   // access touches its bytes, as without.
   if (!ls_initcheck_ || work_.guards(offset, offset + bytes)) work_.flush();
@@ -329,15 +325,15 @@ bool PeGrid::Pe::guarded_access(pe::RiscvCore&, uint64_t pc, uint64_t offset, ui
   return false;
 }
 
-void PeGrid::Pe::poison_local_store(const pe::Program& program) {
+void ProcessingElement::poison_local_store(const pe::Program& program) {
   ls_written_.reset(core_.local_store().size());
   for (const pe::Program::LocalSegment& s : program.local_segments()) {
     ls_written_.mark(s.offset, s.offset + s.bytes.size());
   }
 }
 
-void PeGrid::Pe::unit_rows(const pe::RiscvCore& core, const pe::UnitRequest& r,
-                           std::vector<Extent>& reads, std::vector<Extent>& writes) {
+void ProcessingElement::unit_rows(const pe::RiscvCore& core, const pe::UnitRequest& r,
+                                  std::vector<Extent>& reads, std::vector<Extent>& writes) {
   const uint64_t ls_bytes = core.local_store().size();
   // rows x cols elements of `es` bytes, `ld` elements from one row's start to the next. A
   // tile larger than the local store is left to the unit's own checks, which reject it.
@@ -399,14 +395,14 @@ void PeGrid::Pe::unit_rows(const pe::RiscvCore& core, const pe::UnitRequest& r,
   }
 }
 
-std::string PeGrid::Pe::ls_unwritten(const char* what, uint64_t pc, Extent bytes) const {
+std::string ProcessingElement::ls_unwritten(const char* what, uint64_t pc, Extent bytes) const {
   return fmt::format(
       "initcheck: {} at pc 0x{:x} reads the {} local-store bytes at 0x{:x}..0x{:x}, which "
       "nothing (no dma.start, unit operation or store of this PE) wrote since the launch started",
       what, pc, bytes.hi - bytes.lo, MTIA_PE_LS_BASE + bytes.lo, MTIA_PE_LS_BASE + bytes.hi - 1);
 }
 
-std::string PeGrid::Pe::synccheck_tag(const pe::UnitRequest& r) const {
+std::string ProcessingElement::synccheck_tag(const pe::UnitRequest& r) const {
   const std::string issued = tag_done_.size() <= 1
                                  ? std::string(tag_done_.empty() ? "no tag" : "tag 1")
                                  : fmt::format("tags 1 to {}", tag_done_.size());
@@ -416,8 +412,8 @@ std::string PeGrid::Pe::synccheck_tag(const pe::UnitRequest& r) const {
       r.op == UnitOp::kWait ? "pe.wait" : "pe.poll", r.pc, r.rs1, issued);
 }
 
-void PeGrid::Pe::log_race_access(const pe::UnitRequest& r, const mtia_pe_dma_desc& d,
-                                 const DmaPlan& plan) {
+void ProcessingElement::log_race_access(const pe::UnitRequest& r, const mtia_pe_dma_desc& d,
+                                        const DmaPlan& plan) {
   // The PEs share DRAM and SRAM; a local store is its PE's own (another PE reaches it only
   // through its device window, which is not checked).
   auto shared = [](const SideInfo& side) {
@@ -431,70 +427,11 @@ void PeGrid::Pe::log_race_access(const pe::UnitRequest& r, const mtia_pe_dma_des
   }
 }
 
-uint64_t PeGrid::Pe::take_turn(DmaPlan& plan, uint64_t issue_ps) {
+uint64_t ProcessingElement::take_turn(DmaPlan& plan, uint64_t issue_ps) {
   dma_.reserve(plan, issue_ps);
-  if (grid_.tracing()) grid_.trace_dma(chip_index_, plan, issue_ps);
-  if (!grid_.timing_ || plan.end_ps <= t0_ps_) return 0;
-  return grid_.ps_to_cycles(plan.end_ps - t0_ps_);
-}
-
-void PeGrid::Pe::log(Pending&& e) {
-  std::lock_guard lock(log_mu_);
-  log_.push_back(std::move(e));
-}
-
-void PeGrid::Pe::commit_logged(uint64_t t) {
-  std::lock_guard lock(log_mu_);
-  while (!log_.empty() && log_.front().ticket == t) {
-    Pending& e = log_.front();
-    if (e.dma) {
-      resolved_.emplace_back(e.tag, take_turn(e.plan, e.issue_ps));
-    } else {
-      grid_.trace_unit(chip_index_, e.unit, e.start_ps, e.end_ps, e.work, e.matmul_dtype);
-    }
-    log_.pop_front();
-  }
-}
-
-uint64_t PeGrid::Pe::tag_done(uint64_t tag) {
-  if (tag_done_[tag - 1] == kOpen) await(tag);
-  return tag_done_[tag - 1];
-}
-
-bool PeGrid::Pe::collect(uint64_t tag) {
-  for (const auto& [t, done] : resolved_) {
-    tag_done_[t - 1] = done;
-    all_done_ = std::max(all_done_, done);
-  }
-  resolved_.clear();
-  if (tag != 0) return tag_done_[tag - 1] != kOpen;
-  return std::none_of(log_.begin(), log_.end(), [](const Pending& e) { return e.dma; });
-}
-
-void PeGrid::Pe::await(uint64_t tag) {
-  assert(grid_.pooled() && "without the pool every DMA is committed at issue");
-  Phase& ph = *grid_.phase_;
-  for (;;) {
-    {
-      std::lock_guard lock(log_mu_);
-      if (collect(tag)) return;
-    }
-    // Commit what the ended tickets allow; this PE's own ticket is among them once every
-    // ticket before it has ended.
-    const uint64_t cursor = grid_.commit_ended(ph);
-    {
-      std::lock_guard lock(log_mu_);
-      if (collect(tag)) return;
-    }
-    // The PE whose slice holds the cursor back runs on another thread: wait for it.
-    Pe& blocker = *ph.pes[cursor % ph.n];
-    assert(&blocker != this);
-    const uint64_t slice = cursor / ph.n;
-    for (uint64_t d = blocker.slices_done.load(std::memory_order_acquire); d <= slice;
-         d = blocker.slices_done.load(std::memory_order_acquire)) {
-      PePool::await_change(blocker.slices_done, d);
-    }
-  }
+  if (tracing()) trace_dma(plan, issue_ps);
+  if (!env_.clock.timing || plan.end_ps <= t0_ps_) return 0;
+  return env_.clock.ps_to_cycles(plan.end_ps - t0_ps_);
 }
 
 }  // namespace mtia::sim::detail

@@ -1,6 +1,6 @@
 // What one PE's local store still owes: the unit math and local DMA copies handed to helper
 // threads (pe::UnitWorkers), and the loads left in device memory. Private to sim/; one per
-// PE (PeGrid::Pe), driven by the simulator thread.
+// PE (ProcessingElement), driven by the simulator thread.
 //
 // Host-thread deferral. An operation's math (or a DMA's copy loop) runs here and now when it
 // is cheap and nothing of this PE is queued; otherwise it queues behind the PE's queued work

@@ -14,7 +14,6 @@ namespace mtia::sim {
 namespace {
 
 constexpr uint64_t kMaxUnitThreads = 256;
-constexpr uint64_t kMaxPeThreads = 64;
 constexpr uint64_t kMaxInlineWorkNs = 1'000'000'000;
 
 // A whole number from the environment variable `name` in [0, max], or `fallback` when it is
@@ -39,11 +38,6 @@ uint32_t default_unit_threads() {
 }  // namespace
 
 isa::Result<PeGridHostSettings> resolve(const PeGridHostOptions& o) {
-  if (o.pe_threads && (*o.pe_threads == 0 || *o.pe_threads > kMaxPeThreads)) {
-    return isa::reject(
-        isa::ErrorCode::kInvalidArgument,
-        fmt::format("pe_threads is {}; must be 1..{} host threads", *o.pe_threads, kMaxPeThreads));
-  }
   if (o.unit_threads && *o.unit_threads > kMaxUnitThreads) {
     return isa::reject(isa::ErrorCode::kInvalidArgument,
                        fmt::format("unit_threads is {}; must be 0..{} host threads",
@@ -55,13 +49,6 @@ isa::Result<PeGridHostSettings> resolve(const PeGridHostOptions& o) {
         fmt::format("inline_work_ns is {}; must be 0..{} ns", *o.inline_work_ns, kMaxInlineWorkNs));
   }
   PeGridHostSettings s;
-  s.pe_threads = o.pe_threads
-                     ? *o.pe_threads
-                     : static_cast<uint32_t>(env_number("MTIA_EMU_PE_THREADS", kMaxPeThreads, 1));
-  if (s.pe_threads == 0) {
-    detail::logger("sim.pe")->warn("MTIA_EMU_PE_THREADS=0 is not 1..{}; using 1", kMaxPeThreads);
-    s.pe_threads = 1;
-  }
   s.unit_threads = o.unit_threads
                        ? *o.unit_threads
                        : static_cast<uint32_t>(env_number("MTIA_EMU_UNIT_THREADS", kMaxUnitThreads,
@@ -69,8 +56,6 @@ isa::Result<PeGridHostSettings> resolve(const PeGridHostOptions& o) {
   s.inline_work_ns = o.inline_work_ns
                          ? *o.inline_work_ns
                          : env_number("MTIA_EMU_INLINE_WORK_NS", kMaxInlineWorkNs, 5'000);
-  // The pool runs each PE's unit math on the PE's own thread: no helpers beside it.
-  if (s.pe_threads > 1) s.unit_threads = 0;
   s.lazy_loads = o.lazy_loads ? *o.lazy_loads : env_number("MTIA_EMU_LAZY_LOADS", 1, 1) != 0;
   return s;
 }

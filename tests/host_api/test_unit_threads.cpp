@@ -1,6 +1,7 @@
-// The PE pool (sim/src/pe_grid.h, "The pool"): however many host threads run the PEs, a launch
-// gives the same results, the same simulated times, the same statistics and the same trace as
-// on the simulator thread alone, and a failing launch the same error.
+// The PE grid's helper threads (unit_threads; sim/src/grid/deferred_work.h): however many of
+// them run the units' math and the DMA copies, a launch gives the same results, the same
+// simulated times, the same statistics and the same trace as on the simulator thread alone,
+// and a failing launch the same error.
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
@@ -57,13 +58,14 @@ struct Outcome {
   nlohmann::json events;  // trace.json's traceEvents, without host wall-clock fields
 };
 
-// On `preset` with the PEs on `pe_threads` host threads: a GEMM of odd sizes (staged in the
-// SRAM on mtia-v1, whose PEs then meet at barriers), a softmax (reductions) and a GEMM whose
-// output lies outside device memory (a DMA fault on every PE).
-Outcome run(const std::string& preset, uint32_t pe_threads) {
+// On `preset` with `unit_threads` helpers, every operation handed to them: a GEMM of odd sizes
+// (staged in the SRAM on mtia-v1, whose PEs then meet at barriers), a softmax (reductions) and a
+// GEMM whose output lies outside device memory (a DMA fault on every PE).
+Outcome run(const std::string& preset, uint32_t unit_threads) {
   DeviceOptions options;
   options.preset = preset;
-  options.pe_threads = pe_threads;
+  options.unit_threads = unit_threads;
+  options.inline_work_ns = 0;
   options.trace = TraceLevel::kUnits;
   options.trace_max_events = 1'000'000;
   Device dev = Device::open(options);
@@ -98,8 +100,8 @@ Outcome run(const std::string& preset, uint32_t pe_threads) {
   }
   o.now_ps = dev.now_ps();
 
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("mtia_pe_pool_test_" + std::to_string(::getpid()));
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mtia_unit_threads_test_" + std::to_string(::getpid()));
   dev.write_artifacts(dir.string());
   std::ifstream stats(dir / "stats.json"), trace(dir / "trace.json");
   REQUIRE(stats);
@@ -116,35 +118,22 @@ Outcome run(const std::string& preset, uint32_t pe_threads) {
 }  // namespace
 
 #ifdef MTIA_KERNEL_LIBRARY_ELF
-TEST_CASE("the PE pool gives the sequential order's results, times, statistics and trace",
-          "[pool][library]") {
+TEST_CASE("unit helper threads give the simulator thread's results, times, statistics and trace",
+          "[grid][library]") {
   for (const std::string preset : {"mtia-v2", "mtia-v1"}) {
-    const Outcome one = run(preset, 1);
-    REQUIRE_FALSE(one.failure.empty());
-    REQUIRE(one.events.size() > 1000);
-    for (const uint32_t threads : {2u, 3u, 8u}) {
-      INFO(preset << " on " << threads << " PE threads");
-      const Outcome pool = run(preset, threads);
-      CHECK(pool.product == one.product);  // bit for bit
-      CHECK(pool.softmax == one.softmax);
-      CHECK(pool.failure == one.failure);
-      CHECK(pool.now_ps == one.now_ps);
-      CHECK(pool.stats == one.stats);
-      CHECK(pool.events == one.events);
+    const Outcome alone = run(preset, 0);
+    REQUIRE_FALSE(alone.failure.empty());
+    REQUIRE(alone.events.size() > 1000);
+    for (const uint32_t threads : {1u, 2u, 5u}) {
+      INFO(preset << " with " << threads << " unit helper threads");
+      const Outcome helped = run(preset, threads);
+      CHECK(helped.product == alone.product);  // bit for bit
+      CHECK(helped.softmax == alone.softmax);
+      CHECK(helped.failure == alone.failure);
+      CHECK(helped.now_ps == alone.now_ps);
+      CHECK(helped.stats == alone.stats);
+      CHECK(helped.events == alone.events);
     }
   }
 }
 #endif
-
-TEST_CASE("DeviceOptions::pe_threads out of range is refused", "[pool]") {
-  for (const uint32_t bad : {0u, 65u}) {
-    DeviceOptions options;
-    options.pe_threads = bad;
-    try {
-      Device::open(options);
-      FAIL("a device opened with pe_threads " << bad);
-    } catch (const Error& e) {
-      CHECK_THAT(std::string(e.what()), Catch::Contains("pe_threads is " + std::to_string(bad)));
-    }
-  }
-}

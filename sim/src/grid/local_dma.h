@@ -2,7 +2,7 @@
 // with the same three steps. Its cost is not a formula of the descriptor: the job goes
 // through the shared MemorySystem as a host DMA packet would, so it gets the same address
 // checks, a schedule on the same bandwidth timelines (contending with the other PEs and the
-// host DMA engines) and the same copy loops. Private to sim/; one per PE (PeGrid::Pe).
+// host DMA engines) and the same copy loops. Private to sim/; one per PE (ProcessingElement).
 #pragma once
 
 #include <cstdint>
@@ -36,8 +36,8 @@ class LocalDma {
   // launch scratch: local stores and SRAM). Its plan reserves no bandwidth until reserve().
   isa::Result<Job> check(const mtia_pe_dma_desc& d, uint64_t now_ps,
                          const isa::AccessScope& scope) const;
-  // Takes the checked job's turn on the shared memory timelines (sets plan.end_ps): in the
-  // order of issue on one thread, in the grid's sequential order on the pool (pe_grid.h).
+  // Takes the checked job's turn on the shared memory timelines (sets plan.end_ps), in the
+  // grid's sequential order (pe_grid.h).
   void reserve(DmaPlan& plan, uint64_t now_ps) { memory_.reserve(plan, now_ps); }
   // Copies `job`, whose local-store bytes are `touched` (source, destination): left in device
   // memory when it is a load, else now or on a helper thread, in order with `work`.

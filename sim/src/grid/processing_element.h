@@ -1,53 +1,56 @@
-// One PE of the grid (PeGrid::Pe): its RISC-V core, its units, its tags and its local DMA, and
-// the work its local store still owes (DeferredWork). Private to sim/; see pe_grid.h for the
-// timing model it implements.
+// One PE of the grid: its RISC-V core, its units, its tags and its local DMA, and the work its
+// local store still owes (DeferredWork). Private to sim/; see pe_grid.h for the timing model
+// it implements. What it reaches outside itself is its PeEnvironment, which the grid fills in.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <deque>
-#include <mutex>
+#include <functional>
 #include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "deferred_work.h"
 #include "initcheck.h"
 #include "local_dma.h"
+#include "mtia/isa/access_scope.h"
 #include "mtia/sim/memory_system.h"
 #include "mtia/sim/pe/riscv_core.h"
 #include "mtia/sim/pe/unit_port.h"
 #include "mtia/sim/pe/unit_task.h"
 #include "mtia/sim/pe/units.h"
-#include "pe_grid.h"
+#include "pe_clock.h"
 #include "racecheck.h"
 
 namespace mtia::sim::detail {
 
 namespace pe = mtia::sim::pe;
 
-// The tickets of one quantum on the pool (pe_grid.h, "The pool").
-struct PeGrid::Phase {
-  std::vector<Pe*> pes;            // the launch's PEs, by launch index
-  uint64_t n = 0;                  // pes.size()
-  uint64_t total = 0;              // tickets: slices * n
-  std::vector<uint64_t> horizons;  // per slice: the core cycle it runs to
-  unsigned threads = 1;            // threads that run it; thread j runs PEs j, j + threads, ...
-  std::atomic<unsigned> joined{0};
-  std::mutex commit_mu;             // one committer at a time
-  std::atomic<uint64_t> cursor{0};  // the first ticket not ended (written under commit_mu)
+struct SimShared;
+
+// What a PE reaches outside itself. Everything referenced outlives the PE.
+struct PeEnvironment {
+  SimShared& shared;          // device memory, the sanitizer's state, the tracer
+  pe::UnitWorkers& workers;   // the helper threads its deferred work runs on
+  DeferredWork::Params work;  // how it hands work over and leaves loads in device memory
+  PeClock clock;
+  const isa::AccessScope& scope;  // the running launch's: what its DMA may reach
+  // Another PE's local store is reached through its device window: chip PE `chip` finishes
+  // its work on it first.
+  std::function<void(uint32_t chip)> settle_pe;
+  // Before this PE's DMA writes device bytes `span`: the PEs whose local store they are in, or
+  // whose loads read them, finish their work first.
+  std::function<void(isa::ByteSpan span)> before_device_write;
 };
 
-class PeGrid::Pe : public pe::UnitPort {
+class ProcessingElement : public pe::UnitPort {
   using UnitOp = pe::UnitOp;
   using UnitResponse = pe::UnitResponse;
   using Extent = pe::FunctionalUnits::Extent;
   using Touched = pe::FunctionalUnits::Touched;
 
  public:
-  Pe(PeGrid& grid, uint32_t chip_index, std::span<uint8_t> local_store,
-     const pe::UnitTiming& timing);
+  ProcessingElement(PeEnvironment env, uint32_t chip_index, std::span<uint8_t> local_store,
+                    const pe::UnitTiming& timing);
 
   // The PE's deferred work (DeferredWork): finish all of it; finish what reaches device
   // memory (at a barrier); copy the loads and finish all (before another reader of the local
@@ -87,7 +90,7 @@ class PeGrid::Pe : public pe::UnitPort {
 
   UnitResponse issue(pe::RiscvCore& core, const pe::UnitRequest& r) override;
 
-  // What the PE counted during a launch (PeGrid::Stats adds it up at the launch's end).
+  // What the PE counted during a launch (PeGrid's statistics add it up at the launch's end).
   struct Counters {
     uint64_t unit_ops = 0;
     uint64_t dma_ops = 0;
@@ -96,40 +99,22 @@ class PeGrid::Pe : public pe::UnitPort {
   };
   Counters counters;
 
-  // ---- the sequential order and the pool (pe_grid.h) ----
-  static constexpr uint64_t kNoTicket = ~0ull;
-  uint64_t ticket = 0;                   // the ticket it runs (or ran last)
-  uint64_t failed_at = kNoTicket;        // the ticket in which it faulted or exited with an error
-  std::atomic<uint64_t> slices_done{0};  // its tickets of the current phase that have ended
-  // Under the phase's commit lock, with every ticket before `ticket` ended: commits this PE's
-  // actions of that ticket logged so far.
-  void commit_logged(uint64_t ticket);
+  // Its place in the sequential order (pe_grid.h) when it faulted or exited with an error.
+  static constexpr uint64_t kNotFailed = ~0ull;
+  uint64_t failed_at = kNotFailed;
 
  private:
-  static constexpr uint64_t kOpen = ~0ull;  // the completion cycle of a DMA not committed yet
-  // An action that waits for its turn in the sequential order (pool mode).
-  struct Pending {
-    uint64_t ticket = 0;
-    bool dma = false;  // a DMA's reservation and trace slice, else a unit operation's slice
-    DmaPlan plan;      // DMA: checked, not reserved
-    uint64_t issue_ps = 0;
-    uint64_t tag = 0;
-    pe::UnitKind unit = pe::UnitKind::kDpe;
-    uint64_t start_ps = 0, end_ps = 0, work = 0;
-    uint8_t matmul_dtype = 0;
-  };
-  // Pool mode: logs `e` for its turn (commit_logged).
-  void log(Pending&& e);
   // Takes a checked DMA's turn on the memory timelines and traces it; its completion cycle.
   uint64_t take_turn(DmaPlan& plan, uint64_t issue_ps);
-  // The completion cycle of `tag` (1-based), waiting for its commit on the pool.
-  uint64_t tag_done(uint64_t tag);
-  // Pool mode: commits what the ended tickets allow until `tag` (0: every tag) is committed,
-  // waiting for other PEs' slices when it must, and collects the completions.
-  void await(uint64_t tag);
-  bool collect(uint64_t tag);  // under log_mu_: whether `tag` (0: every tag) is committed
-
   uint64_t add_tag(uint64_t done_cycle);
+
+  // The trace (sim/src/trace.h): whether it records, and a unit operation (`work` and the
+  // matmul's input dtype as the tracer counts them) or local DMA of this PE.
+  bool tracing() const;
+  static uint8_t matmul_dtype(const pe::RiscvCore& core, uint64_t desc_addr);
+  void trace_unit(pe::UnitKind kind, uint64_t start_ps, uint64_t end_ps, uint64_t work,
+                  uint8_t matmul_dtype);
+  void trace_dma(const DmaPlan& plan, uint64_t issue_ps);
 
   // The bytes of this PE's local store that one side of a DMA touches (empty if none). A side
   // in another PE's local store (through its device window) first finishes that PE's queued
@@ -153,7 +138,7 @@ class PeGrid::Pe : public pe::UnitPort {
   // racecheck: logs the DMA's device-memory sides (DRAM and SRAM).
   void log_race_access(const pe::UnitRequest& r, const mtia_pe_dma_desc& d, const DmaPlan& plan);
 
-  PeGrid& grid_;
+  const PeEnvironment env_;
   uint32_t chip_index_;
   uint64_t ls_device_base_;
   pe::FunctionalUnits units_;  // DPE, SE, RE, MLU
@@ -163,10 +148,7 @@ class PeGrid::Pe : public pe::UnitPort {
   std::vector<uint64_t> tag_done_;  // completion cycle of tag i + 1
   uint64_t all_done_ = 0;
   uint64_t unit_free_[static_cast<size_t>(pe::UnitKind::kCount)] = {};
-  std::mutex log_mu_;                                    // guards the next two
-  std::deque<Pending> log_;                              // not committed yet, in issue order
-  std::vector<std::pair<uint64_t, uint64_t>> resolved_;  // (tag, done) committed, not collected
-  DeferredWork work_;                                    // after core_, which it guards
+  DeferredWork work_;          // after core_, which it guards
   bool ls_initcheck_ = false;  // initcheck watches the local store (the core guards it all)
   WrittenBits ls_written_;     // its bytes written in this launch
 };
