@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "client_slots.h"
 #include "mtia/driver/trace_channel.h"
 #include "mtia/isa/access_scope.h"
 #include "mtia/isa/address_map.h"
@@ -51,48 +52,7 @@ isa::Failure bad_request(std::string why) {
 
 // How long a dropped client's queued work may run before its memory is released anyway.
 constexpr auto kQuiesceLimit = std::chrono::seconds(30);
-// Client windows start and end on this boundary (a huge page), and are at least the minimum.
-constexpr uint64_t kWindowAlign = 2ull << 20;
-constexpr uint64_t kMinWindowBytes = 64ull << 20;
-
-bool is_privileged_queue_field(uint64_t field) {
-  return field == isa::reg::kQueueContext || field == isa::reg::kQueueWindowBase ||
-         field == isa::reg::kQueueWindowBytes;
-}
-
-// A BAR0 offset inside the per-queue blocks as its queue and field; nullopt for other offsets.
-struct QueueRegister {
-  uint64_t queue = 0;
-  uint64_t field = 0;
-};
-std::optional<QueueRegister> queue_register(uint64_t offset) {
-  if (offset < isa::reg::kQueueBlock || offset >= isa::kBar0Bytes) return std::nullopt;
-  const uint64_t at = offset - isa::reg::kQueueBlock;
-  return QueueRegister{at / isa::reg::kQueueStride, at % isa::reg::kQueueStride};
-}
-
-uint64_t low_bits(uint32_t n) {
-  return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
-}
-
 }  // namespace
-
-struct Session;
-
-// One client's share of the device, as a PCIe virtual function is: a run of hardware queues, a
-// context for its host memory and a DRAM window with a memory file of its own. The queues'
-// access scope is programmed once, at start; the client cannot change it (its writes to those
-// registers are dropped), so its packets and kernels reach only its window and its mappings.
-struct Slot {
-  uint32_t index = 0;
-  uint32_t first_queue = 0;  // hardware queues [first_queue, first_queue + queues)
-  uint32_t queues = 0;
-  isa::AccessScope scope;                // context index + 1, and the window
-  driver::Backend::SharedWindow window;  // the window's memory file (the device's)
-  Session* holder = nullptr;
-  uint64_t int_enable = 0;  // the client's kIntEnable, in its own queue numbers
-  uint64_t mask() const { return low_bits(queues); }
-};
 
 // One client's connection.
 struct Session {
@@ -118,11 +78,11 @@ struct DeviceServer::Impl {
   asio::io_context io;
   std::unique_ptr<local::acceptor> acceptor;
   std::unique_ptr<driver::Backend> device;
-  std::vector<Slot> slots;  // one per client the server serves at once
   std::list<std::shared_ptr<Session>> sessions;
   std::vector<Session::Mapping> retired;  // address ranges freed once the device is gone
   uint64_t next_session = 1;
-  std::string lost;  // why the device was lost ("" while it works)
+  std::string lost;           // why the device was lost ("" while it works)
+  ClientSlots clients{lost};  // one slot per client the server serves at once
   // Why the device could not be opened, for a server started for one client: its hello is
   // answered with this, then the server stops.
   std::optional<isa::Failure> open_failure;
@@ -200,10 +160,10 @@ struct DeviceServer::Impl {
       Slot& slot = *s.slot;
       log_memory(s);
       if (!exiting) {  // else the device goes with the server
-        reset_queues(slot);
+        clients.reset_queues(slot);
         slot.int_enable = 0;
-        write_int_enable();
-        clear_window(slot);
+        clients.write_int_enable();
+        ClientSlots::clear_window(slot);
       }
       slot.holder = nullptr;
       s.slot = nullptr;
@@ -239,174 +199,14 @@ struct DeviceServer::Impl {
     retired.push_back(m);
   }
 
-  // Stops a client's queues at once: queued and waiting packets are dropped. (Work already
-  // running on a DMA engine or the PE grid finishes on its own; retire() keeps it harmless.)
-  void reset_queues(const Slot& slot) {
-    if (!lost.empty()) return;
-    for (uint32_t i = 0; i < slot.queues; ++i) {
-      device->write_register(isa::reg::queue_reg(slot.first_queue + i, isa::reg::kQueueControl),
-                             isa::kQueueReset);
-    }
-  }
-
-  // The next client of a window finds it zeroed, and the memory goes back to the host.
-  void clear_window(const Slot& slot) {
-    if (fallocate(slot.window.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
-                  static_cast<off_t>(slot.window.bytes)) != 0) {
-      logger()->warn("cannot clear the DRAM window of client slot {}: {}", slot.index,
-                     std::strerror(errno));
-    }
-  }
-
-  // Device memory a client's window holds now: the pages of its memory file, bytes.
-  static uint64_t window_resident_bytes(const Slot& slot) {
-    struct stat st {};
-    if (fstat(slot.window.fd, &st) != 0) return 0;
-    return static_cast<uint64_t>(st.st_blocks) * 512;
-  }
-
   void log_memory(const Session& s) {
     const Slot& slot = *s.slot;
     logger()->info(
         "client {} (context {}) memory: device {:.1f} MiB in use of its {:.0f} MiB window at "
         "0x{:x}; host {:.1f} MiB mapped for DMA (peak {:.1f} MiB)",
-        s.id, slot.scope.context, window_resident_bytes(slot) / 1048576.0,
+        s.id, slot.scope.context, ClientSlots::resident_bytes(slot) / 1048576.0,
         slot.window.bytes / 1048576.0, slot.window.device_addr, s.mapped_bytes / 1048576.0,
         s.peak_mapped_bytes / 1048576.0);
-  }
-
-  // The device's interrupt enables: each client's, at its queues' bits.
-  void write_int_enable() {
-    if (!lost.empty()) return;
-    uint64_t all = 0;
-    for (const Slot& slot : slots) all |= (slot.int_enable & slot.mask()) << slot.first_queue;
-    device->write_register(isa::reg::kIntEnable, all);
-  }
-
-  // Gives each client slot its queues, context and window (ServerOptions::clients).
-  isa::Status partition() {
-    MTIA_ASSIGN_OR_RETURN(const uint64_t nq, device->read_register(isa::reg::kNumQueues));
-    MTIA_ASSIGN_OR_RETURN(const uint64_t dram, device->read_register(isa::reg::kDramBytes));
-    const uint32_t n = options.clients;
-    if (n == 0 || n > nq) {
-      return bad_request(fmt::format(
-          "--clients {}: the device has {} hardware queues, so it serves 1 to {} clients at once",
-          n, nq, nq));
-    }
-    const uint64_t window = dram / n / kWindowAlign * kWindowAlign;
-    if (window < kMinWindowBytes) {
-      return bad_request(fmt::format(
-          "--clients {}: the device's {} MiB of DRAM leave each client {} MiB, under the {} MiB "
-          "a client needs; serve fewer clients or give the device more DRAM",
-          n, dram >> 20, window >> 20, kMinWindowBytes >> 20));
-    }
-    slots.resize(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      Slot& slot = slots[i];
-      slot.index = i;
-      slot.queues = static_cast<uint32_t>(nq / n);
-      slot.first_queue = i * slot.queues;
-      slot.scope = {i + 1, isa::kDramBase + i * window, window};
-      MTIA_ASSIGN_OR_RETURN(slot.window, device->split_window(slot.scope.window_base, window));
-      for (uint32_t k = 0; k < slot.queues; ++k) {
-        auto reg = [&](uint64_t field) { return isa::reg::queue_reg(slot.first_queue + k, field); };
-        device->write_register(reg(isa::reg::kQueueControl), isa::kQueueReset);
-        device->write_register(reg(isa::reg::kQueueContext), slot.scope.context);
-        device->write_register(reg(isa::reg::kQueueWindowBase), slot.scope.window_base);
-        device->write_register(reg(isa::reg::kQueueWindowBytes), slot.scope.window_bytes);
-      }
-    }
-    // Posted writes are answered in order: this read sees them, and checks they took.
-    MTIA_ASSIGN_OR_RETURN(
-        const uint64_t last,
-        device->read_register(isa::reg::queue_reg(
-            slots.back().first_queue + slots.back().queues - 1, isa::reg::kQueueWindowBytes)));
-    if (last != window) {
-      return isa::reject(isa::ErrorCode::kDeviceUnavailable,
-                         "the device did not take its queues' windows");
-    }
-    logger()->info("serving up to {} client{} at once: {} queues and {} MiB of DRAM each", n,
-                   n == 1 ? "" : "s", nq / n, window >> 20);
-    return {};
-  }
-
-  // --- a client's view of the registers (its queues numbered from 0) ----------------------
-  isa::Result<uint64_t> read_register(const Slot& slot, uint64_t offset) {
-    namespace reg = isa::reg;
-    switch (offset) {
-      case reg::kNumQueues:
-        return uint64_t{slot.queues};
-      case reg::kDramWindowBase:
-        return slot.window.device_addr;
-      case reg::kDramWindowBytes:
-        return slot.window.bytes;
-      case reg::kIntEnable:
-        return slot.int_enable;
-      case reg::kSanitize:
-        return uint64_t{0};  // the sanitizer's table is device-wide: not offered to clients
-      case reg::kIntStatus: {
-        MTIA_ASSIGN_OR_RETURN(const uint64_t all, device->read_register(offset));
-        return (all >> slot.first_queue) & slot.mask();
-      }
-      default:
-        break;
-    }
-    if (const auto q = queue_register(offset)) {
-      if (q->queue >= slot.queues) {
-        return isa::reject(isa::ErrorCode::kBadRegister,
-                           fmt::format("BAR0 offset 0x{:04x}: no register at this offset (this "
-                                       "client has {} queues)",
-                                       offset, slot.queues));
-      }
-      return device->read_register(reg::queue_reg(slot.first_queue + q->queue, q->field));
-    }
-    return device->read_register(offset);
-  }
-
-  void write_register(Session& s, uint64_t offset, uint64_t value) {
-    namespace reg = isa::reg;
-    Slot& slot = *s.slot;
-    if (offset == reg::kIntEnable) {
-      slot.int_enable = value & slot.mask();
-      return write_int_enable();
-    }
-    if (offset == reg::kIntStatus) {
-      return device->write_register(offset, (value & slot.mask()) << slot.first_queue);
-    }
-    if (const auto q = queue_register(offset)) {
-      const bool not_its_queue = q->queue >= slot.queues;
-      if (not_its_queue || is_privileged_queue_field(q->field)) {
-        // A posted write has no answer: dropped and logged, as the device does with a bad one.
-        logger()->warn("client {}: register write at BAR0 offset 0x{:04x} dropped: {}", s.id,
-                       offset,
-                       not_its_queue ? fmt::format("it has {} queues", slot.queues)
-                                     : std::string("a queue's context and window are the "
-                                                   "server's to set"));
-        return;
-      }
-      return device->write_register(reg::queue_reg(slot.first_queue + q->queue, q->field), value);
-    }
-    if (offset == reg::kSanitize || offset == reg::kMemcheckBase || offset == reg::kMemcheckBytes ||
-        offset == reg::kMemcheckOp) {
-      logger()->warn(
-          "client {}: register write at BAR0 offset 0x{:04x} dropped: the device "
-          "server does not run the sanitizer for its clients",
-          s.id, offset);
-      return;
-    }
-    device->write_register(offset, value);
-  }
-
-  // Whether a client's memory-window access stays in its window.
-  static isa::Status check_window(const Slot& slot, const char* what, uint64_t addr,
-                                  uint64_t bytes) {
-    if (slot.scope.covers(addr, bytes)) return {};
-    return isa::reject(isa::ErrorCode::kDeviceAddressFault,
-                       fmt::format("{} 0x{:x} + {} bytes: outside this client's device memory "
-                                   "[0x{:x}, 0x{:x})",
-                                   what, addr, bytes, slot.scope.window_base,
-                                   slot.scope.window_base + slot.scope.window_bytes),
-                       addr, bytes);
   }
 
   // Waits until every queue has finished the packets it was given (or halted on an error), at
@@ -492,13 +292,13 @@ struct DeviceServer::Impl {
       case MessageType::kReadRegister: {
         MTIA_ASSIGN_OR_RETURN(const uint64_t offset, in.u64());
         MTIA_RETURN_IF_ERROR(in.finish());
-        return reply_value(s, id, read_register(*s.slot, offset));
+        return reply_value(s, id, clients.read_register(*s.slot, offset));
       }
       case MessageType::kWriteRegister: {
         MTIA_ASSIGN_OR_RETURN(const uint64_t offset, in.u64());
         MTIA_ASSIGN_OR_RETURN(const uint64_t value, in.u64());
         MTIA_RETURN_IF_ERROR(in.finish());
-        write_register(s, offset, value);
+        clients.write_register(*s.slot, s.id, offset, value);
         return {};
       }
       case MessageType::kReadMemory: {
@@ -509,7 +309,7 @@ struct DeviceServer::Impl {
           return bad_request(fmt::format("read memory of {} bytes is over the limit of {}", bytes,
                                          wire::kMaxMemoryChunk));
         }
-        if (isa::Status ok = check_window(*s.slot, "read_memory", addr, bytes); !ok) {
+        if (isa::Status ok = ClientSlots::check_window(*s.slot, "read_memory", addr, bytes); !ok) {
           return reply_status(s, id, ok);
         }
         Reply r;
@@ -521,7 +321,9 @@ struct DeviceServer::Impl {
       }
       case MessageType::kWriteMemory: {
         MTIA_ASSIGN_OR_RETURN(const uint64_t addr, in.u64());
-        if (isa::Status ok = check_window(*s.slot, "write_memory", addr, in.remaining()); !ok) {
+        if (isa::Status ok =
+                ClientSlots::check_window(*s.slot, "write_memory", addr, in.remaining());
+            !ok) {
           return reply_status(s, id, ok);
         }
         return reply_status(s, id, device->write_memory(addr, in.rest(), in.remaining()));
@@ -600,7 +402,7 @@ struct DeviceServer::Impl {
     }
     Slot* free = nullptr;
     std::string holders;
-    for (Slot& slot : slots) {
+    for (Slot& slot : clients.slots()) {
       if (slot.holder == nullptr) {
         free = &slot;
         break;
@@ -610,17 +412,18 @@ struct DeviceServer::Impl {
     if (free == nullptr) {
       MTIA_RETURN_IF_ERROR(reply_status(
           s, id,
-          isa::reject(isa::ErrorCode::kDeviceUnavailable,
-                      fmt::format("the device is in use by another client (client{} {}); this "
-                                  "server serves {} client{} at once: start it with more "
-                                  "--clients, start another server (mtia-emu serve), or try "
-                                  "again when one has finished",
-                                  slots.size() == 1 ? "" : "s", holders, slots.size(),
-                                  slots.size() == 1 ? "" : "s"))));
+          isa::reject(
+              isa::ErrorCode::kDeviceUnavailable,
+              fmt::format("the device is in use by another client (client{} {}); this "
+                          "server serves {} client{} at once: start it with more "
+                          "--clients, start another server (mtia-emu serve), or try "
+                          "again when one has finished",
+                          clients.slots().size() == 1 ? "" : "s", holders, clients.slots().size(),
+                          clients.slots().size() == 1 ? "" : "s"))));
       return {};
     }
     Slot& slot = *free;
-    clear_window(slot);  // anything a late write of the last client's work left there
+    ClientSlots::clear_window(slot);  // anything a late write of the last client's work left there
     slot.holder = &s;
     s.slot = &slot;
     logger()->info("client {} holds context {}: queues {}..{}, DRAM [0x{:x}, 0x{:x})", s.id,
@@ -674,7 +477,7 @@ struct DeviceServer::Impl {
   // --- device events (from the simulator thread) -------------------------------------------
   void on_interrupt(uint64_t mask) {
     asio::post(io, [this, mask] {
-      for (Slot& slot : slots) {
+      for (Slot& slot : clients.slots()) {
         const uint64_t mine = (mask >> slot.first_queue) & slot.mask();
         if (mine == 0 || slot.holder == nullptr || slot.holder->closed) continue;
         wire::PayloadWriter w;
@@ -738,7 +541,7 @@ isa::Result<std::unique_ptr<DeviceServer>> DeviceServer::create(ServerOptions op
       driver::create_backend("inprocess", options.device);
   if (device) {
     impl->device = std::move(device).value();
-    if (isa::Status shared = impl->partition(); !shared) {
+    if (isa::Status shared = impl->clients.partition(*impl->device, options.clients); !shared) {
       if (!first) return shared.error();
       impl->open_failure = shared.error();
     }

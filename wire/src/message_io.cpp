@@ -12,9 +12,6 @@
 namespace mtia::wire {
 namespace {
 
-using kHeaderBytes;
-using kMessageCarriesFd;
-
 constexpr size_t kReadChunk = 256 * 1024;
 constexpr size_t kMaxPendingFds = 16;  // more unclaimed descriptors than this is malformed
 constexpr int kMaxFdsPerRead = 8;
