@@ -93,6 +93,10 @@ c10::DataPtr CachingAllocator::allocate(size_t bytes) {
   // A side stream that joined the capture (it waited for an event recorded in it) captures
   // into the same graph, so it allocates from the graph's pool too, as CUDA's allocator does.
   const bool stream_captures = dev.is_capturing(mtia::Stream{stream});
+  const std::string& checks = dev.properties().sanitize;
+  const bool uncached =
+      checks.find("memcheck") != std::string::npos || checks.find("initcheck") != std::string::npos;
+  uncached_.store(uncached, std::memory_order_relaxed);
 
   std::unique_lock lock(mu_);
   // A capturing stream allocates from its graph's pool only.
@@ -117,6 +121,9 @@ c10::DataPtr CachingAllocator::allocate(size_t bytes) {
       ++it;
     }
   }
+  // Uncached, only a graph pool's blocks are reused; blocks left in the general cache (freed
+  // while their stream captured a graph) wait for empty_cache().
+  if (uncached && !to_pool) it = free_list.end();
   if (it != free_list.end() && it->first <= 2 * size) {
     Block* b = it->second;
     free_list.erase(it);
@@ -140,7 +147,9 @@ c10::DataPtr CachingAllocator::allocate(size_t bytes) {
   mtia::DevicePtr ptr;
   for (int attempt = 0;; ++attempt) {
     try {
-      ptr = dev.malloc(size);
+      // An uncached tensor's allocation is its own bytes, for memcheck and initcheck; a pool
+      // block may be reused for any request of its rounded size.
+      ptr = dev.malloc(uncached && !to_pool ? bytes : size);
       break;
     } catch (const mtia::Error& e) {
       if (e.kind() != mtia::ErrorKind::kOutOfMemory) rethrow(e, "allocating device memory");
@@ -241,16 +250,50 @@ void CachingAllocator::free_block(Block* b) {
                          e.what()));
     }
   }
+  // Uncached (memcheck, initcheck): the block goes back to the driver once its own stream is
+  // past the tensor's last use. A graph pool's block stays in its pool.
+  const bool release = uncached() && b->pool == c10::MempoolId_t{0, 0} &&
+                       !Runtime::is_shut_down() && wait_for_stream(b->stream);
   std::lock_guard lock(mu_);
   if (shut_down_) {
     delete b;
     return;
   }
-  finish_free_locked(b, stack);
+  finish_free_locked(b, stack, release);
+}
+
+bool CachingAllocator::wait_for_stream(uint32_t stream) {
+  mtia::Device& dev = Runtime::get().device(index_);
+  const mtia::Stream s{stream};
+  try {
+    // A capturing stream cannot be waited for (its work runs at replay).
+    if (dev.is_capturing(s)) return false;
+  } catch (const mtia::Error&) {
+    return true;  // a destroyed stream: destroy_stream waited for its work
+  }
+  try {
+    // Not synchronize(s): that would take the stream's pending error (a kernel's fault, a
+    // sanitizer finding) from whoever synchronizes next. An event's destruction waits for its
+    // record and reports nothing.
+    const mtia::Event ev = dev.create_event();
+    try {
+      dev.record(ev, s);
+    } catch (...) {
+      dev.destroy_event(ev);
+      throw;
+    }
+    dev.destroy_event(ev);
+    return true;
+  } catch (const std::exception& e) {
+    log::warn(c10::str("freeing a tensor of stream ", stream, " of mtia:", int(index_),
+                       ": its block is kept until empty_cache(): ", e.what()));
+    return false;
+  }
 }
 
 void CachingAllocator::finish_free_locked(Block* b,
-                                          const std::shared_ptr<c10::GatheredContext>& stack) {
+                                          const std::shared_ptr<c10::GatheredContext>& stack,
+                                          bool release) {
   using Action = TraceEntry::Action;
   b->state = BlockInfo::State::kInactive;
   b->requested = 0;
@@ -264,6 +307,8 @@ void CachingAllocator::finish_free_locked(Block* b,
   const auto pool = b->pool == c10::MempoolId_t{0, 0} ? pools_.end() : pools_.find(b->pool);
   if (pool != pools_.end()) {
     pool->second.emplace(b->size, b);
+  } else if (release) {
+    free_segment_locked(b, "a freed tensor's block");  // counted as cached until now
   } else {
     b->pool = {0, 0};
     cache_[b->stream].emplace(b->size, b);

@@ -10,6 +10,12 @@
 // retries once before reporting out of memory. A block used on another stream
 // (record_stream) is only cached after that stream has finished its queued work.
 //
+// Under the device sanitizer's memcheck or initcheck (docs/sanitizer.md) the allocator caches
+// nothing, so that the checks see tensors, not blocks: each tensor is its own driver
+// allocation of exactly the bytes it asked for, and its free waits for the streams that used
+// it and returns the memory to the driver. Graph pools keep their blocks as before (a graph's
+// addresses must stay reserved for its replays).
+//
 // Accounting and history. The allocator keeps CUDA's caching-allocator statistics
 // (AllocatorStats) and, when asked (record_history), the stack that allocated each block and a
 // history of its actions, which hooks.cpp turns into torch.cuda.memory._snapshot()'s
@@ -172,6 +178,9 @@ class CachingAllocator {
   // become orphans that are forgotten when freed.
   void shutdown();
 
+  // True when the device runs memcheck or initcheck: no caching (see the top of this file).
+  bool uncached() const { return uncached_.load(std::memory_order_relaxed); }
+
   // Rounds a request to the allocator's granule (512 bytes).
   static uint64_t round_size(uint64_t bytes);
   static void delete_block(void* ctx);
@@ -194,7 +203,12 @@ class CachingAllocator {
   void free_block(Block* block);
   // The end of a free: the block becomes inactive and goes to its pool or its stream's cache.
   // Caller holds mu_.
-  void finish_free_locked(Block* b, const std::shared_ptr<c10::GatheredContext>& stack);
+  // With `release`, a block that would go to the general cache goes back to the driver.
+  void finish_free_locked(Block* b, const std::shared_ptr<c10::GatheredContext>& stack,
+                          bool release = false);
+  // Waits, without taking its pending error, for the work queued so far on `stream`; false
+  // when it cannot (the stream captures a graph).
+  bool wait_for_stream(uint32_t stream);
   // Frees every cached block through the driver. Caller holds mu_.
   void release_cached_locked();
   // Gives a free block (cached, or of a graph pool) back to the driver and forgets it: the
@@ -222,6 +236,8 @@ class CachingAllocator {
   std::map<uint64_t, Block*> blocks_;
   mutable AllocatorStats stats_;
   bool shut_down_ = false;
+  // Set at the first allocation, when the device is open (uncached()).
+  std::atomic<bool> uncached_{false};
   // Recording (record_history). mode_ and stacks_ are read without mu_ by gather_stack.
   std::atomic<HistoryMode> mode_{HistoryMode::kOff};
   std::atomic<bool> stack_python_{true};
