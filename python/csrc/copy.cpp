@@ -255,17 +255,10 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  // Factories run on the device they ask for (the current one when it has no index).
-  m.impl("empty.memory_format", MTIA_FN(empty_memory_format));
-  m.impl("empty_strided", MTIA_FN(empty_strided));
-  // Copies may join two devices: each side runs on its own (copy_values).
-  m.impl("_copy_from", TORCH_FN(copy_from));
-  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
-  m.impl("_local_scalar_dense", MTIA_FN(local_scalar_dense));
-}
+#define MTIA_OPS_copy
+#include "register_ops.inc"
 
-// Copies of conjugate and negative views reach _copy_from with their bits (above).
+// Copies of conjugate and negative views reach _copy_from with their bits (op_table.def).
 TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
   m.impl("_copy_from", torch::CppFunction::makeFallthrough());
   m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());

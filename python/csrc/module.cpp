@@ -13,6 +13,10 @@
 #include <unistd.h>
 
 #include <exception>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "allocator.h"
 #include "fallback.h"
@@ -20,6 +24,7 @@
 #include "install_location.h"
 #include "launch.h"
 #include "mtia/settings/settings.h"
+#include "op_table.h"
 #include "profiler.h"
 #include "random.h"
 #include "runtime.h"
@@ -180,6 +185,16 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release no_gil;
     const mtia::Kernel& k = Runtime::get().context(current_device()).module_kernel(handle, kernel);
     launch(k, mtia::Grid{rows, cols}, a);
+  });
+  m.def("_op_table", [] {
+    std::vector<std::tuple<std::string, std::string, std::string>> rows;
+    for (const OpRow& r : op_table()) rows.emplace_back(r.overload, r.family, r.kind);
+    return rows;
+  });
+  m.def("_op_families", [] {
+    std::vector<std::pair<std::string, std::string>> families;
+    for (const OpFamily& f : op_families()) families.emplace_back(f.name, f.kernels);
+    return families;
   });
   m.def("_launch_counts", &launch_counts);
   m.def("_reset_launch_counts", &reset_launch_counts);

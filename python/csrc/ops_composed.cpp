@@ -303,21 +303,7 @@ Tensor& addbmm_(Tensor& self, const Tensor& batch1, const Tensor& batch2, const 
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("linalg_vector_norm.out", MTIA_FN(linalg_vector_norm_into));
-  m.impl("norm.out", MTIA_FN(norm_dim_into));
-  m.impl("norm.dtype_out", MTIA_FN(norm_dtype_into));
-  m.impl("_cdist_forward", MTIA_FN(cdist_forward));
-  m.impl("var_mean.correction", MTIA_FN(var_mean));
-  m.impl("std_mean.correction", MTIA_FN(std_mean));
-  m.impl("nansum", MTIA_FN(nansum));
-  m.impl("nansum.out", MTIA_FN(nansum_into));
-  m.impl("equal", MTIA_FN(equal));
-  m.impl("roll", MTIA_FN(roll));
-  m.impl("vdot", MTIA_FN(vdot));
-  m.impl("addbmm.out", MTIA_FN(addbmm_into));
-  m.impl("addbmm", MTIA_FN(addbmm_new));
-  m.impl("addbmm_", MTIA_FN(addbmm_));
-}
+#define MTIA_OPS_composed
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

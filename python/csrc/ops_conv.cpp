@@ -426,9 +426,7 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(const Tensor& grad_outpu
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("convolution_overrideable", MTIA_FN(convolution));
-  m.impl("convolution_backward_overrideable", MTIA_FN(convolution_backward));
-}
+#define MTIA_OPS_conv
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

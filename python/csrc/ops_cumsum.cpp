@@ -65,8 +65,7 @@ Tensor& cumsum_out(const Tensor& self, int64_t dim, c10::optional<at::ScalarType
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("cumsum.out", MTIA_FN(cumsum_out));
-}
+#define MTIA_OPS_cumsum
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

@@ -171,47 +171,7 @@ std::vector<Tensor> norm(TensorList self, const Scalar& ord, std::optional<at::S
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-#define MTIA_REGISTER_ARITH(name)                                       \
-  m.impl("_foreach_" #name ".Scalar", TORCH_FN(name##_scalar));         \
-  m.impl("_foreach_" #name "_.Scalar", TORCH_FN(name##_scalar_));       \
-  m.impl("_foreach_" #name ".ScalarList", TORCH_FN(name##_scalarlist)); \
-  m.impl("_foreach_" #name "_.ScalarList", TORCH_FN(name##_scalarlist_));
-  MTIA_REGISTER_ARITH(add)
-  MTIA_REGISTER_ARITH(sub)
-  MTIA_REGISTER_ARITH(mul)
-  MTIA_REGISTER_ARITH(div)
-#undef MTIA_REGISTER_ARITH
-  m.impl("_foreach_add.List", TORCH_FN(add_list));
-  m.impl("_foreach_add_.List", TORCH_FN(add_list_));
-  m.impl("_foreach_sub.List", TORCH_FN(sub_list));
-  m.impl("_foreach_sub_.List", TORCH_FN(sub_list_));
-  m.impl("_foreach_mul.List", TORCH_FN(mul_list));
-  m.impl("_foreach_mul_.List", TORCH_FN(mul_list_));
-  m.impl("_foreach_div.List", TORCH_FN(div_list));
-  m.impl("_foreach_div_.List", TORCH_FN(div_list_));
-  m.impl("_foreach_maximum.List", TORCH_FN(maximum_list));
-  m.impl("_foreach_maximum_.List", TORCH_FN(maximum_list_));
-  m.impl("_foreach_minimum.List", TORCH_FN(minimum_list));
-  m.impl("_foreach_minimum_.List", TORCH_FN(minimum_list_));
-  m.impl("_foreach_addcmul.Scalar", TORCH_FN(addcmul_scalar));
-  m.impl("_foreach_addcmul_.Scalar", TORCH_FN(addcmul_scalar_));
-  m.impl("_foreach_addcmul.ScalarList", TORCH_FN(addcmul_scalarlist));
-  m.impl("_foreach_addcmul_.ScalarList", TORCH_FN(addcmul_scalarlist_));
-  m.impl("_foreach_addcdiv.Scalar", TORCH_FN(addcdiv_scalar));
-  m.impl("_foreach_addcdiv_.Scalar", TORCH_FN(addcdiv_scalar_));
-  m.impl("_foreach_addcdiv.ScalarList", TORCH_FN(addcdiv_scalarlist));
-  m.impl("_foreach_addcdiv_.ScalarList", TORCH_FN(addcdiv_scalarlist_));
-  m.impl("_foreach_abs", TORCH_FN(foreach_abs));
-  m.impl("_foreach_abs_", TORCH_FN(foreach_abs_));
-  m.impl("_foreach_neg", TORCH_FN(foreach_neg));
-  m.impl("_foreach_neg_", TORCH_FN(foreach_neg_));
-  m.impl("_foreach_sqrt", TORCH_FN(foreach_sqrt));
-  m.impl("_foreach_sqrt_", TORCH_FN(foreach_sqrt_));
-  m.impl("_foreach_exp", TORCH_FN(foreach_exp));
-  m.impl("_foreach_exp_", TORCH_FN(foreach_exp_));
-  m.impl("_foreach_zero_", TORCH_FN(foreach_zero_));
-  m.impl("_foreach_norm.Scalar", TORCH_FN(norm));
-}
+#define MTIA_OPS_foreach
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

@@ -161,11 +161,7 @@ Tensor& scatter_add_out(const Tensor& self, int64_t dim, const Tensor& index, co
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("gather.out", MTIA_FN(gather_out));
-  m.impl("scatter.src_out", MTIA_FN(scatter_src_out));
-  m.impl("scatter.value_out", MTIA_FN(scatter_value_out));
-  m.impl("scatter_add.out", MTIA_FN(scatter_add_out));
-}
+#define MTIA_OPS_gather_scatter
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

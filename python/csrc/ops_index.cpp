@@ -720,22 +720,7 @@ Tensor& index_add_out(const Tensor& self, int64_t dim, const Tensor& index, cons
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("index_select", MTIA_FN(index_select_dev));
-  m.impl("index_select.out", MTIA_FN(index_select_out));
-  m.impl("flip", MTIA_FN(flip_dev));
-  m.impl("flip.out", MTIA_FN(flip_out));
-  m.impl("embedding_dense_backward", MTIA_FN(embedding_dense_backward));
-  m.impl("_embedding_bag", MTIA_FN(embedding_bag));
-  m.impl("_embedding_bag_forward_only", MTIA_FN(embedding_bag));
-  m.impl("_embedding_bag_backward", MTIA_FN(embedding_bag_backward));
-  m.impl("_embedding_bag_dense_backward", MTIA_FN(embedding_bag_dense_backward));
-  m.impl("_embedding_bag_per_sample_weights_backward",
-         MTIA_FN(embedding_bag_per_sample_weights_backward));
-  m.impl("index.Tensor", MTIA_FN(index_tensor));
-  m.impl("index.Tensor_out", MTIA_FN(index_tensor_out));
-  m.impl("_index_put_impl_", MTIA_FN(index_put_impl_));
-  m.impl("index_add.out", MTIA_FN(index_add_out));
-}
+#define MTIA_OPS_index
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

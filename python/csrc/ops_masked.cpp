@@ -196,14 +196,7 @@ Tensor& masked_scatter_(Tensor& self, const Tensor& mask, const Tensor& source) 
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("masked_fill_.Scalar", MTIA_FN(masked_fill_scalar));
-  m.impl("masked_fill_.Tensor", MTIA_FN(masked_fill_tensor));
-  m.impl("masked_select", MTIA_FN(masked_select_dev));
-  m.impl("masked_select.out", MTIA_FN(masked_select_out));
-  m.impl("masked_scatter_", MTIA_FN(masked_scatter_));
-  m.impl("nonzero", MTIA_FN(nonzero_dev));
-  m.impl("nonzero.out", MTIA_FN(nonzero_out));
-}
+#define MTIA_OPS_masked
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

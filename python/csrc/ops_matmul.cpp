@@ -194,15 +194,7 @@ Tensor int_mm(const Tensor& self, const Tensor& mat2) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("mm.out", MTIA_FN(mm_out));
-  m.impl("addmm.out", MTIA_FN(addmm_out));
-  m.impl("addmv.out", MTIA_FN(addmv_out));
-  m.impl("dot", MTIA_FN(dot));
-  m.impl("_int_mm", MTIA_FN(int_mm));
-  m.impl("_int_mm.out", MTIA_FN(int_mm_out));
-  m.impl("bmm.out", MTIA_FN(bmm_out));
-  m.impl("baddbmm.out", MTIA_FN(baddbmm_out));
-}
+#define MTIA_OPS_matmul
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

@@ -1,7 +1,9 @@
 // Softmax, layer norm and the negative log-likelihood loss: _softmax and _log_softmax on their
 // kernels along any dimension, native_layer_norm kept whole on the layer_norm kernel, their
 // backward passes composed from device kernels (elementwise and reductions) in float32, and
-// nll_loss and nll_loss2d, forward and backward, on the nll_loss kernels.
+// nll_loss and nll_loss2d, forward and backward, on the nll_loss kernels; mse_loss and its
+// backward composed from elementwise kernels and a sum.
+#include <ATen/ExpandUtils.h>
 #include <ATen/Functions.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/Tensor.h>
@@ -11,6 +13,7 @@
 #include <ATen/ops/_log_softmax_meta.h>
 #include <ATen/ops/_softmax_backward_data_meta.h>
 #include <ATen/ops/_softmax_meta.h>
+#include <ATen/ops/mse_loss_backward_ops.h>
 #include <ATen/ops/nll_loss_backward_meta.h>
 #include <ATen/ops/nll_loss_forward_meta.h>
 #include <torch/library.h>
@@ -600,21 +603,71 @@ Tensor nll_loss2d_backward(const Tensor& grad_output, const Tensor& self, const 
   return grad_input;
 }
 
+// --- mse_loss --------------------------------------------------------------------------------
+
+// Not through the structured meta: it sizes the output to the broadcast shape before
+// shrinking it to a scalar, which would warn about resizing the caller's out tensor.
+Tensor& mse_loss_out(const Tensor& self, const Tensor& target, int64_t reduction, Tensor& out) {
+  check_device(self, "mse_loss");
+  check_device(target, "mse_loss");
+  const ScalarType dt = at::result_type(self, target);
+  if (!is_kernel_float(dt)) {
+    return run_on_cpu<ATEN_OP2(mse_loss, out)>(dtype_reason(dt), self, target, reduction, out);
+  }
+  TORCH_CHECK(out.scalar_type() == dt, "Expected out tensor to have dtype ", dt, ", but got ",
+              out.scalar_type(), " instead");
+  const std::vector<int64_t> sizes = at::infer_size(self.sizes(), target.sizes());
+  const ScalarType acc = acc_dtype(dt);
+  Tensor d = empty_device(sizes, acc);
+  apply_binary(MTIA_PE_SE_SUB, d, self, target, acc, acc);
+  apply_binary(MTIA_PE_SE_MUL, d, d, d, acc, acc);
+  if (reduction == at::Reduction::None) {
+    at::native::resize_output(out, sizes);
+    write_into(out, d);
+  } else {
+    at::native::resize_output(out, {});
+    reduce_into(reduction == at::Reduction::Mean ? ReduceOp::kMean : ReduceOp::kSum, out, d, {},
+                false);
+  }
+  return out;
+}
+
+Tensor mse_loss(const Tensor& self, const Tensor& target, int64_t reduction) {
+  Tensor out = empty_device({0}, at::result_type(self, target));
+  return mse_loss_out(self, target, reduction, out);
+}
+
+Tensor& mse_loss_backward_out(const Tensor& grad, const Tensor& self, const Tensor& target,
+                              int64_t reduction, Tensor& grad_input) {
+  check_device(grad, "mse_loss_backward", true);
+  check_device(self, "mse_loss_backward");
+  check_device(target, "mse_loss_backward");
+  const ScalarType dt = at::result_type(self, target);
+  if (!is_kernel_float(dt)) {
+    return run_on_cpu<ATEN_OP2(mse_loss_backward, grad_input)>(dtype_reason(dt), grad, self, target,
+                                                               reduction, grad_input);
+  }
+  // norm * (self - target) * grad, norm = 2 (sum) or 2 / numel (mean)
+  const double norm = reduction == at::Reduction::Mean ? 2.0 / double(self.numel()) : 2.0;
+  at::native::resize_output(grad_input, self.sizes());
+  const ScalarType acc = acc_dtype(dt);
+  Tensor d = empty_device(self.sizes(), acc);
+  apply_binary(MTIA_PE_SE_SUB, d, self, target, acc, acc);
+  apply_binary_scalar(MTIA_PE_SE_MUL, d, d, norm, acc);
+  apply_binary(MTIA_PE_SE_MUL, d, d, grad, acc, acc);
+  write_into(grad_input, d);
+  return grad_input;
+}
+
+Tensor mse_loss_backward(const Tensor& grad, const Tensor& self, const Tensor& target,
+                         int64_t reduction) {
+  Tensor out = empty_device({0}, self.scalar_type());
+  return mse_loss_backward_out(grad, self, target, reduction, out);
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("nll_loss_forward.output", MTIA_FN(nll_loss_forward_out));
-  m.impl("nll_loss_backward.grad_input", MTIA_FN(nll_loss_backward_out));
-  m.impl("nll_loss2d_forward", MTIA_FN(nll_loss2d_forward));
-  m.impl("nll_loss2d_forward.output", MTIA_FN(nll_loss2d_forward_out));
-  m.impl("nll_loss2d_backward", MTIA_FN(nll_loss2d_backward));
-  m.impl("nll_loss2d_backward.grad_input", MTIA_FN(nll_loss2d_backward_out));
-  m.impl("_softmax.out", MTIA_FN(softmax_out));
-  m.impl("_log_softmax.out", MTIA_FN(log_softmax_out));
-  m.impl("_softmax_backward_data.out", MTIA_FN(softmax_backward_out));
-  m.impl("_log_softmax_backward_data.out", MTIA_FN(log_softmax_backward_out));
-  m.impl("native_layer_norm", MTIA_FN(native_layer_norm));
-  m.impl("native_layer_norm_backward", MTIA_FN(native_layer_norm_backward));
-}
+#define MTIA_OPS_nn
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

@@ -525,15 +525,7 @@ std::tuple<Tensor, Tensor, Tensor> native_group_norm_backward(
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("native_batch_norm", MTIA_FN(native_batch_norm));
-  m.impl("native_batch_norm_backward", MTIA_FN(native_batch_norm_backward));
-  m.impl("_native_batch_norm_legit", MTIA_FN(native_batch_norm_legit));
-  m.impl("_native_batch_norm_legit.no_stats", MTIA_FN(native_batch_norm_legit_no_stats));
-  m.impl("_batch_norm_with_update", MTIA_FN(batch_norm_with_update));
-  m.impl("batch_norm_backward", MTIA_FN(batch_norm_backward));
-  m.impl("native_group_norm", MTIA_FN(native_group_norm));
-  m.impl("native_group_norm_backward", MTIA_FN(native_group_norm_backward));
-}
+#define MTIA_OPS_norm
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

@@ -1,6 +1,6 @@
 // Pointwise ATen ops on the unary, binary, binary_scalar, where and clamp kernels: arithmetic,
-// activations, comparisons, logical and bitwise ops, the clamp family, where, addcmul and
-// addcdiv, and the activation backward formulas composed from them.
+// relu, comparisons, logical and bitwise ops, the clamp family, NaN handling, where, addcmul,
+// addcdiv and lerp.
 //
 // Structured ops run their PyTorch meta function (shapes, broadcasting, type promotion,
 // out= checks) through OutOf and then launch; a dtype the kernels do not take goes to the
@@ -36,22 +36,16 @@
 #include <ATen/ops/lt_meta.h>
 #include <ATen/ops/maximum_meta.h>
 #include <ATen/ops/minimum_meta.h>
-#include <ATen/ops/mse_loss_backward_ops.h>
 #include <ATen/ops/mul_meta.h>
 #include <ATen/ops/ne_meta.h>
 #include <ATen/ops/neg_meta.h>
 #include <ATen/ops/relu_ops.h>
 #include <ATen/ops/rsqrt_meta.h>
-#include <ATen/ops/sigmoid_backward_meta.h>
 #include <ATen/ops/sigmoid_meta.h>
-#include <ATen/ops/silu_backward_meta.h>
-#include <ATen/ops/silu_backward_native.h>
 #include <ATen/ops/silu_meta.h>
 #include <ATen/ops/sqrt_meta.h>
 #include <ATen/ops/sub_meta.h>
-#include <ATen/ops/tanh_backward_meta.h>
 #include <ATen/ops/tanh_meta.h>
-#include <ATen/ops/threshold_backward_meta.h>
 #include <ATen/ops/where_ops.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -586,234 +580,9 @@ Tensor& lerp_tensor_out(const Tensor& self, const Tensor& end, const Tensor& wei
   return out;
 }
 
-// --- activation backward (one pointwise launch, in float32 for the narrow dtypes) --------------
-
-Tensor& tanh_backward_out(const Tensor& grad, const Tensor& y, Tensor& grad_input) {
-  OutOf<at::meta::structured_tanh_backward> m(grad_input);
-  m.meta(grad, y);
-  const ScalarType dt = m.common_dtype();
-  if (!is_kernel_float(dt)) {
-    return run_on_cpu<ATEN_OP2(tanh_backward, grad_input)>(dtype_reason(dt), grad, y, grad_input);
-  }
-  // grad * (1 - y^2), one launch
-  using namespace pw;
-  const ScalarType acc = acc_dtype(dt);
-  const uint64_t one = scalar_bits(1.0, acc);
-  apply_pointwise(grad_input, {grad, y}, acc,
-                  {{MTIA_PE_SE_MUL, kT0, {kB, kB}},
-                   {MTIA_PE_SE_SUB, kT0, {kImm, kT0}, one},
-                   {MTIA_PE_SE_MUL, kOut, {kA, kT0}}});
-  return grad_input;
-}
-
-Tensor& sigmoid_backward_out(const Tensor& grad, const Tensor& y, Tensor& grad_input) {
-  OutOf<at::meta::structured_sigmoid_backward> m(grad_input);
-  m.meta(grad, y);
-  const ScalarType dt = m.common_dtype();
-  if (!is_kernel_float(dt)) {
-    return run_on_cpu<ATEN_OP2(sigmoid_backward, grad_input)>(dtype_reason(dt), grad, y,
-                                                              grad_input);
-  }
-  // grad * (1 - y) * y, one launch
-  using namespace pw;
-  const ScalarType acc = acc_dtype(dt);
-  apply_pointwise(grad_input, {grad, y}, acc,
-                  {{MTIA_PE_SE_SUB, kT0, {kImm, kB}, scalar_bits(1.0, acc)},
-                   {MTIA_PE_SE_MUL, kT0, {kA, kT0}},
-                   {MTIA_PE_SE_MUL, kOut, {kT0, kB}}});
-  return grad_input;
-}
-
-Tensor& silu_backward_out(const Tensor& grad, const Tensor& x, Tensor& grad_input) {
-  OutOf<at::meta::structured_silu_backward> m(grad_input);
-  m.meta(grad, x);
-  const ScalarType dt = m.common_dtype();
-  if (!is_kernel_float(dt)) {
-    return run_on_cpu<ATEN_OP2(silu_backward, grad_input)>(dtype_reason(dt), grad, x, grad_input);
-  }
-  // grad * s * (1 + x * (1 - s)), s = sigmoid(x), one launch
-  using namespace pw;
-  const ScalarType acc = acc_dtype(dt);
-  const uint64_t one = scalar_bits(1.0, acc);
-  apply_pointwise(grad_input, {grad, x}, acc,
-                  {{MTIA_PE_SE_SIGMOID, kT0, {kB}},
-                   {MTIA_PE_SE_SUB, kT1, {kImm, kT0}, one},
-                   {MTIA_PE_SE_MUL, kT1, {kB, kT1}},
-                   {MTIA_PE_SE_ADD, kT1, {kT1, kImm}, one},
-                   {MTIA_PE_SE_MUL, kT0, {kA, kT0}},
-                   {MTIA_PE_SE_MUL, kOut, {kT0, kT1}}});
-  return grad_input;
-}
-
-Tensor silu_backward_device(const Tensor& grad, const Tensor& x) {
-  const ScalarType dt = at::result_type(grad, x);
-  Tensor grad_input = at::empty(at::infer_size(grad.sizes(), x.sizes()), grad.options().dtype(dt));
-  return silu_backward_out(grad, x, grad_input);
-}
-
-// The functional form has a CompositeImplicitAutograd kernel (six ops) that PyTorch 2.13 also
-// uses as the autograd kernel of every device but the CPU, so a kernel under MTIA alone is
-// never reached. Under AutogradMTIA: the one-launch kernel when no gradient of it is wanted,
-// the differentiable composition (double backward) when one is. Through the dispatcher, not
-// a direct call: under torch.compile's tracing the tensors are fake and must reach their
-// handler, not the device.
-Tensor silu_backward_autograd(const Tensor& grad, const Tensor& x) {
-  if (at::GradMode::is_enabled() && (grad.requires_grad() || x.requires_grad())) {
-    return at::native::math_silu_backward(grad, x);
-  }
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return at::silu_backward(grad, x);
-}
-
-Tensor& threshold_backward_out(const Tensor& grad, const Tensor& self, const c10::Scalar& threshold,
-                               Tensor& grad_input) {
-  OutOf<at::meta::structured_threshold_backward> m(grad_input);
-  m.meta(grad, self, threshold);
-  const ScalarType dt = m.common_dtype();
-  if (!is_kernel_numeric(dt)) {
-    return run_on_cpu<ATEN_OP2(threshold_backward, grad_input)>(dtype_reason(dt), grad, self,
-                                                                threshold, grad_input);
-  }
-  // where(self <= threshold, 0, grad), one launch
-  using namespace pw;
-  apply_pointwise(grad_input, {grad, self}, dt,
-                  {{MTIA_PE_SE_LE, kT0, {kB, kImm}, scalar_bits(threshold, dt)},
-                   {MTIA_PE_SE_SELECT, kOut, {kT0, kImm, kA}, scalar_bits(0, dt)}});
-  return grad_input;
-}
-
-// --- mse_loss --------------------------------------------------------------------------------
-
-// Not through the structured meta: it sizes the output to the broadcast shape before
-// shrinking it to a scalar, which would warn about resizing the caller's out tensor.
-Tensor& mse_loss_out(const Tensor& self, const Tensor& target, int64_t reduction, Tensor& out) {
-  check_device(self, "mse_loss");
-  check_device(target, "mse_loss");
-  const ScalarType dt = at::result_type(self, target);
-  if (!is_kernel_float(dt)) {
-    return run_on_cpu<ATEN_OP2(mse_loss, out)>(dtype_reason(dt), self, target, reduction, out);
-  }
-  TORCH_CHECK(out.scalar_type() == dt, "Expected out tensor to have dtype ", dt, ", but got ",
-              out.scalar_type(), " instead");
-  const std::vector<int64_t> sizes = at::infer_size(self.sizes(), target.sizes());
-  const ScalarType acc = acc_dtype(dt);
-  Tensor d = empty_device(sizes, acc);
-  apply_binary(MTIA_PE_SE_SUB, d, self, target, acc, acc);
-  apply_binary(MTIA_PE_SE_MUL, d, d, d, acc, acc);
-  if (reduction == at::Reduction::None) {
-    at::native::resize_output(out, sizes);
-    write_into(out, d);
-  } else {
-    at::native::resize_output(out, {});
-    reduce_into(reduction == at::Reduction::Mean ? ReduceOp::kMean : ReduceOp::kSum, out, d, {},
-                false);
-  }
-  return out;
-}
-
-Tensor mse_loss(const Tensor& self, const Tensor& target, int64_t reduction) {
-  Tensor out = empty_device({0}, at::result_type(self, target));
-  return mse_loss_out(self, target, reduction, out);
-}
-
-Tensor& mse_loss_backward_out(const Tensor& grad, const Tensor& self, const Tensor& target,
-                              int64_t reduction, Tensor& grad_input) {
-  check_device(grad, "mse_loss_backward", true);
-  check_device(self, "mse_loss_backward");
-  check_device(target, "mse_loss_backward");
-  const ScalarType dt = at::result_type(self, target);
-  if (!is_kernel_float(dt)) {
-    return run_on_cpu<ATEN_OP2(mse_loss_backward, grad_input)>(dtype_reason(dt), grad, self, target,
-                                                               reduction, grad_input);
-  }
-  // norm * (self - target) * grad, norm = 2 (sum) or 2 / numel (mean)
-  const double norm = reduction == at::Reduction::Mean ? 2.0 / double(self.numel()) : 2.0;
-  at::native::resize_output(grad_input, self.sizes());
-  const ScalarType acc = acc_dtype(dt);
-  Tensor d = empty_device(self.sizes(), acc);
-  apply_binary(MTIA_PE_SE_SUB, d, self, target, acc, acc);
-  apply_binary_scalar(MTIA_PE_SE_MUL, d, d, norm, acc);
-  apply_binary(MTIA_PE_SE_MUL, d, d, grad, acc, acc);
-  write_into(grad_input, d);
-  return grad_input;
-}
-
-Tensor mse_loss_backward(const Tensor& grad, const Tensor& self, const Tensor& target,
-                         int64_t reduction) {
-  Tensor out = empty_device({0}, self.scalar_type());
-  return mse_loss_backward_out(grad, self, target, reduction, out);
-}
-
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("exp.out", MTIA_FN(exp_out));
-  m.impl("log.out", MTIA_FN(log_out));
-  m.impl("sqrt.out", MTIA_FN(sqrt_out));
-  m.impl("rsqrt.out", MTIA_FN(rsqrt_out));
-  m.impl("tanh.out", MTIA_FN(tanh_out));
-  m.impl("erf.out", MTIA_FN(erf_out));
-  m.impl("sigmoid.out", MTIA_FN(sigmoid_out));
-  m.impl("silu.out", MTIA_FN(silu_out));
-  m.impl("neg.out", MTIA_FN(neg_out));
-  m.impl("abs.out", MTIA_FN(abs_out));
-  m.impl("bitwise_not.out", MTIA_FN(bitwise_not_out));
-  m.impl("logical_not.out", MTIA_FN(logical_not_out));
-  m.impl("relu", MTIA_FN(relu));
-  m.impl("relu_", MTIA_FN(relu_));
-
-  m.impl("add.out", MTIA_FN(add_out));
-  m.impl("sub.out", MTIA_FN(sub_out));
-  m.impl("rsub.Tensor", MTIA_FN(rsub));
-  m.impl("mul.out", MTIA_FN(mul_out));
-  m.impl("div.out", MTIA_FN(div_out));
-  m.impl("maximum.out", MTIA_FN(maximum_out));
-  m.impl("minimum.out", MTIA_FN(minimum_out));
-  m.impl("bitwise_and.Tensor_out", MTIA_FN(bitwise_and_out));
-  m.impl("bitwise_or.Tensor_out", MTIA_FN(bitwise_or_out));
-  m.impl("bitwise_xor.Tensor_out", MTIA_FN(bitwise_xor_out));
-  m.impl("logical_and.out", MTIA_FN(logical_and_out));
-  m.impl("logical_or.out", MTIA_FN(logical_or_out));
-  m.impl("logical_xor.out", MTIA_FN(logical_xor_out));
-#define MTIA_REGISTER_COMPARE(name)                        \
-  m.impl(#name ".Tensor_out", MTIA_FN(name##_tensor_out)); \
-  m.impl(#name ".Scalar_out", MTIA_FN(name##_scalar_out));
-  MTIA_REGISTER_COMPARE(eq)
-  MTIA_REGISTER_COMPARE(ne)
-  MTIA_REGISTER_COMPARE(lt)
-  MTIA_REGISTER_COMPARE(le)
-  MTIA_REGISTER_COMPARE(gt)
-  MTIA_REGISTER_COMPARE(ge)
-#undef MTIA_REGISTER_COMPARE
-
-  m.impl("clamp.out", MTIA_FN(clamp_out));
-  m.impl("clamp_min.out", MTIA_FN(clamp_min_out));
-  m.impl("clamp_max.out", MTIA_FN(clamp_max_out));
-  m.impl("clamp.Tensor_out", MTIA_FN(clamp_tensor_out));
-  m.impl("clamp_min.Tensor_out", MTIA_FN(clamp_min_tensor_out));
-  m.impl("clamp_max.Tensor_out", MTIA_FN(clamp_max_tensor_out));
-  m.impl("isnan", MTIA_FN(isnan_device));
-  m.impl("nan_to_num.out", MTIA_FN(nan_to_num_out));
-  m.impl("where.self", MTIA_FN(where_self));
-  m.impl("where.self_out", MTIA_FN(where_out));
-  m.impl("addcmul.out", MTIA_FN(addcmul_out));
-  m.impl("addcdiv.out", MTIA_FN(addcdiv_out));
-
-  m.impl("tanh_backward.grad_input", MTIA_FN(tanh_backward_out));
-  m.impl("sigmoid_backward.grad_input", MTIA_FN(sigmoid_backward_out));
-  m.impl("silu_backward.grad_input", MTIA_FN(silu_backward_out));
-  m.impl("silu_backward", MTIA_FN(silu_backward_device));
-  m.impl("lerp.Scalar_out", MTIA_FN(lerp_scalar_out));
-  m.impl("lerp.Tensor_out", MTIA_FN(lerp_tensor_out));
-  m.impl("threshold_backward.grad_input", MTIA_FN(threshold_backward_out));
-  m.impl("mse_loss", MTIA_FN(mse_loss));
-  m.impl("mse_loss.out", MTIA_FN(mse_loss_out));
-  m.impl("mse_loss_backward", MTIA_FN(mse_loss_backward));
-  m.impl("mse_loss_backward.grad_input", MTIA_FN(mse_loss_backward_out));
-}
-
-TORCH_LIBRARY_IMPL(aten, AutogradMTIA, m) {
-  m.impl("silu_backward", MTIA_FN(silu_backward_autograd));
-}
+#define MTIA_OPS_pointwise
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

@@ -322,16 +322,7 @@ Tensor& adaptive_max_pool2d_backward_out(const Tensor& grad_output, const Tensor
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("max_pool2d_with_indices.out", MTIA_FN(max_pool2d_with_indices_out));
-  m.impl("max_pool2d_with_indices_backward.grad_input",
-         MTIA_FN(max_pool2d_with_indices_backward_out));
-  m.impl("avg_pool2d.out", MTIA_FN(avg_pool2d_out));
-  m.impl("avg_pool2d_backward.grad_input", MTIA_FN(avg_pool2d_backward_out));
-  m.impl("_adaptive_avg_pool2d", MTIA_FN(adaptive_avg_pool2d));
-  m.impl("_adaptive_avg_pool2d_backward", MTIA_FN(adaptive_avg_pool2d_backward));
-  m.impl("adaptive_max_pool2d.out", MTIA_FN(adaptive_max_pool2d_out));
-  m.impl("adaptive_max_pool2d_backward.grad_input", MTIA_FN(adaptive_max_pool2d_backward_out));
-}
+#define MTIA_OPS_pool
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

@@ -610,26 +610,7 @@ Tensor std(const Tensor& self, at::OptionalIntArrayRef dim,
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("sum.IntList_out", MTIA_FN(sum_out));
-  m.impl("mean.out", MTIA_FN(mean_out));
-  m.impl("amax.out", MTIA_FN(amax_out));
-  m.impl("amin.out", MTIA_FN(amin_out));
-  m.impl("max", MTIA_FN(max_all));
-  m.impl("min", MTIA_FN(min_all));
-  m.impl("max.dim_max", MTIA_FN(max_dim_out));
-  m.impl("min.dim_min", MTIA_FN(min_dim_out));
-  m.impl("argmax.out", MTIA_FN(argmax_out));
-  m.impl("argmin.out", MTIA_FN(argmin_out));
-  m.impl("aminmax.out", MTIA_FN(aminmax_out));
-  m.impl("all.all_out", MTIA_FN(all_all_out));
-  m.impl("all.out", MTIA_FN(all_dim_out));
-  m.impl("any.all_out", MTIA_FN(any_all_out));
-  m.impl("any.out", MTIA_FN(any_dim_out));
-  m.impl("var.correction", MTIA_FN(var));
-  m.impl("var.correction_out", MTIA_FN(var_out));
-  m.impl("std.correction", MTIA_FN(std));
-  m.impl("std.correction_out", MTIA_FN(std_out));
-}
+#define MTIA_OPS_reduce
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

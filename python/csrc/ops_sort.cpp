@@ -308,15 +308,7 @@ Tensor nanmedian_all(const Tensor& self) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  // sort, sort.stable, argsort, argsort.stable, msort and Tensor.sort all reach this one.
-  m.impl("sort.values_stable", MTIA_FN(sort_stable_out));
-  m.impl("topk.values", MTIA_FN(topk_out));
-  m.impl("kthvalue.values", MTIA_FN(kthvalue_out));
-  m.impl("median.dim_values", MTIA_FN(median_dim_out));
-  m.impl("nanmedian.dim_values", MTIA_FN(nanmedian_dim_out));
-  m.impl("median", MTIA_FN(median_all));
-  m.impl("nanmedian", MTIA_FN(nanmedian_all));
-}
+#define MTIA_OPS_sort
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

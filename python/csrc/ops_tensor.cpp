@@ -334,38 +334,7 @@ Tensor& exponential_(Tensor& self, double lambd, c10::optional<at::Generator> ge
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  // Views are metadata: PyTorch's own device-independent implementations.
-  m.impl("view", MTIA_FN(at::native::view));
-  m.impl("_reshape_alias", MTIA_FN(at::native::_reshape_alias));
-  m.impl("as_strided", MTIA_FN(at::native::as_strided_tensorimpl));
-  m.impl("unfold", MTIA_FN(at::native::unfold));
-  // A complex tensor's (real, imag) pairs and back: the same bytes as another dtype.
-  m.impl("view_as_real", MTIA_FN(at::native::view_as_real));
-  m.impl("view_as_complex", MTIA_FN(at::native::view_as_complex));
-
-  m.impl("resize_", MTIA_FN(resize_));
-  m.impl("set_.source_Storage_storage_offset", MTIA_FN(set_storage));
-  m.impl("set_.source_Storage", MTIA_FN(set_source_storage));
-  m.impl("set_.source_Tensor", MTIA_FN(at::native::set_tensor_));
-  m.impl("set_", MTIA_FN(set_empty));
-  m.impl("record_stream", MTIA_FN(record_stream));
-
-  m.impl("fill_.Scalar", MTIA_FN(fill_scalar));
-  m.impl("fill_.Tensor", MTIA_FN(fill_tensor));
-  m.impl("zero_", MTIA_FN(zero_));
-  m.impl("cat.out", MTIA_FN(cat_out));
-  m.impl("arange.start_out", MTIA_FN(arange_out));
-  m.impl("linspace.out", MTIA_FN(linspace_out));
-
-  m.impl("uniform_", MTIA_FN(uniform_));
-  m.impl("normal_", MTIA_FN(normal_));
-  m.impl("random_", MTIA_FN(random_));
-  m.impl("random_.from", MTIA_FN(random_from));
-  m.impl("random_.to", MTIA_FN(random_to));
-  m.impl("bernoulli_.float", MTIA_FN(bernoulli_float));
-  m.impl("bernoulli_.Tensor", MTIA_FN(bernoulli_tensor));
-  m.impl("exponential_", MTIA_FN(exponential_));
-}
+#define MTIA_OPS_tensor
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

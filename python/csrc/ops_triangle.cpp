@@ -75,9 +75,7 @@ Tensor& tril_out(const Tensor& self, int64_t diagonal, Tensor& out) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("triu.out", MTIA_FN(triu_out));
-  m.impl("tril.out", MTIA_FN(tril_out));
-}
+#define MTIA_OPS_triangle
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend

@@ -436,25 +436,7 @@ Tensor& trilinear3d_backward_out(const Tensor& go, at::IntArrayRef osize, at::In
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  m.impl("upsample_nearest1d.out", MTIA_FN(nearest1d_out));
-  m.impl("upsample_nearest2d.out", MTIA_FN(nearest2d_out));
-  m.impl("upsample_nearest3d.out", MTIA_FN(nearest3d_out));
-  m.impl("_upsample_nearest_exact1d.out", MTIA_FN(nearest_exact1d_out));
-  m.impl("_upsample_nearest_exact2d.out", MTIA_FN(nearest_exact2d_out));
-  m.impl("_upsample_nearest_exact3d.out", MTIA_FN(nearest_exact3d_out));
-  m.impl("upsample_linear1d.out", MTIA_FN(linear1d_out));
-  m.impl("upsample_bilinear2d.out", MTIA_FN(bilinear2d_out));
-  m.impl("upsample_trilinear3d.out", MTIA_FN(trilinear3d_out));
-  m.impl("upsample_nearest1d_backward.grad_input", MTIA_FN(nearest1d_backward_out));
-  m.impl("upsample_nearest2d_backward.grad_input", MTIA_FN(nearest2d_backward_out));
-  m.impl("upsample_nearest3d_backward.grad_input", MTIA_FN(nearest3d_backward_out));
-  m.impl("_upsample_nearest_exact1d_backward.grad_input", MTIA_FN(nearest_exact1d_backward_out));
-  m.impl("_upsample_nearest_exact2d_backward.grad_input", MTIA_FN(nearest_exact2d_backward_out));
-  m.impl("_upsample_nearest_exact3d_backward.grad_input", MTIA_FN(nearest_exact3d_backward_out));
-  m.impl("upsample_linear1d_backward.grad_input", MTIA_FN(linear1d_backward_out));
-  m.impl("upsample_bilinear2d_backward.grad_input", MTIA_FN(bilinear2d_backward_out));
-  m.impl("upsample_trilinear3d_backward.grad_input", MTIA_FN(trilinear3d_backward_out));
-}
+#define MTIA_OPS_upsample
+#include "register_ops.inc"
 
 }  // namespace mtia::torch_backend
