@@ -442,8 +442,9 @@ static int mm_run(mmjob* j) {
     }
     mtia_wait(la[cur]);
     mtia_wait(lb[cur]);
-    /* Queue step s behind step s-1 on the DPE before anything can block, so that the DPE
-     * goes from one step to the next without a gap. */
+    /* A k-step after the first accumulates into the output tile step s-1 still writes: the
+     * ISA orders unit operations only through their tags, so wait for it first. */
+    if (kk > 0) mtia_wait(dpe[nxt]);
     const uint64_t klen = KMIN(j->tk, j->k - kk * j->tk);
     mtia_pe_matmul_desc* mm = &j->mm[cur];
     const uint64_t key = q << 32 | klen; /* the descriptor's shape: this tile, this k length */
