@@ -634,3 +634,61 @@ TEST_CASE("initcheck reports a local-store tile used before it was loaded", "[sa
     CHECK(test::download<int32_t>(dev, out, 256) == u.expect);
   }
 }
+
+TEST_CASE("synccheck reports local-store bytes used while an operation on them is in flight",
+          "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  // in_flight (sync_init.c) loads a 256-element tile at the local store's start by DMA (tag 1)
+  // and uses it without waiting: the SE reads it, the core reads it, or (use 2, after waiting
+  // for the load) a store reads it (tag 2) while a second load overwrites it (tag 3). The
+  // emulator applies each operation at issue, so every variant computes the right result.
+  const std::vector<int32_t> in_data = iota(256, 11);
+  struct Use {
+    int64_t use;
+    std::string report;
+    std::vector<int32_t> expect;
+  };
+  std::vector<int32_t> twice = in_data, plus_one = in_data;
+  for (int32_t& v : twice) v *= 2;
+  for (int32_t& v : plus_one) v += 1;
+  const std::string tile =
+      "the 1024 local-store bytes at " + hex(MTIA_PE_LS_BASE) + ".." + hex(MTIA_PE_LS_BASE + 1023);
+  for (const Use& u : {
+           Use{0, "(tag 2) reads " + tile + ", which the dma.start at pc 0x", twice},
+           Use{1, "reads the 4 local-store bytes at " + hex(MTIA_PE_LS_BASE), plus_one},
+           Use{2, "(tag 3) writes " + tile + ", which the dma.start at pc 0x", in_data},
+       }) {
+    INFO("use " << u.use);
+    const std::string report = same_at_every_thread_count("synccheck", [&](Device& dev) {
+      const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
+      DevicePtr in = test::upload(dev, in_data);
+      DevicePtr out = dev.malloc(4 * 256);
+      dev.launch(m.kernel("in_flight"), {1, 1}, {in, out, int64_t{256}, u.use, int64_t{0}});
+      const std::string r = failure(dev);
+      // The fixed twin waits first.
+      dev.launch(m.kernel("in_flight"), {1, 1}, {in, out, int64_t{256}, u.use, int64_t{1}});
+      dev.synchronize();
+      CHECK(test::download<int32_t>(dev, out, 256) == u.expect);
+      return r;
+    });
+    INFO("report: " << report);
+    CHECK_THAT(report, Catch::Contains("sanitizer: kernel 'in_flight' on a 1x1 grid"));
+    CHECK_THAT(report, Catch::Contains(u.report));
+    const char* who = u.use == 0   ? "synccheck: se.op at pc 0x"
+                      : u.use == 1 ? "synccheck: a 4-byte load at pc 0x"
+                                   : "synccheck: dma.start at pc 0x";
+    CHECK_THAT(report, Catch::Contains(std::string("PE 0 (row 0, col 0): ") + who));
+    CHECK_THAT(report,
+               Catch::Contains(u.use == 2 ? "(tag 2) still reads" : "(tag 1) still writes"));
+    CHECK_THAT(report, Catch::Contains("and this PE has not waited for (pe.wait on tag"));
+    check_pc_is_dma_start(report, MTIA_SYNC_INIT_KERNELS_ELF);
+    // Without synccheck (the other three checks on) the launch passes.
+    Device dev = Device::open(options("memcheck,racecheck,initcheck"));
+    const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
+    DevicePtr in = test::upload(dev, in_data);
+    DevicePtr out = dev.malloc(4 * 256);
+    dev.launch(m.kernel("in_flight"), {1, 1}, {in, out, int64_t{256}, u.use, int64_t{0}});
+    dev.synchronize();
+    CHECK(test::download<int32_t>(dev, out, 256) == u.expect);
+  }
+}

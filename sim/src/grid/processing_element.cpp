@@ -6,9 +6,9 @@
 #include <cassert>
 #include <utility>
 
-#include "model.h"
 #include "mtia/isa/address_map.h"
 #include "mtia/sim/pe/descriptors.h"
+#include "sim_shared.h"
 
 namespace mtia::sim::detail {
 
@@ -75,10 +75,12 @@ void ProcessingElement::begin(uint64_t t0_ps) {
   sanitizer_finding.clear();
   race_log.clear();
   dram_written.clear();
-  const bool ls_check = (env_.shared.sanitize & isa::kSanitizeInitcheck) != 0;
-  if (ls_check != ls_initcheck_) {
-    ls_initcheck_ = ls_check;
-    core_.guard_all(ls_check);
+  ls_initcheck_ = (env_.shared.sanitize & isa::kSanitizeInitcheck) != 0;
+  synccheck_ = (env_.shared.sanitize & isa::kSanitizeSynccheck) != 0;
+  in_flight_.clear();
+  if (const bool guard = ls_initcheck_ || synccheck_; guard != ls_sanitize_) {
+    ls_sanitize_ = guard;
+    core_.guard_all(guard);
   }
 }
 
@@ -99,10 +101,16 @@ UnitResponse ProcessingElement::issue(pe::RiscvCore& core, const pe::UnitRequest
             fmt::format("pe.wait on tag {}, which was never issued ({} operations issued so far)",
                         r.rs1, tag_done_.size()));
       }
+      if (synccheck_) [[unlikely]] {
+        in_flight_.waited(r.rs1);
+      }
       const uint64_t done = tag_done_[r.rs1 - 1];
       return UnitResponse::done(0, done > r.cycle ? done - r.cycle : 0);
     }
     case UnitOp::kWaitAll:
+      if (synccheck_) [[unlikely]] {
+        in_flight_.waited_all();
+      }
       return UnitResponse::done(0, all_done_ > r.cycle ? all_done_ - r.cycle : 0);
     case UnitOp::kPoll: {
       if (r.rs1 == 0) return UnitResponse::done(1);
@@ -114,7 +122,11 @@ UnitResponse ProcessingElement::issue(pe::RiscvCore& core, const pe::UnitRequest
             fmt::format("pe.poll on tag {}, which was never issued ({} operations issued so far)",
                         r.rs1, tag_done_.size()));
       }
-      return UnitResponse::done(tag_done_[r.rs1 - 1] <= r.cycle ? 1 : 0);
+      const bool done = tag_done_[r.rs1 - 1] <= r.cycle;
+      if (synccheck_ && done) [[unlikely]] {
+        in_flight_.waited(r.rs1);
+      }
+      return UnitResponse::done(done ? 1 : 0);
     }
     case UnitOp::kDma:
       return dma(core, r);
@@ -127,20 +139,27 @@ UnitResponse ProcessingElement::issue(pe::RiscvCore& core, const pe::UnitRequest
       const uint64_t desc = r.rs1 - MTIA_PE_LS_BASE;
       work_.settle({desc, desc + std::max({sizeof(mtia_pe_matmul_desc), sizeof(mtia_pe_se_desc),
                                            sizeof(mtia_pe_re_desc), sizeof(mtia_pe_mlu_desc)})});
-      std::vector<Extent> reads, writes;
-      if (ls_initcheck_) [[unlikely]] {
-        unit_rows(core, r, reads, writes);
-        for (const Extent& e : reads) {
-          if (const isa::ByteSpan gap = ls_written_.first_gap(e.lo, e.hi); gap.size() != 0) {
-            sanitizer_finding = ls_unwritten(pe::unit_op_name(r.op), r.pc, {gap.lo, gap.hi});
-            return UnitResponse::fault(sanitizer_finding);
+      InFlight::Bytes rows;
+      if (ls_sanitize_) [[unlikely]] {
+        unit_rows(core, r, rows.reads, rows.writes);
+        if (ls_initcheck_) {
+          for (const Extent& e : rows.reads) {
+            if (const isa::ByteSpan gap = ls_written_.first_gap(e.lo, e.hi); gap.size() != 0) {
+              sanitizer_finding = ls_unwritten(pe::unit_op_name(r.op), r.pc, {gap.lo, gap.hi});
+              return UnitResponse::fault(sanitizer_finding);
+            }
           }
+        }
+        if (synccheck_) {
+          sanitizer_finding =
+              in_flight_.conflict(pe::unit_op_name(r.op), r.pc, tag_done_.size() + 1, rows);
+          if (!sanitizer_finding.empty()) return UnitResponse::fault(sanitizer_finding);
         }
       }
       auto outcome = units_.execute(core, r);
       if (!outcome.ok()) return UnitResponse::fault(outcome.error().reason);
       if (ls_initcheck_) [[unlikely]] {
-        for (const Extent& e : writes) ls_written_.mark(e.lo, e.hi);
+        for (const Extent& e : rows.writes) ls_written_.mark(e.lo, e.hi);
       }
       const auto kind = pe::FunctionalUnits::unit_of(r.op);
       uint64_t& free = unit_free_[static_cast<size_t>(kind)];
@@ -157,7 +176,11 @@ UnitResponse ProcessingElement::issue(pe::RiscvCore& core, const pe::UnitRequest
                    t0_ps_ + env_.clock.cycles_to_ps(done), outcome.value().work,
                    r.op == UnitOp::kMatmul ? matmul_dtype(core, r.rs1) : 0);
       }
-      return UnitResponse::done(add_tag(done));
+      const uint64_t tag = add_tag(done);
+      if (synccheck_) [[unlikely]] {
+        in_flight_.issued(pe::unit_op_name(r.op), r.pc, tag, std::move(rows));
+      }
+      return UnitResponse::done(tag);
     }
     default:
       return UnitResponse::fault(
@@ -223,6 +246,12 @@ UnitResponse ProcessingElement::dma(pe::RiscvCore& core, const pe::UnitRequest& 
       }
     }
     if (env_.shared.sanitize & isa::kSanitizeRacecheck) log_race_access(r, d, plan);
+    if (synccheck_) {
+      InFlight::Bytes rows = dma_rows(d);
+      sanitizer_finding = in_flight_.conflict("dma.start", r.pc, tag_done_.size() + 1, rows);
+      if (!sanitizer_finding.empty()) return UnitResponse::fault(sanitizer_finding);
+      in_flight_.issued("dma.start", r.pc, tag_done_.size() + 1, std::move(rows));
+    }
   }
   if (d.dst_space != MTIA_PE_SPACE_LOCAL) env_.before_device_write(plan.dst.span);
   dma_.execute(d, job.value(), touched, work_);
@@ -307,9 +336,14 @@ std::string ProcessingElement::initcheck(const pe::UnitRequest& r, const mtia_pe
 
 bool ProcessingElement::guarded_access(pe::RiscvCore&, uint64_t pc, uint64_t offset, uint64_t bytes,
                                        bool write) {
-  // With initcheck the core guards the whole local store: finish the work only when the
-  // access touches its bytes, as without.
-  if (!ls_initcheck_ || work_.guards(offset, offset + bytes)) work_.flush();
+  // With initcheck or synccheck the core guards the whole local store: finish the work only
+  // when the access touches its bytes, as without.
+  if (!ls_sanitize_ || work_.guards(offset, offset + bytes)) work_.flush();
+  if (!ls_sanitize_) return true;
+  if (synccheck_ && !in_flight_.empty()) {
+    sanitizer_finding = in_flight_.core_access(pc, offset, offset + bytes, write);
+    if (!sanitizer_finding.empty()) return false;
+  }
   if (!ls_initcheck_) return true;
   if (write) {
     ls_written_.mark(offset, offset + bytes);
@@ -323,6 +357,23 @@ bool ProcessingElement::guarded_access(pe::RiscvCore&, uint64_t pc, uint64_t off
                                                 : "an 8-byte load",
                                    pc, {gap.lo, gap.hi});
   return false;
+}
+
+InFlight::Bytes ProcessingElement::dma_rows(const mtia_pe_dma_desc& d) {
+  InFlight::Bytes rows;
+  if (d.src_space == MTIA_PE_SPACE_LOCAL) {
+    for_each_dma_row(d.src - MTIA_PE_LS_BASE, d.src_strides, d, RaceLog::kMaxRunsPerDma,
+                     [&](uint64_t lo, uint64_t hi) {
+                       rows.reads.push_back({lo, hi});
+                     });
+  }
+  if (d.dst_space == MTIA_PE_SPACE_LOCAL) {
+    for_each_dma_row(d.dst - MTIA_PE_LS_BASE, d.dst_strides, d, RaceLog::kMaxRunsPerDma,
+                     [&](uint64_t lo, uint64_t hi) {
+                       rows.writes.push_back({lo, hi});
+                     });
+  }
+  return rows;
 }
 
 void ProcessingElement::poison_local_store(const pe::Program& program) {

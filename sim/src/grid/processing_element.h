@@ -20,6 +20,7 @@
 #include "mtia/sim/pe/units.h"
 #include "pe_clock.h"
 #include "racecheck.h"
+#include "synccheck.h"
 
 namespace mtia::sim::detail {
 
@@ -61,9 +62,10 @@ class ProcessingElement : public pe::UnitPort {
   void copy_loads() { work_.copy_loads(); }
   bool reads_device(uint64_t lo, uint64_t hi) const { return work_.reads_device(lo, hi); }
 
-  // The core touched bytes that unit work still owes: finish it first. With initcheck, every
-  // local-store access comes here: a store marks its bytes written, a load of bytes nothing
-  // wrote is stopped.
+  // The core touched bytes that unit work still owes: finish it first. With initcheck or
+  // synccheck, every local-store access comes here: a store marks its bytes written, a load of
+  // bytes nothing wrote is stopped, and so is an access to bytes an operation in flight writes
+  // (or a store to bytes one reads).
   bool guarded_access(pe::RiscvCore& core, uint64_t pc, uint64_t offset, uint64_t bytes,
                       bool write) override;
 
@@ -132,6 +134,8 @@ class ProcessingElement : public pe::UnitPort {
   // none); the unit's writes marked.
   void unit_rows(const pe::RiscvCore& core, const pe::UnitRequest& r, std::vector<Extent>& reads,
                  std::vector<Extent>& writes);
+  // synccheck: the local-store rows a DMA reads and writes (its LOCAL sides).
+  static InFlight::Bytes dma_rows(const mtia_pe_dma_desc& d);
   std::string ls_unwritten(const char* what, uint64_t pc, Extent bytes) const;
   // synccheck: the finding for a pe.wait or pe.poll on a tag this PE never issued.
   std::string synccheck_tag(const pe::UnitRequest& r) const;
@@ -149,8 +153,11 @@ class ProcessingElement : public pe::UnitPort {
   uint64_t all_done_ = 0;
   uint64_t unit_free_[static_cast<size_t>(pe::UnitKind::kCount)] = {};
   DeferredWork work_;          // after core_, which it guards
-  bool ls_initcheck_ = false;  // initcheck watches the local store (the core guards it all)
+  bool ls_initcheck_ = false;  // initcheck watches the local store
+  bool synccheck_ = false;     // synccheck watches the operations in flight
+  bool ls_sanitize_ = false;   // either: the core guards the whole local store
   WrittenBits ls_written_;     // its bytes written in this launch
+  InFlight in_flight_;         // synccheck: its operations not waited for
 };
 
 }  // namespace mtia::sim::detail

@@ -136,3 +136,39 @@ int use_tile(const uint64_t* args, uint64_t args_bytes) {
   mtia_wait(mtia_dma_out(A->out, result, n * 4u));
   return 0;
 }
+
+struct flight_args {
+  uint64_t in;  /* n int32 */
+  uint64_t out; /* n int32 */
+  int64_t n;    /* 1..4096 */
+  int64_t use;  /* 0: the SE adds the tile to itself (out = 2 * in); 1: the core reads it (out =
+                   in + 1); 2: the tile is stored, then loaded again (out = in) */
+  int64_t wait; /* 1: the kernel waits for the DMA before the next use of its bytes (the fix) */
+};
+
+/* A tile used while the DMA that loads it (or, for use 2, stores it) is still in flight. */
+MTIA_KERNEL(in_flight, "in:ptr out:ptr n:i64 use:i64 wait:i64");
+int in_flight(const uint64_t* args, uint64_t args_bytes) {
+  MTIA_KERNEL_ARGS(struct flight_args, A);
+  if (A->n < 1 || A->n > 4096) return 1;
+  const uint32_t n = (uint32_t)A->n;
+  int32_t* tile = (int32_t*)(uintptr_t)mtia_ls_base();
+  int32_t* result = tile + n;
+  const mtia_tag_t load = mtia_dma_in(tile, A->in, n * 4u);
+  if (A->wait || A->use == 2) mtia_wait(load);
+  if (A->use == 0) {
+    mtia_wait(
+        mtia_se_binary(MTIA_PE_SE_ADD, MTIA_PE_DT_INT32, MTIA_PE_DT_INT32, result, tile, tile, n));
+  } else if (A->use == 1) {
+    for (uint32_t i = 0; i < n; ++i) result[i] = tile[i] + 1;
+  } else {
+    /* The store reads the tile; loading it again overwrites what the store may not have read. */
+    const mtia_tag_t store = mtia_dma_out(A->out, tile, n * 4u);
+    if (A->wait) mtia_wait(store);
+    mtia_wait(mtia_dma_in(tile, A->in, n * 4u));
+    result = tile;
+  }
+  mtia_wait(mtia_dma_out(A->out, result, n * 4u));
+  mtia_wait_all();
+  return 0;
+}
