@@ -164,6 +164,22 @@ def test_op_table_is_what_the_dispatcher_has():
     assert {family for _, family, _ in torch_mtia_emu._C._op_table()} == set(families)
 
 
+def test_op_table_kinds_are_atens():
+    """A row is `structured` exactly when ATen's native_functions.yaml (shipped with torchgen)
+    declares the overload structured."""
+    import pathlib
+    import re
+
+    import torchgen
+    yaml = pathlib.Path(torchgen.__file__).parent / "packaged/ATen/native/native_functions.yaml"
+    entries = re.split(r"^- func: ", yaml.read_text(), flags=re.M)[1:]
+    structured = {e.split("(", 1)[0] for e in entries
+                  if re.search(r"^  structured: True$", e, flags=re.M)}
+    wrong = [(overload, kind) for overload, _, kind in torch_mtia_emu._C._op_table()
+             if (kind == "structured") != (overload in structured)]
+    assert not wrong
+
+
 def test_other_tests_name_table_ops():
     assert set(OTHER_TESTS) <= FROM_TABLE
 
