@@ -195,6 +195,8 @@ def test_a_captured_training_step_with_dropout_matches_the_cpu():
 
     s = torch.mtia.Stream()
     # Warm-up on the side stream (gradients exist after it), then the reference follows it.
+    # The side stream first waits for the parameters and inputs the current one wrote.
+    s.wait_stream(torch.mtia.current_stream())
     with torch.mtia.stream(s):
         step()
     torch.mtia.synchronize()
