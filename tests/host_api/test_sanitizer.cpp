@@ -4,10 +4,15 @@
 // allocation that was freed. Each bad launch fails its stream with a report naming the kernel,
 // the PE, the pc of the dma.start, the access and the allocation, and the device keeps working;
 // without the sanitizer the same launch succeeds, reading the neighbour's bytes.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <vector>
@@ -691,4 +696,41 @@ TEST_CASE("synccheck reports local-store bytes used while an operation on them i
     dev.synchronize();
     CHECK(test::download<int32_t>(dev, out, 256) == u.expect);
   }
+}
+
+TEST_CASE("the device's statistics count the sanitizer's findings per check", "[sanitizer]") {
+  if (!sanitizer_available()) return;
+  const std::vector<int32_t> in_data = iota(256, 5);
+  Device dev = Device::open(options("memcheck,racecheck,initcheck,synccheck"));
+  const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
+  DevicePtr in = test::upload(dev, in_data);
+  DevicePtr out = dev.malloc(4 * 256);
+  // Two synccheck findings (an in-flight tile, a tag never issued), one passing launch.
+  dev.launch(m.kernel("in_flight"), {1, 1}, {in, out, int64_t{256}, int64_t{0}, int64_t{0}});
+  const std::string first = failure(dev);
+  dev.launch(m.kernel("wait_tag"), {1, 1}, {in, out, int64_t{256}, int64_t{3}});
+  failure(dev);
+  dev.launch(m.kernel("in_flight"), {1, 1}, {in, out, int64_t{256}, int64_t{0}, int64_t{1}});
+  dev.synchronize();
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mtia_sanitizer_stats_test_" + std::to_string(::getpid()));
+  dev.write_artifacts(dir.string());
+  std::ifstream stats_file(dir / "stats.json");
+  REQUIRE(stats_file);
+  const auto stats = nlohmann::json::parse(stats_file);
+  std::filesystem::remove_all(dir);
+  const auto& grid = stats["pe_grid"];
+  CHECK(grid["sanitizer_errors"]["value"].get<uint64_t>() == 2);
+  CHECK(grid["sanitizer_synccheck"]["value"].get<uint64_t>() == 2);
+  for (const char* check : {"memcheck", "racecheck", "initcheck"}) {
+    CHECK(grid[std::string("sanitizer_") + check]["value"].get<uint64_t>() == 0);
+  }
+  const auto& reports = grid["sanitizer_first_reports"]["value"];
+  REQUIRE(reports.contains("synccheck"));
+  CHECK(reports.size() == 1);
+  // The first report is the first launch's, as the host API gave it.
+  const std::string text = reports["synccheck"].get<std::string>();
+  INFO("report: " << text);
+  CHECK_THAT(text, Catch::Contains("still writes and this PE has not waited for"));
+  CHECK_THAT(first, Catch::Contains(text));
 }

@@ -64,8 +64,26 @@ PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared)
   set_stack_size(kThreadStackBytes);
 }
 
+namespace {
+constexpr const char* kSanitizerChecks[4] = {"memcheck", "racecheck", "initcheck", "synccheck"};
+}  // namespace
+
 PeGrid::~PeGrid() {
   shared_.memory->set_device_access_observer({});
+  // The sanitizer's summary at the device's close: what each check found, and its first report.
+  if (stats_.sanitizer_errors != 0) [[unlikely]] {
+    const auto& n = stats_.sanitizer_by_check;
+    logger("sim.pe")->warn(
+        "sanitizer: {} launches failed by a finding (memcheck {}, racecheck {}, initcheck {}, "
+        "synccheck {})",
+        stats_.sanitizer_errors, n[0], n[1], n[2], n[3]);
+    for (int i = 0; i < 4; ++i) {
+      if (n[i] != 0) {
+        logger("sim.pe")->warn("sanitizer: first {} report: {}", kSanitizerChecks[i],
+                               stats_.first_sanitizer_report[i]);
+      }
+    }
+  }
 }
 
 void PeGrid::before_device_access(isa::ByteSpan span, bool write) {
@@ -374,13 +392,20 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
   auto sanitizer_failure = [&](const std::string& finding, uint64_t pc, uint32_t pe) {
     ++stats_.sanitizer_errors;
     // Counted when it ends: this is launch number launches + 1 of the device.
-    return isa::reject(
-        isa::ErrorCode::kSanitizerError,
-        fmt::format("launch {} of the device (packet seq {}, image 0x{:x}, entry offset 0x{:x}), "
-                    "{}",
-                    stats_.launches + 1, launch.header.seq, launch.image_addr, launch.entry_offset,
-                    finding),
-        pc, pe);
+    std::string report = fmt::format(
+        "launch {} of the device (packet seq {}, image 0x{:x}, entry offset 0x{:x}), {}",
+        stats_.launches + 1, launch.header.seq, launch.image_addr, launch.entry_offset, finding);
+    // The check is the first name followed by ": " in the finding ("PE 0 (...): memcheck: ...").
+    size_t first = std::string::npos;
+    int check = -1;
+    for (int i = 0; i < 4; ++i) {
+      const size_t at = finding.find(std::string(kSanitizerChecks[i]) + ": ");
+      if (at < first) first = at, check = i;
+    }
+    if (check >= 0) {
+      if (stats_.sanitizer_by_check[check]++ == 0) stats_.first_sanitizer_report[check] = report;
+    }
+    return isa::reject(isa::ErrorCode::kSanitizerError, std::move(report), pc, pe);
   };
   // racecheck: the PEs' accesses since the last barrier (or the start), compared when every PE
   // has reached the next one or the launch ends; `barriers` have been released before them.
@@ -543,6 +568,18 @@ Json PeGrid::stats_json() const {
            "launches that ended in a fault, a bad image or a non-zero exit status (logged)");
   add_stat(m, "sanitizer_errors", stats_.sanitizer_errors, "launches",
            "launches failed by a sanitizer finding (docs/sanitizer.md; logged)");
+  static constexpr const char* kByCheck[4] = {"sanitizer_memcheck", "sanitizer_racecheck",
+                                              "sanitizer_initcheck", "sanitizer_synccheck"};
+  Json first = Json::object();
+  for (int i = 0; i < 4; ++i) {
+    add_stat(m, kByCheck[i], stats_.sanitizer_by_check[i], "launches",
+             "launches failed by this sanitizer check's finding");
+    if (stats_.sanitizer_by_check[i] != 0) {
+      first[kSanitizerChecks[i]] = stats_.first_sanitizer_report[i];
+    }
+  }
+  add_stat(m, "sanitizer_first_reports", std::move(first), "reports",
+           "the first report of each sanitizer check that found something");
   add_stat(m, "busy_ps", stats_.busy_ps, "ps", "simulated time the grid spent running launches");
   add_stat(m, "pe_cycles", stats_.pe_cycles, "cycles", "sum over PEs of their core cycles");
   add_stat(m, "instructions", stats_.instructions, "instructions",

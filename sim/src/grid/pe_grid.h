@@ -108,6 +108,10 @@ class PeGrid : public sc_core::sc_module {
     uint64_t launches = 0;
     uint64_t failed_launches = 0;
     uint64_t sanitizer_errors = 0;  // launches failed by a sanitizer finding
+    // Per check (memcheck, racecheck, initcheck, synccheck): launches its finding failed, and
+    // the first such report.
+    uint64_t sanitizer_by_check[4] = {};
+    std::string first_sanitizer_report[4];
     uint64_t busy_ps = 0;
     uint64_t pe_cycles = 0;     // sum over PEs of their final cycle counts
     uint64_t instructions = 0;  // retired, all PEs
