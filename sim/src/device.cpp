@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "log.h"
-#include "model.h"
+#include "device_model.h"
 #include "mtia/isa/address_map.h"
 
 namespace mtia::sim {

@@ -7,18 +7,16 @@
 #include <cstring>
 
 #include "log.h"
-#include "model.h"
 #include "mtia/isa/address_map.h"
 #include "mtia/isa/wait.h"
 #include "mtia/sim/pe/descriptors.h"
 #include "mtia/sim/pe/elf.h"
 #include "mtia/sim/pe/unit_workers.h"
 #include "processing_element.h"
+#include "sim_shared.h"
 
 namespace mtia::sim::detail {
 namespace {
-
-constexpr size_t kThreadStackBytes = 1 << 20;  // as the other SC_THREADs (model.cpp)
 
 template <typename T>
 T read_le(const uint8_t* p) {
