@@ -25,7 +25,7 @@
 #include "mtia/wire/protocol.h"
 
 namespace isa = mtia::isa;
-namespace srv = isa::server;
+namespace srv = mtia::wire;
 
 namespace {
 
