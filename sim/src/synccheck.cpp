@@ -10,8 +10,9 @@ namespace mtia::sim::detail {
 namespace {
 
 void normalize(std::vector<pe::Extent>& runs) {
-  std::sort(runs.begin(), runs.end(),
-            [](const pe::Extent& a, const pe::Extent& b) { return a.lo < b.lo; });
+  // A DMA's or a tile's rows mostly come in address order already.
+  const auto by_lo = [](const pe::Extent& a, const pe::Extent& b) { return a.lo < b.lo; };
+  if (!std::is_sorted(runs.begin(), runs.end(), by_lo)) std::sort(runs.begin(), runs.end(), by_lo);
   size_t out = 0;
   for (const pe::Extent& r : runs) {
     if (r.lo >= r.hi) continue;
