@@ -325,17 +325,22 @@ class _Toolkit:
         if self.cc is None:
             raise RuntimeError("torch_mtia_emu: compiling mtia kernels needs clang and ld.lld "
                                "(Debian packages clang and lld); clang is not on PATH")
-        src = out_elf[:-len(".elf")] + ".c"
-        with open(src, "w") as f:
+        # Several processes (the ranks of one job) may compile the same module into the shared
+        # cache at once: each writes files of its own and renames them into place, so no one
+        # reads a half-written source or image.
+        base = out_elf[:-len(".elf")]
+        mine = f"{base}.{os.getpid()}"
+        with open(mine + ".c", "w") as f:
             f.write(source)
         cmd = [self.cc, *self.flags, *(f"-I{d}" for d in self.includes),
-               f"-Wl,-T,{self.link_script}", *self.runtime, src, "-o", out_elf + ".tmp"]
+               f"-Wl,-T,{self.link_script}", *self.runtime, mine + ".c", "-o", mine + ".elf"]
         r = subprocess.run(cmd, capture_output=True, text=True)
+        os.replace(mine + ".c", base + ".c")
         if r.returncode != 0:
             raise RuntimeError(
                 f"torch_mtia_emu: compiling the generated mtia kernel(s) {', '.join(names)} "
-                f"failed; the source is {src}\n{r.stderr[-4000:]}")
-        os.replace(out_elf + ".tmp", out_elf)
+                f"failed; the source is {base}.c\n{r.stderr[-4000:]}")
+        os.replace(mine + ".elf", out_elf)
 
 
 _toolkit: Optional[_Toolkit] = None
@@ -395,9 +400,9 @@ def _build(batch: List["GeneratedKernel"]) -> None:
         for k in missing:
             k.key = key
             entry = os.path.join(cache, _kernel_key(tk, k) + ".kernel")
-            with open(entry + ".tmp", "w") as f:
+            with open(f"{entry}.{os.getpid()}", "w") as f:
                 f.write(key)
-            os.replace(entry + ".tmp", entry)
+            os.replace(f"{entry}.{os.getpid()}", entry)
     for k in batch:
         k.key = unique[k.name].key
         with open(os.path.join(cache, k.key + ".elf"), "rb") as f:

@@ -12,8 +12,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "log.h"
 #include "device_model.h"
+#include "log.h"
 #include "mtia/isa/address_map.h"
 
 namespace mtia::sim {
