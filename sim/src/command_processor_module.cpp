@@ -5,7 +5,7 @@
 #include <exception>
 
 #include "dma_engine.h"
-#include "log.h"
+#include "sim_loggers.h"
 
 namespace mtia::sim::detail {
 

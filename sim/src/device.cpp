@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "device_model.h"
-#include "log.h"
 #include "mtia/isa/address_map.h"
+#include "sim_loggers.h"
 
 namespace mtia::sim {
 namespace {

@@ -1,10 +1,10 @@
-#include "trace.h"
+#include "device_tracer.h"
 
 #include <array>
 #include <utility>
 
-#include "log.h"
 #include "mtia/trace/trace_writer.h"
+#include "sim_loggers.h"
 
 namespace mtia::sim::detail {
 namespace {

@@ -3,8 +3,8 @@
 #include <cassert>
 
 #include "command_processor_module.h"
-#include "log.h"
 #include "mtia/isa/decode.h"
+#include "sim_loggers.h"
 
 namespace mtia::sim::detail {
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "log.h"
+#include "sim_loggers.h"
 
 namespace mtia::sim::detail {
 

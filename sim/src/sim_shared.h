@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "device_tracer.h"
 #include "host_channel.h"
 #include "initcheck.h"
 #include "memcheck.h"
@@ -18,7 +19,6 @@
 #include "mtia/sim/device.h"
 #include "mtia/sim/grid_options.h"
 #include "mtia/sim/memory_system.h"
-#include "trace.h"
 
 namespace mtia::sim::detail {
 

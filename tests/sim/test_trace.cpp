@@ -1,5 +1,5 @@
-// The Chrome trace writer (sim/src/trace.h): exact microsecond timestamps, track layout, flow
-// arrows from host calls through packets to device work and completions, per-launch
+// The Chrome trace writer (sim/src/device_tracer.h): exact microsecond timestamps, track layout,
+// flow arrows from host calls through packets to device work and completions, per-launch
 // statistics, DMA lanes, bandwidth counters, trace levels and the event bound.
 #include <catch2/catch.hpp>
 
@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "device_tracer.h"  // sim/src: the tracer is private to the sim layer
 #include "mtia/isa/packets.h"
-#include "trace.h"  // sim/src: the tracer is private to the sim layer
 
 using mtia::sim::ChipConfig;
 using mtia::sim::detail::Tracer;

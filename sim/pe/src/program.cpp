@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "decode.h"
 #include "mtia/isa/pe/pe_ops.h"
+#include "riscv_decode.h"
 
 namespace mtia::sim::pe {
 namespace {

@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "decode.h"
-#include "log.h"
 #include "mtia/isa/pe/pe_ops.h"
+#include "pe_logger.h"
+#include "riscv_decode.h"
 
 namespace mtia::sim::pe {
 

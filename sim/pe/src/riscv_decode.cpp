@@ -1,4 +1,4 @@
-#include "decode.h"
+#include "riscv_decode.h"
 
 #include "mtia/isa/pe/pe_ops.h"
 #include "mtia/sim/pe/unit_port.h"

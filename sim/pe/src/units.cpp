@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <utility>
 
-#include "log.h"
 #include "mtia/sim/pe/descriptors.h"
+#include "pe_logger.h"
 
 namespace mtia::sim::pe {
 

@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "log.h"
 #include "mtia/settings/settings.h"
+#include "sim_loggers.h"
 
 namespace mtia::sim {
 namespace {

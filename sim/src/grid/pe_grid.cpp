@@ -6,13 +6,13 @@
 #include <cassert>
 #include <cstring>
 
-#include "log.h"
 #include "mtia/isa/address_map.h"
 #include "mtia/isa/wait.h"
 #include "mtia/sim/pe/descriptors.h"
 #include "mtia/sim/pe/elf.h"
 #include "mtia/sim/pe/unit_workers.h"
 #include "processing_element.h"
+#include "sim_loggers.h"
 #include "sim_shared.h"
 
 namespace mtia::sim::detail {

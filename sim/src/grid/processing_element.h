@@ -110,7 +110,7 @@ class ProcessingElement : public pe::UnitPort {
   uint64_t take_turn(DmaPlan& plan, uint64_t issue_ps);
   uint64_t add_tag(uint64_t done_cycle);
 
-  // The trace (sim/src/trace.h): whether it records, and a unit operation (`work` and the
+  // The trace (sim/src/device_tracer.h): whether it records, and a unit operation (`work` and the
   // matmul's input dtype as the tracer counts them) or local DMA of this PE.
   bool tracing() const;
   static uint8_t matmul_dtype(const pe::RiscvCore& core, uint64_t desc_addr);

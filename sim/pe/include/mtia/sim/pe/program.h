@@ -13,7 +13,7 @@ namespace mtia::sim::pe {
 
 // One decoded instruction. The interpreter's operation codes are private to the core.
 struct DecodedInsn {
-  uint8_t op = 0;   // internal operation (see decode.h in src/)
+  uint8_t op = 0;   // internal operation (see riscv_decode.h in src/)
   uint8_t rd = 0;   // 32 stands for x0: writes to it are discarded
   uint8_t rs1 = 0;  // 0..31
   uint8_t rs2 = 0;  // 0..31
