@@ -13,6 +13,7 @@
 #include "elementwise.h"
 #include "launch.h"
 #include "on_device.h"
+#include "pinned_allocator.h"
 #include "runtime.h"
 
 namespace mtia::torch_backend {

@@ -16,8 +16,8 @@
 
 #include "allocator.h"
 #include "launch.h"
-#include "log.h"
 #include "runtime.h"
+#include "torch_logger.h"
 
 namespace mtia::torch_backend::graphs {
 

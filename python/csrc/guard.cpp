@@ -8,9 +8,9 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "allocator.h"
-#include "log.h"
 #include "on_device.h"
 #include "runtime.h"
+#include "torch_logger.h"
 
 namespace mtia::torch_backend {
 

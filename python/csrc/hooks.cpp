@@ -16,9 +16,10 @@
 #include "allocator.h"
 #include "graphs.h"
 #include "hooks.h"
-#include "log.h"
+#include "pinned_allocator.h"
 #include "random.h"
 #include "runtime.h"
+#include "torch_logger.h"
 
 namespace py = pybind11;
 

@@ -43,10 +43,10 @@
 #include <utility>
 #include <vector>
 
-#include "log.h"
 #include "mtia/activity.h"
 #include "mtia/settings/settings.h"
 #include "runtime.h"
+#include "torch_logger.h"
 
 namespace mtia::torch_backend {
 

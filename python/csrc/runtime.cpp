@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "install_location.h"
-#include "log.h"
 #include "mtia/runtime.h"
 #include "mtia/settings/settings.h"
 #include "mtia/trace.h"
 #include "profiler.h"
+#include "torch_logger.h"
 
 #ifndef MTIA_KERNEL_LIBRARY_ELF
 #error "MTIA_KERNEL_LIBRARY_ELF must be defined by the build (python/CMakeLists.txt)"

@@ -1,4 +1,4 @@
-#include "log.h"
+#include "torch_logger.h"
 
 #include <memory>
 
