@@ -275,14 +275,7 @@ bool CachingAllocator::wait_for_stream(uint32_t stream) {
     // Not synchronize(s): that would take the stream's pending error (a kernel's fault, a
     // sanitizer finding) from whoever synchronizes next. An event's destruction waits for its
     // record and reports nothing.
-    const mtia::Event ev = dev.create_event();
-    try {
-      dev.record(ev, s);
-    } catch (...) {
-      dev.destroy_event(ev);
-      throw;
-    }
-    dev.destroy_event(ev);
+    dev.destroy_event(record_new_event(dev, s));
     return true;
   } catch (const std::exception& e) {
     log::warn(c10::str("freeing a tensor of stream ", stream, " of mtia:", int(index_),

@@ -97,16 +97,8 @@ bool PinnedAllocator::record_event(void*, void* ctx, c10::Stream stream) {
   TORCH_CHECK(!dev.is_capturing(s), "torch_mtia_emu: a use of pinned memory by stream ", stream,
               " cannot be recorded while it captures a graph (copies between the host "
               "and the device are not captured)");
-  const mtia::Event e = guarded("recording a use of pinned memory", [&] {
-    const mtia::Event ev = dev.create_event();
-    try {
-      dev.record(ev, s);
-    } catch (...) {
-      dev.destroy_event(ev);
-      throw;
-    }
-    return ev;
-  });
+  const mtia::Event e =
+      guarded("recording a use of pinned memory", [&] { return record_new_event(dev, s); });
   b->events.emplace_back(d, e.id);
   return true;
 }

@@ -352,6 +352,17 @@ mtia::Stream from_c10(const c10::Stream& s) {
   return mtia::Stream{static_cast<uint32_t>(s.id())};
 }
 
+mtia::Event record_new_event(mtia::Device& dev, mtia::Stream s) {
+  const mtia::Event ev = dev.create_event();
+  try {
+    dev.record(ev, s);
+  } catch (...) {
+    dev.destroy_event(ev);
+    throw;
+  }
+  return ev;
+}
+
 void rethrow(const mtia::Error& error, std::string_view context) {
   std::string msg = "torch_mtia_emu: ";
   if (!context.empty()) msg += std::string(context) + ": ";

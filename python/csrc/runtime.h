@@ -160,6 +160,10 @@ void set_current_stream(c10::DeviceIndex index, mtia::Stream stream);
 c10::Stream to_c10(c10::DeviceIndex index, mtia::Stream s);
 mtia::Stream from_c10(const c10::Stream& s);
 
+// A new event of `dev` recorded on stream `s`: done once the work queued there so far is. The
+// event is destroyed again if recording it fails (the host API's error propagates).
+mtia::Event record_new_event(mtia::Device& dev, mtia::Stream s);
+
 // Device addresses as the void* PyTorch stores in a DataPtr, and back.
 inline mtia::DevicePtr device_ptr(const void* data) {
   return mtia::DevicePtr(reinterpret_cast<uint64_t>(data));
