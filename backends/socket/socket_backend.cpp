@@ -527,6 +527,13 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
         const std::string why = send_error_;
         outbox_.clear();
         lock.unlock();
+        // A closed connection may still hold the server's last word (a shutdown's kLost, with
+        // its reason); the reader reports that when it reaches the end. Wait for it a while,
+        // and report the send failure only if the reader has nothing to say.
+        {
+          std::unique_lock calls(calls_mu_);
+          calls_cv_.wait_for(calls, std::chrono::seconds(2), [&] { return !lost_.empty(); });
+        }
         lose(why);
         return;
       }
