@@ -296,7 +296,9 @@ TEST_CASE("binary_scalar combines a tensor with an immediate", "[kernels][elemen
   std::mt19937 rng(7);
   const std::vector<std::pair<uint8_t, double>> cases = {
       {MTIA_PE_SE_MUL, 2.5}, {MTIA_PE_SE_SUB, -1.25}, {MTIA_PE_SE_DIV, 4}, {MTIA_PE_SE_GT, 0.5}};
-  for (auto [op, scalar] : cases) {
+  for (const auto& c : cases) {
+    const uint8_t op = c.first;  // not a structured binding: clang 14's lambdas cannot capture one
+    const double scalar = c.second;
     for (uint8_t dt : {kF32, kF16, kBF16, kI32, kI8, kI64}) {
       Device dev;
       const Shape size{1, 5, 7, 93};
