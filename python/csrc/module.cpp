@@ -124,6 +124,8 @@ PYBIND11_MODULE(_C, m) {
     const std::string& installed = installed_data_dir();
     return installed.empty() ? std::string(MTIA_PRESET_DIR) : installed + "/presets";
   });
+  // What a generated kernel is compiled for: the flags of the build's own kernels.
+  m.def("_kernel_target_flags", [] { return std::string(MTIA_KERNEL_TARGET_FLAGS); });
   // The package's Python code reads MTIA_EMU_* variables through this, so that every read goes
   // through the one table (mtia/settings/settings.h).
   m.def("_setting", [](const std::string& name) {

@@ -305,9 +305,10 @@ class _Toolkit:
             self.runtime = [os.path.join(k, "src", "rt.c"), os.path.join(k, "lib", "module_start.S")]
             self.link_script = os.path.join(k, "link.ld")
         self.cc = shutil.which("clang")
-        self.flags = ["--target=riscv64-unknown-elf", "-march=rv64im", "-mabi=lp64", "-nostdlib",
-                      "-ffreestanding", "-O2", "-std=c99", "-Wall", "-Wno-unused-variable",
-                      "-Wno-unused-but-set-variable", "-fuse-ld=lld"]
+        # The target flags are the build's (kernels/mtia_kernel_image.cmake); generated code
+        # leaves variables unused, so those warnings are off.
+        self.flags = [*_C._kernel_target_flags().split(), "-O2", "-std=c99", "-Wall",
+                      "-Wno-unused-variable", "-Wno-unused-but-set-variable", "-fuse-ld=lld"]
         # The cache key covers what the output depends on besides the kernel's own source.
         h = hashlib.sha256(" ".join(self.flags).encode())
         for d in self.includes:
