@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dma_engine.h"
 #include "grid/pe_grid.h"
 #include "host_channel.h"
 #include "mtia/firmware/command_processor.h"
@@ -16,20 +17,20 @@
 
 namespace mtia::sim::detail {
 
-class DmaEngine;
-
 // Runs the firmware and is its Platform.
 class CommandProcessorModule : public sc_core::sc_module,
                                public firmware::Platform,
-                               public LaunchDoneIf {
+                               public LaunchDoneIf,
+                               public DmaDoneIf {
  public:
   CommandProcessorModule(sc_core::sc_module_name name, SimShared& shared,
                          std::vector<DmaEngine*> engines, PeGrid& grid, HostChannel& channel);
 
   // Something the firmware may react to happened (register write, DMA completion).
   void notify_work();
-  // A DMA engine finished its job (simulator thread, at the job's end time).
-  void dma_done(unsigned engine, const isa::Status& outcome);
+  // A DMA engine finished its job (through its done_port; simulator thread, at the job's end
+  // time).
+  void dma_done(unsigned engine, const isa::Status& outcome) override;
   // The PE grid finished its launch (through its launch_done_port; simulator thread, at the
   // launch's end time).
   void launch_done(const isa::Status& outcome) override;

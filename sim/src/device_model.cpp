@@ -26,7 +26,7 @@ DeviceModel::DeviceModel(sc_core::sc_module_name name, SimShared& shared)
       cp_("command_processor", shared, raw(engines_), grid_, channel_),
       regs_("bar0", cp_),
       bridge_("host_bridge", shared, channel_, regs_) {
-  for (auto& e : engines_) e->connect(&cp_);
+  for (auto& e : engines_) e->done_port.bind(cp_);
   grid_.launch_done_port.bind(cp_);
   bridge_.socket.bind(regs_.socket);
 }

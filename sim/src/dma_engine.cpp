@@ -97,7 +97,7 @@ void DmaEngine::run() {
                                plan.payload_bytes, begin, plan.end_ps);
     }
     job_.reset();
-    cp_->dma_done(index_, result);
+    done_port->dma_done(index_, result);
   }
 }
 

@@ -11,14 +11,18 @@
 
 namespace mtia::sim::detail {
 
-class CommandProcessorModule;
+// Where an engine reports the end of its job (the command processor), through
+// DmaEngine::done_port: called on the simulator thread at the job's end time.
+class DmaDoneIf : public virtual sc_core::sc_interface {
+ public:
+  virtual void dma_done(unsigned engine, const isa::Status& outcome) = 0;
+};
 
 // One DMA engine: takes a job from the firmware, validates and times it through the
 // MemorySystem, waits once until its end, moves the data and reports back.
 class DmaEngine : public sc_core::sc_module {
  public:
   DmaEngine(sc_core::sc_module_name name, unsigned index, SimShared& shared);
-  void connect(CommandProcessorModule* cp) { cp_ = cp; }
   // Called from the firmware's dma_start; the job starts in a later delta cycle, so the
   // completion never re-enters the firmware from inside dma_start. `queue` is the queue of
   // the packet it runs, for the trace (Tracer::kNoQueue when unknown).
@@ -26,12 +30,13 @@ class DmaEngine : public sc_core::sc_module {
   bool busy() const { return job_.has_value(); }
   Json stats_json() const;
 
+  sc_core::sc_port<DmaDoneIf> done_port;
+
  private:
   void run();
 
   unsigned index_;
   SimShared& shared_;
-  CommandProcessorModule* cp_ = nullptr;
   std::optional<firmware::DmaJob> job_;
   uint32_t job_queue_ = Tracer::kNoQueue;
   sc_core::sc_event start_;
