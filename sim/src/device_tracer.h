@@ -63,6 +63,9 @@ class Tracer {
                DpeClass dpe_class = DpeClass::kFp32) {
     sink_.pe_unit(pe, unit, start_ps, end_ps, work, dpe_class);
   }
+  void sanitizer_finding(uint32_t pe, uint64_t ts_ps, std::string check, std::string report) {
+    sink_.sanitizer_finding(pe, ts_ps, std::move(check), std::move(report));
+  }
 
   // ---- any thread -------------------------------------------------------------------------
   void host_call(HostCall call) { sink_.host_call(std::move(call)); }

@@ -698,10 +698,12 @@ TEST_CASE("synccheck reports local-store bytes used while an operation on them i
   }
 }
 
-TEST_CASE("the device's statistics count the sanitizer's findings per check", "[sanitizer]") {
+TEST_CASE("the device's statistics and trace count the sanitizer's findings per check",
+          "[sanitizer]") {
   if (!sanitizer_available()) return;
   const std::vector<int32_t> in_data = iota(256, 5);
   Device dev = Device::open(options("memcheck,racecheck,initcheck,synccheck"));
+  dev.set_trace_level(TraceLevel::kKernels);
   const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
   DevicePtr in = test::upload(dev, in_data);
   DevicePtr out = dev.malloc(4 * 256);
@@ -718,6 +720,9 @@ TEST_CASE("the device's statistics count the sanitizer's findings per check", "[
   std::ifstream stats_file(dir / "stats.json");
   REQUIRE(stats_file);
   const auto stats = nlohmann::json::parse(stats_file);
+  std::ifstream trace_file(dir / "trace.json");
+  REQUIRE(trace_file);
+  const auto trace = nlohmann::json::parse(trace_file);
   std::filesystem::remove_all(dir);
   const auto& grid = stats["pe_grid"];
   CHECK(grid["sanitizer_errors"]["value"].get<uint64_t>() == 2);
@@ -733,4 +738,35 @@ TEST_CASE("the device's statistics count the sanitizer's findings per check", "[
   INFO("report: " << text);
   CHECK_THAT(text, Catch::Contains("still writes and this PE has not waited for"));
   CHECK_THAT(first, Catch::Contains(text));
+
+  // In the trace: one instant event per finding on the failing PE's core track, inside its
+  // launch's slice, carrying the device's report; none for the launch that passed.
+  std::vector<nlohmann::json> findings, launches;
+  int pe0_track = -1;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("cat", "") == "sanitizer") findings.push_back(e);
+    if (e.value("cat", "") == "launch") launches.push_back(e);
+    if (e["ph"] == "M" && e["name"] == "thread_name" && e["args"]["name"] == "pe 0") {
+      pe0_track = e["tid"].get<int>();
+    }
+  }
+  REQUIRE(pe0_track >= 0);
+  REQUIRE(launches.size() == 3);
+  REQUIRE(findings.size() == 2);
+  for (size_t i = 0; i < findings.size(); ++i) {
+    const auto& f = findings[i];
+    INFO("finding: " << f.dump());
+    CHECK(f["ph"] == "i");
+    CHECK(f["s"] == "t");
+    CHECK(f["name"] == "sanitizer: synccheck");
+    CHECK(f["args"]["check"] == "synccheck");
+    CHECK(f["args"]["pe"] == 0);
+    CHECK(f["tid"] == pe0_track);
+    const double ts = f["ts"].get<double>(), start = launches[i]["ts"].get<double>();
+    CHECK(ts >= start);
+    CHECK(ts <= start + launches[i]["dur"].get<double>());
+  }
+  CHECK(findings[0]["args"]["report"] == text);
+  CHECK_THAT(findings[1]["args"]["report"].get<std::string>(),
+             Catch::Contains("synccheck: pe.wait at pc 0x"));
 }

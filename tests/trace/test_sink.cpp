@@ -90,6 +90,47 @@ TEST_CASE("the sink drops past its limit, unit operations first, and reports eac
   });
 }
 
+TEST_CASE(
+    "a sanitizer finding is kept past the limit and written as an instant event on its "
+    "PE's track",
+    "[trace]") {
+  Sink sink(device(), options(TraceLevel::kKernels, 4));  // the smallest limit
+  for (int i = 0; i < 5; ++i) sink.cp_step(i, 1);         // the last one is dropped
+  const std::string report = "PE 3 (row 1, col 1): memcheck: reads \"past\" the end";
+  sink.sanitizer_finding(3, 2'500'000, "memcheck", report);
+  sink.read([](const Recording& rec) {
+    REQUIRE(rec.findings.size() == 1);
+    CHECK(rec.cp_steps.size() == 4);
+    CHECK(rec.device_events() == 5);
+    return 0;
+  });
+  const Json trace = written(sink);
+  std::vector<Json> instants;
+  std::string pe3_track_name;
+  for (const Json& e : trace["traceEvents"]) {
+    if (e["ph"] == "i") instants.push_back(e);
+  }
+  REQUIRE(instants.size() == 1);
+  const Json& f = instants[0];
+  CHECK(f["s"] == "t");
+  CHECK(f["cat"] == "sanitizer");
+  CHECK(f["name"] == "sanitizer: memcheck");
+  CHECK(f["ts"].get<double>() == 2.5);  // microseconds
+  CHECK(f["args"]["pe"] == 3);
+  CHECK(f["args"]["report"] == report);
+  for (const Json& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name" && e["tid"] == f["tid"] &&
+        e["pid"] == f["pid"]) {
+      pe3_track_name = e["args"]["name"].get<std::string>();
+    }
+  }
+  CHECK(pe3_track_name == "pe 3");
+  // With the level off nothing is kept.
+  Sink off(device(), options(TraceLevel::kOff));
+  off.sanitizer_finding(0, 0, "racecheck", "r");
+  CHECK(off.events() == 0);
+}
+
 TEST_CASE("with the level off the sink records and counts nothing", "[trace]") {
   Sink sink(device(), options(TraceLevel::kOff, 4));
   LaunchInfo info;

@@ -183,6 +183,12 @@ void Sink::pe_unit(uint32_t pe, Unit unit, uint64_t start_ps, uint64_t end_ps, u
   kept();
 }
 
+void Sink::sanitizer_finding(uint32_t pe, uint64_t ts_ps, std::string check, std::string report) {
+  if (!on()) return;
+  rec_.findings.push_back({next_ordinal(), pe, ts_ps, std::move(check), std::move(report)});
+  kept();
+}
+
 void Sink::host_call(HostCall call) {
   if (!on()) return;
   const size_t n = 1 + call.packets.size();

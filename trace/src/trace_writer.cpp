@@ -76,6 +76,7 @@ enum class ItemType : uint8_t {
   kLaunch,
   kPeKernel,
   kPeUnit,
+  kFinding,
   kHostCall,
   kHostSubmit,
   kCompletion
@@ -131,6 +132,10 @@ std::vector<Item> sorted_items(const Recording& rec, const PacketIndex& index) {
   for (uint32_t i = 0; i < rec.pe_units.size(); ++i) {
     const auto& u = rec.pe_units[i];
     items.push_back({u.start_ps, 6, u.ordinal, u.end_ps - u.start_ps, ItemType::kPeUnit, i, 0});
+  }
+  for (uint32_t i = 0; i < rec.findings.size(); ++i) {
+    const auto& f = rec.findings[i];
+    items.push_back({f.ts_ps, 8, f.ordinal, 0, ItemType::kFinding, i, 0});
   }
   for (uint32_t c = 0; c < rec.host_calls.size(); ++c) {
     const HostCall& call = rec.host_calls[c];
@@ -273,10 +278,12 @@ class Writer {
     uint32_t pes = 0;
     for (const auto& k : rec_.pe_kernels) pes = std::max(pes, k.pe + 1);
     for (const auto& u : rec_.pe_units) pes = std::max(pes, u.pe + 1);
+    for (const auto& f : rec_.findings) pes = std::max(pes, f.pe + 1);
     // Per PE: which unit slots hold slices; the last entry is the core.
     std::vector<std::vector<bool>> used(pes, std::vector<bool>(kUnitStride + 1, false));
     for (const auto& k : rec_.pe_kernels) used[k.pe][kUnitStride] = true;
     for (const auto& u : rec_.pe_units) used[u.pe][unit_slot(u)] = true;
+    for (const auto& f : rec_.findings) used[f.pe][kUnitStride] = true;
     for (uint32_t p = 0; p < pes; ++p) {
       const std::string pe = "pe " + std::to_string(p);
       const uint32_t base = 10'000 + p * 100;
@@ -333,6 +340,8 @@ class Writer {
       }
       case ItemType::kPeUnit:
         return pe_unit(rec_.pe_units[it.index], it.dur);
+      case ItemType::kFinding:
+        return finding(rec_.findings[it.index]);
     }
   }
 
@@ -458,6 +467,15 @@ class Writer {
              : op.unit == Unit::kSe || op.unit == Unit::kRe ? "elements"
                                                             : "bytes",
              op.work);
+    j_.end_object().end_object();
+  }
+
+  // A thread-scoped instant event on the PE's core track, where its kernel slice ends.
+  void finding(const Recording::Finding& f) {
+    j_.begin_object().field("ph", "i").field("s", "t").field("cat", "sanitizer");
+    j_.field("pid", kDevicePid).field("tid", kPeTrack0 + f.pe).key("ts").us(f.ts_ps);
+    j_.field("name", "sanitizer: " + f.check).key("args").begin_object();
+    j_.field("check", f.check).field("pe", f.pe).field("report", f.report);
     j_.end_object().end_object();
   }
 

@@ -402,6 +402,9 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     }
     if (check >= 0) {
       if (stats_.sanitizer_by_check[check]++ == 0) stats_.first_sanitizer_report[check] = report;
+      shared_.tracer->sanitizer_finding(pes[pe]->chip_index(),
+                                        t0 + clock_.cycles_to_ps(pes[pe]->core().cycles()),
+                                        kSanitizerChecks[check], report);
     }
     return isa::reject(isa::ErrorCode::kSanitizerError, std::move(report), pc, pe);
   };

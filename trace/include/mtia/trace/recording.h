@@ -65,6 +65,14 @@ struct Recording {
     uint64_t work = 0;  // MACs (DPE), elements (SE, RE), bytes (MLU, DMA)
   };
   static constexpr uint32_t kMaxDmaLanes = 56;
+  // A sanitizer finding that failed a launch: an instant event on the PE's track.
+  struct Finding {
+    uint64_t ordinal = 0;
+    uint32_t pe = 0;  // chip PE
+    uint64_t ts_ps = 0;
+    std::string check;   // "memcheck", "racecheck", "initcheck" or "synccheck"
+    std::string report;  // the launch's error message
+  };
 
   DeviceInfo device;
   uint64_t max_events = 0;
@@ -74,6 +82,7 @@ struct Recording {
   std::vector<Launch> launches;
   std::vector<PeKernel> pe_kernels;
   std::vector<PeUnitOp> pe_units;
+  std::vector<Finding> findings;
   std::array<BandwidthBins, kNumMemories> bandwidth;
   std::vector<HostCall> host_calls;
 
@@ -86,7 +95,7 @@ struct Recording {
   bool complete() const { return dropped + dropped_host_calls == 0; }
   size_t device_events() const {
     return cp_steps.size() + packets.size() + dmas.size() + launches.size() + pe_kernels.size() +
-           pe_units.size();
+           pe_units.size() + findings.size();
   }
   size_t host_events() const;  // host calls and the packets they submitted
 };

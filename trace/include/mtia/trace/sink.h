@@ -57,6 +57,10 @@ class Sink {
   // a slice at TraceLevel::kUnits.
   void pe_unit(uint32_t pe, Unit unit, uint64_t start_ps, uint64_t end_ps, uint64_t work,
                DpeClass dpe_class);
+  // A sanitizer finding of `check` on chip PE `pe` at `ts_ps` that failed the launch with
+  // `report`. Kept past the event limit: there is at most one a launch, and it is what the
+  // reader of a failed run looks for.
+  void sanitizer_finding(uint32_t pe, uint64_t ts_ps, std::string check, std::string report);
 
   // ---- any thread -------------------------------------------------------------------------
   void host_call(HostCall call);
