@@ -59,6 +59,8 @@ struct TwoClientServer {
   ~TwoClientServer() {
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
+    std::error_code ignored;  // a killed server leaves its socket file behind
+    std::filesystem::remove(path, ignored);
   }
   std::unique_ptr<Device> open() const {
     driver::BackendOptions o;

@@ -91,6 +91,8 @@ struct Server {
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
     }
+    std::error_code ignored;  // a killed server leaves its socket file behind
+    std::filesystem::remove(path, ignored);
   }
   DeviceOptions options() const {
     DeviceOptions o;
