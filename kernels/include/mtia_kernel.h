@@ -25,6 +25,15 @@ extern "C" {
 #define MTIA_STR_(x) #x
 #define MTIA_STR(x) MTIA_STR_(x)
 
+/* Every function of this header is a wrapper that is always inlined, with no debug information
+ * of its own: its instructions take the caller's source line, which is the line a sanitizer
+ * report or a PE fault should name ("dma.start at pc 0x10abc (src/my_kernel.c:42)"). */
+#if defined(__clang__)
+#define MTIA_INTRINSIC_ static inline __attribute__((always_inline, nodebug))
+#else
+#define MTIA_INTRINSIC_ static inline
+#endif
+
 /* Places a global in this PE's local store (zero at launch). */
 #define MTIA_LOCAL __attribute__((section(".lstore"), aligned(64)))
 
@@ -50,7 +59,7 @@ typedef uint64_t mtia_tag_t;
 
 /* ---- PE information (pe.info): answered by the core, costs one ALU cycle ----------------- */
 #define MTIA_DEFINE_INFO_(name, field)                                  \
-  static inline uint64_t name(void) {                                   \
+  MTIA_INTRINSIC_ uint64_t name(void) {                                 \
     uint64_t v;                                                         \
     __asm__(MTIA_CTRL_(MTIA_PE_F3_INFO, field) "%0, x0, x0" : "=r"(v)); \
     return v;                                                           \
@@ -70,12 +79,12 @@ MTIA_DEFINE_INFO_(mtia_sram_bytes, MTIA_PE_INFO_SRAM_BYTES)
 #undef MTIA_DEFINE_INFO_
 
 /* The counters change on every read, so these are volatile. */
-static inline uint64_t mtia_cycles(void) {
+MTIA_INTRINSIC_ uint64_t mtia_cycles(void) {
   uint64_t v;
   __asm__ volatile(MTIA_CTRL_(MTIA_PE_F3_INFO, MTIA_PE_INFO_CYCLES) "%0, x0, x0" : "=r"(v));
   return v;
 }
-static inline uint64_t mtia_instret(void) {
+MTIA_INTRINSIC_ uint64_t mtia_instret(void) {
   uint64_t v;
   __asm__ volatile(MTIA_CTRL_(MTIA_PE_F3_INFO, MTIA_PE_INFO_INSTRET) "%0, x0, x0" : "=r"(v));
   return v;
@@ -85,22 +94,22 @@ static inline uint64_t mtia_instret(void) {
  * The "memory" clobbers keep the compiler from moving local-store accesses across them. */
 
 /* Waits until every PE of the launch has reached its barrier. */
-static inline void mtia_barrier(void) {
+MTIA_INTRINSIC_ void mtia_barrier(void) {
   __asm__ volatile(MTIA_CTRL_(MTIA_PE_F3_BARRIER, MTIA_PE_F7_V1) "x0, x0, x0" ::: "memory");
 }
 
 /* Waits until the operation with this tag has completed; tag 0 is always complete. */
-static inline void mtia_wait(mtia_tag_t tag) {
+MTIA_INTRINSIC_ void mtia_wait(mtia_tag_t tag) {
   __asm__ volatile(MTIA_CTRL_(MTIA_PE_F3_WAIT, MTIA_PE_F7_V1) "x0, %0, x0" ::"r"(tag) : "memory");
 }
 
 /* Waits until every operation this PE issued has completed. */
-static inline void mtia_wait_all(void) {
+MTIA_INTRINSIC_ void mtia_wait_all(void) {
   __asm__ volatile(MTIA_CTRL_(MTIA_PE_F3_WAIT_ALL, MTIA_PE_F7_V1) "x0, x0, x0" ::: "memory");
 }
 
 /* 1 if the operation with this tag has completed, else 0. Does not wait. */
-static inline int mtia_poll(mtia_tag_t tag) {
+MTIA_INTRINSIC_ int mtia_poll(mtia_tag_t tag) {
   uint64_t done;
   __asm__ volatile(MTIA_CTRL_(MTIA_PE_F3_POLL, MTIA_PE_F7_V1) "%0, %1, x0"
                    : "=r"(done)
@@ -118,25 +127,25 @@ static inline int mtia_poll(mtia_tag_t tag) {
                    : "memory");                                    \
   return tag
 
-static inline mtia_tag_t mtia_dma_start(const mtia_pe_dma_desc* d) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_dma_start(const mtia_pe_dma_desc* d) {
   MTIA_ISSUE_(MTIA_PE_OPC_DMA, MTIA_PE_F3_DMA, d);
 }
-static inline mtia_tag_t mtia_dpe_matmul(const mtia_pe_matmul_desc* d) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_dpe_matmul(const mtia_pe_matmul_desc* d) {
   MTIA_ISSUE_(MTIA_PE_OPC_COMPUTE, MTIA_PE_F3_MATMUL, d);
 }
-static inline mtia_tag_t mtia_se_op(const mtia_pe_se_desc* d) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_se_op(const mtia_pe_se_desc* d) {
   MTIA_ISSUE_(MTIA_PE_OPC_COMPUTE, MTIA_PE_F3_SE, d);
 }
-static inline mtia_tag_t mtia_re_reduce(const mtia_pe_re_desc* d) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_re_reduce(const mtia_pe_re_desc* d) {
   MTIA_ISSUE_(MTIA_PE_OPC_COMPUTE, MTIA_PE_F3_RE, d);
 }
-static inline mtia_tag_t mtia_mlu_op(const mtia_pe_mlu_desc* d) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_mlu_op(const mtia_pe_mlu_desc* d) {
   MTIA_ISSUE_(MTIA_PE_OPC_COMPUTE, MTIA_PE_F3_MLU, d);
 }
 #undef MTIA_ISSUE_
 
 /* Ends the kernel on this PE with an exit status (0 = success). */
-static inline __attribute__((noreturn)) void mtia_exit(int64_t status) {
+MTIA_INTRINSIC_ __attribute__((noreturn)) void mtia_exit(int64_t status) {
   register int64_t a0 __asm__("a0") = status;
   __asm__ volatile("ecall" ::"r"(a0) : "memory");
   __builtin_unreachable();
@@ -145,7 +154,7 @@ static inline __attribute__((noreturn)) void mtia_exit(int64_t status) {
 /* ---- Helpers that build a descriptor and issue it ---------------------------------------- */
 
 /* Struct initialisation may compile to memset/memcpy calls: kernels/src/rt.c provides them. */
-static inline mtia_pe_desc_header mtia_desc_header(uint8_t kind, uint16_t flags) {
+MTIA_INTRINSIC_ mtia_pe_desc_header mtia_desc_header(uint8_t kind, uint16_t flags) {
   mtia_pe_desc_header h;
   h.version = MTIA_PE_DESC_VERSION;
   h.kind = kind;
@@ -156,8 +165,8 @@ static inline mtia_pe_desc_header mtia_desc_header(uint8_t kind, uint16_t flags)
 
 /* Contiguous copy of `bytes` bytes between two spaces, in the widest elements that the
  * addresses and the length allow (8-byte aligned copies are fastest). */
-static inline mtia_tag_t mtia_dma_1d(uint64_t dst, uint8_t dst_space, uint64_t src,
-                                     uint8_t src_space, uint64_t bytes) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_dma_1d(uint64_t dst, uint8_t dst_space, uint64_t src,
+                                       uint8_t src_space, uint64_t bytes) {
   mtia_pe_dma_desc d;
   MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_DMA, 0);
@@ -175,17 +184,18 @@ static inline mtia_tag_t mtia_dma_1d(uint64_t dst, uint8_t dst_space, uint64_t s
 }
 
 /* DRAM/SRAM (device address) -> local store, and back. */
-static inline mtia_tag_t mtia_dma_in(void* local_dst, uint64_t device_src, uint64_t bytes) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_dma_in(void* local_dst, uint64_t device_src, uint64_t bytes) {
   return mtia_dma_1d((uint64_t)(uintptr_t)local_dst, MTIA_PE_SPACE_LOCAL, device_src,
                      MTIA_PE_SPACE_DEVICE, bytes);
 }
-static inline mtia_tag_t mtia_dma_out(uint64_t device_dst, const void* local_src, uint64_t bytes) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_dma_out(uint64_t device_dst, const void* local_src,
+                                        uint64_t bytes) {
   return mtia_dma_1d(device_dst, MTIA_PE_SPACE_DEVICE, (uint64_t)(uintptr_t)local_src,
                      MTIA_PE_SPACE_LOCAL, bytes);
 }
 
 /* Immediate operands: the value's bit pattern in the low bytes (see MTIA_PE_OPND_IMMEDIATE). */
-static inline uint64_t mtia_imm_f32(float v) {
+MTIA_INTRINSIC_ uint64_t mtia_imm_f32(float v) {
   union {
     float f;
     uint32_t u;
@@ -193,16 +203,16 @@ static inline uint64_t mtia_imm_f32(float v) {
   x.f = v;
   return x.u;
 }
-static inline uint64_t mtia_imm_i32(int32_t v) {
+MTIA_INTRINSIC_ uint64_t mtia_imm_i32(int32_t v) {
   return (uint32_t)v;
 }
-static inline uint64_t mtia_imm_i64(int64_t v) {
+MTIA_INTRINSIC_ uint64_t mtia_imm_i64(int64_t v) {
   return (uint64_t)v;
 }
 
 /* out = op(a, b) over n elements of one dtype (comparisons: pass out_dtype MTIA_PE_DT_BOOL). */
-static inline mtia_tag_t mtia_se_binary(uint8_t op, uint8_t in_dtype, uint8_t out_dtype, void* out,
-                                        const void* a, const void* b, uint32_t n) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_se_binary(uint8_t op, uint8_t in_dtype, uint8_t out_dtype,
+                                          void* out, const void* a, const void* b, uint32_t n) {
   mtia_pe_se_desc d;
   MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
@@ -217,8 +227,8 @@ static inline mtia_tag_t mtia_se_binary(uint8_t op, uint8_t in_dtype, uint8_t ou
 }
 
 /* out = op(a, imm) over n elements: imm is a bit pattern from mtia_imm_*. */
-static inline mtia_tag_t mtia_se_binary_imm(uint8_t op, uint8_t dtype, void* out, const void* a,
-                                            uint64_t imm, uint32_t n) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_se_binary_imm(uint8_t op, uint8_t dtype, void* out, const void* a,
+                                              uint64_t imm, uint32_t n) {
   mtia_pe_se_desc d;
   MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
@@ -234,8 +244,8 @@ static inline mtia_tag_t mtia_se_binary_imm(uint8_t op, uint8_t dtype, void* out
 }
 
 /* out = op(a) over n elements (unary ops and casts). */
-static inline mtia_tag_t mtia_se_unary(uint8_t op, uint8_t in_dtype, uint8_t out_dtype, void* out,
-                                       const void* a, uint32_t n) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_se_unary(uint8_t op, uint8_t in_dtype, uint8_t out_dtype, void* out,
+                                         const void* a, uint32_t n) {
   mtia_pe_se_desc d;
   MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
@@ -249,9 +259,9 @@ static inline mtia_tag_t mtia_se_unary(uint8_t op, uint8_t in_dtype, uint8_t out
 }
 
 /* C[m x n] (+)= A[m x k] * B[k x n], row-major tiles with leading dimensions. */
-static inline mtia_tag_t mtia_matmul(uint8_t in_dtype, uint8_t out_dtype, uint16_t flags, void* c,
-                                     uint32_t ldc, const void* a, uint32_t lda, const void* b,
-                                     uint32_t ldb, uint32_t m, uint32_t n, uint32_t k) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_matmul(uint8_t in_dtype, uint8_t out_dtype, uint16_t flags, void* c,
+                                       uint32_t ldc, const void* a, uint32_t lda, const void* b,
+                                       uint32_t ldb, uint32_t m, uint32_t n, uint32_t k) {
   mtia_pe_matmul_desc d;
   MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_MATMUL, flags);
@@ -270,9 +280,9 @@ static inline mtia_tag_t mtia_matmul(uint8_t in_dtype, uint8_t out_dtype, uint16
 }
 
 /* Reduces a rows x cols tile along `axis` (1: one result per row, 0: one per column). */
-static inline mtia_tag_t mtia_reduce(uint8_t op, uint8_t in_dtype, uint8_t out_dtype, uint8_t axis,
-                                     uint16_t flags, void* dst, const void* src, uint32_t rows,
-                                     uint32_t cols, uint32_t ld_src) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_reduce(uint8_t op, uint8_t in_dtype, uint8_t out_dtype,
+                                       uint8_t axis, uint16_t flags, void* dst, const void* src,
+                                       uint32_t rows, uint32_t cols, uint32_t ld_src) {
   mtia_pe_re_desc d;
   MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_RE, flags);
@@ -289,9 +299,9 @@ static inline mtia_tag_t mtia_reduce(uint8_t op, uint8_t in_dtype, uint8_t out_d
 }
 
 /* dst = transpose(src) for a rows x cols tile of elem_size-byte elements. */
-static inline mtia_tag_t mtia_transpose(uint8_t elem_size, void* dst, uint32_t ld_dst,
-                                        const void* src, uint32_t ld_src, uint32_t rows,
-                                        uint32_t cols) {
+MTIA_INTRINSIC_ mtia_tag_t mtia_transpose(uint8_t elem_size, void* dst, uint32_t ld_dst,
+                                          const void* src, uint32_t ld_src, uint32_t rows,
+                                          uint32_t cols) {
   mtia_pe_mlu_desc d;
   MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_MLU, 0);

@@ -220,8 +220,8 @@ static inline int kgen_box_inside(const kgen_plan* p, const kgen_box* b, const i
 }
 
 /* Device -> tile: the box dimensions from k on (dims [k, upto)), contiguous in the tile. */
-static inline mtia_tag_t kgen_load(const kgen_plan* p, const kgen_box* b, void* tile, uint64_t base,
-                                   const int64_t* st, int64_t off, unsigned es, int upto) {
+KWRAPPER mtia_tag_t kgen_load(const kgen_plan* p, const kgen_box* b, void* tile, uint64_t base,
+                              const int64_t* st, int64_t off, unsigned es, int upto) {
   const int64_t o = kgen_offset(p, b, st, off);
   const int k = p->k < upto ? p->k : upto - 1;
   if (upto <= 0 || k < 0) return mtia_dma_in(tile, base + (uint64_t)(o * (int64_t)es), es);
@@ -247,9 +247,9 @@ static inline int kgen_compact_box(const kgen_plan* p, const kgen_box* b, const 
  * the box, only its distinct elements are read, into `compact`, and kgen_spread then fills the
  * tile from them (from device memory, each element of a zero-stride run would cost a whole
  * burst). */
-static inline mtia_tag_t kgen_load_bcast(const kgen_plan* p, const kgen_box* b, void* tile,
-                                         void* compact, uint64_t base, const int64_t* st,
-                                         int64_t off, unsigned es, int upto) {
+KWRAPPER mtia_tag_t kgen_load_bcast(const kgen_plan* p, const kgen_box* b, void* tile,
+                                    void* compact, uint64_t base, const int64_t* st, int64_t off,
+                                    unsigned es, int upto) {
   uint64_t cs[KGEN_DMA_DIMS];
   if (!kgen_compact_box(p, b, st, upto, cs)) return kgen_load(p, b, tile, base, st, off, es, upto);
   const int k = p->k < upto ? p->k : upto - 1;
@@ -259,8 +259,8 @@ static inline mtia_tag_t kgen_load_bcast(const kgen_plan* p, const kgen_box* b, 
 
 /* After kgen_load_bcast's DMA completed: the tile from the compact elements, by a local DMA with
  * zero source strides along the broadcast dimensions. Nothing to do when the load was whole. */
-static inline void kgen_spread(const kgen_plan* p, const kgen_box* b, void* tile,
-                               const void* compact, const int64_t* st, unsigned es, int upto) {
+KWRAPPER void kgen_spread(const kgen_plan* p, const kgen_box* b, void* tile, const void* compact,
+                          const int64_t* st, unsigned es, int upto) {
   uint64_t cs[KGEN_DMA_DIMS];
   if (!kgen_compact_box(p, b, st, upto, cs)) return;
   const int k = p->k < upto ? p->k : upto - 1;
@@ -276,9 +276,9 @@ static inline void kgen_spread(const kgen_plan* p, const kgen_box* b, void* tile
 }
 
 /* Tile -> device, the same box. */
-static inline mtia_tag_t kgen_store(const kgen_plan* p, const kgen_box* b, uint64_t base,
-                                    const int64_t* st, int64_t off, const void* tile, unsigned es,
-                                    int upto) {
+KWRAPPER mtia_tag_t kgen_store(const kgen_plan* p, const kgen_box* b, uint64_t base,
+                               const int64_t* st, int64_t off, const void* tile, unsigned es,
+                               int upto) {
   const int64_t o = kgen_offset(p, b, st, off);
   const int k = p->k < upto ? p->k : upto - 1;
   if (upto <= 0 || k < 0) return mtia_dma_out(base + (uint64_t)(o * (int64_t)es), tile, es);
@@ -287,8 +287,8 @@ static inline mtia_tag_t kgen_store(const kgen_plan* p, const kgen_box* b, uint6
 
 /* An SE operation with each operand a vector (mode 0), a broadcast element (1) or an immediate
  * bit pattern (2). */
-static inline void kgen_se(uint8_t op, uint8_t in_dt, uint8_t out_dt, void* out, uint32_t n, int m0,
-                           uint64_t a, int m1, uint64_t b, int m2, uint64_t c) {
+KWRAPPER void kgen_se(uint8_t op, uint8_t in_dt, uint8_t out_dt, void* out, uint32_t n, int m0,
+                      uint64_t a, int m1, uint64_t b, int m2, uint64_t c) {
   mtia_pe_se_desc d;
   MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);

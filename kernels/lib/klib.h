@@ -11,6 +11,11 @@
 
 #include "mtia_kernel.h"
 
+/* Thin wrappers over a DMA or a unit instruction carry no debug information of their own: the
+ * instructions they issue, and their calls to kdma, are named by the caller's source line in
+ * sanitizer reports and PE faults (docs/sanitizer.md, "Source lines"). */
+#define KWRAPPER static inline __attribute__((nodebug))
+
 /* Bytes at the top of the local store left to the stack (descriptors, a few locals). */
 #define KLIB_STACK_RESERVE (8u * 1024u)
 
@@ -282,15 +287,15 @@ static inline void kcontig(int64_t* st, const uint64_t* sizes, int nd, unsigned 
 }
 
 /* Device box -> contiguous local buffer, and back. Device strides in elements. */
-static inline mtia_tag_t kdma_in(void* local, uint64_t dev, const int64_t* dev_st_elems,
-                                 const uint64_t* sizes, int nd, unsigned es) {
+KWRAPPER mtia_tag_t kdma_in(void* local, uint64_t dev, const int64_t* dev_st_elems,
+                            const uint64_t* sizes, int nd, unsigned es) {
   int64_t ls[4], ds[4];
   kcontig(ls, sizes, nd, es);
   for (int i = 0; i < nd; ++i) ds[i] = dev_st_elems[i] * (int64_t)es;
   return kdma(kaddr(local), MTIA_PE_SPACE_LOCAL, ls, dev, MTIA_PE_SPACE_DEVICE, ds, sizes, nd, es);
 }
-static inline mtia_tag_t kdma_out(uint64_t dev, const int64_t* dev_st_elems, const void* local,
-                                  const uint64_t* sizes, int nd, unsigned es) {
+KWRAPPER mtia_tag_t kdma_out(uint64_t dev, const int64_t* dev_st_elems, const void* local,
+                             const uint64_t* sizes, int nd, unsigned es) {
   int64_t ls[4], ds[4];
   kcontig(ls, sizes, nd, es);
   for (int i = 0; i < nd; ++i) ds[i] = dev_st_elems[i] * (int64_t)es;
@@ -298,14 +303,14 @@ static inline mtia_tag_t kdma_out(uint64_t dev, const int64_t* dev_st_elems, con
 }
 
 /* 2-D tile helpers: rows x cols, element (i, j) at dev + (i*rs + j*cs) * es. */
-static inline mtia_tag_t ktile_in(void* local, uint64_t dev, int64_t rs, int64_t cs, uint64_t rows,
-                                  uint64_t cols, unsigned es) {
+KWRAPPER mtia_tag_t ktile_in(void* local, uint64_t dev, int64_t rs, int64_t cs, uint64_t rows,
+                             uint64_t cols, unsigned es) {
   const uint64_t sizes[2] = {rows, cols};
   const int64_t st[2] = {rs, cs};
   return kdma_in(local, dev, st, sizes, 2, es);
 }
-static inline mtia_tag_t ktile_out(uint64_t dev, int64_t rs, int64_t cs, const void* local,
-                                   uint64_t rows, uint64_t cols, unsigned es) {
+KWRAPPER mtia_tag_t ktile_out(uint64_t dev, int64_t rs, int64_t cs, const void* local,
+                              uint64_t rows, uint64_t cols, unsigned es) {
   const uint64_t sizes[2] = {rows, cols};
   const int64_t st[2] = {rs, cs};
   return kdma_out(dev, st, local, sizes, 2, es);
@@ -313,8 +318,8 @@ static inline mtia_tag_t ktile_out(uint64_t dev, int64_t rs, int64_t cs, const v
 
 /* Fills a rows x cols local tile from a vector: per_row != 0 repeats vec[i] along row i,
  * otherwise vec[j] down column j (a local DMA with a zero source stride). */
-static inline void kexpand(void* dst, const void* vec, uint64_t rows, uint64_t cols, int per_row,
-                           unsigned es) {
+KWRAPPER void kexpand(void* dst, const void* vec, uint64_t rows, uint64_t cols, int per_row,
+                      unsigned es) {
   const uint64_t sizes[2] = {rows, cols};
   const int64_t ds[2] = {(int64_t)(cols * es), (int64_t)es};
   int64_t ss[2];
@@ -325,8 +330,8 @@ static inline void kexpand(void* dst, const void* vec, uint64_t rows, uint64_t c
 }
 
 /* ---- SE / RE wrappers: issue, then wait (kernels here keep each PE's unit work in order) --- */
-static inline void kse(uint8_t op, uint8_t in_dt, uint8_t out_dt, void* out, const void* a,
-                       const void* b, const void* c, uint32_t n) {
+KWRAPPER void kse(uint8_t op, uint8_t in_dt, uint8_t out_dt, void* out, const void* a,
+                  const void* b, const void* c, uint32_t n) {
   mtia_pe_se_desc d;
   MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
@@ -341,12 +346,11 @@ static inline void kse(uint8_t op, uint8_t in_dt, uint8_t out_dt, void* out, con
   mtia_wait(mtia_se_op(&d));
 }
 /* out = op(a, imm) */
-static inline void kse_imm(uint8_t op, uint8_t dt, void* out, const void* a, uint64_t imm,
-                           uint32_t n) {
+KWRAPPER void kse_imm(uint8_t op, uint8_t dt, void* out, const void* a, uint64_t imm, uint32_t n) {
   mtia_wait(mtia_se_binary_imm(op, dt, out, a, imm, n));
 }
 /* out[i] = the bit pattern `bits` (SE cast of an immediate to its own dtype). */
-static inline void kse_fill(uint8_t dt, void* out, uint64_t bits, uint32_t n) {
+KWRAPPER void kse_fill(uint8_t dt, void* out, uint64_t bits, uint32_t n) {
   mtia_pe_se_desc d;
   MTIA_ZERO_(d);
   d.hdr = mtia_desc_header(MTIA_PE_DESC_SE, 0);
@@ -359,11 +363,11 @@ static inline void kse_fill(uint8_t dt, void* out, uint64_t bits, uint32_t n) {
   d.dst = kaddr(out);
   mtia_wait(mtia_se_op(&d));
 }
-static inline void kcast(uint8_t in_dt, uint8_t out_dt, void* out, const void* a, uint32_t n) {
+KWRAPPER void kcast(uint8_t in_dt, uint8_t out_dt, void* out, const void* a, uint32_t n) {
   kse(MTIA_PE_SE_CAST, in_dt, out_dt, out, a, 0, 0, n);
 }
-static inline void kre(uint8_t op, uint8_t in_dt, uint8_t out_dt, int axis, int accumulate,
-                       void* dst, const void* src, uint32_t rows, uint32_t cols) {
+KWRAPPER void kre(uint8_t op, uint8_t in_dt, uint8_t out_dt, int axis, int accumulate, void* dst,
+                  const void* src, uint32_t rows, uint32_t cols) {
   mtia_wait(mtia_reduce(op, in_dt, out_dt, (uint8_t)axis, accumulate ? MTIA_PE_RE_ACCUMULATE : 0,
                         dst, src, rows, cols, cols));
 }

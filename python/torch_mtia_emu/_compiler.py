@@ -306,9 +306,11 @@ class _Toolkit:
             self.link_script = os.path.join(k, "link.ld")
         self.cc = shutil.which("clang")
         # The target flags are the build's (kernels/mtia_kernel_image.cmake); generated code
-        # leaves variables unused, so those warnings are off.
-        self.flags = [*_C._kernel_target_flags().split(), "-O2", "-std=c99", "-Wall",
-                      "-Wno-unused-variable", "-Wno-unused-but-set-variable", "-fuse-ld=lld"]
+        # leaves variables unused, so those warnings are off. Line tables let the sanitizer's
+        # and the faults' reports name the generated source's lines.
+        self.flags = [*_C._kernel_target_flags().split(), "-O2", "-gline-tables-only",
+                      "-std=c99", "-Wall", "-Wno-unused-variable",
+                      "-Wno-unused-but-set-variable", "-fuse-ld=lld"]
         # The cache key covers what the output depends on besides the kernel's own source.
         h = hashlib.sha256(" ".join(self.flags).encode())
         for d in self.includes:
@@ -333,7 +335,9 @@ class _Toolkit:
         mine = f"{base}.{os.getpid()}"
         with open(mine + ".c", "w") as f:
             f.write(source)
-        cmd = [self.cc, *self.flags, *(f"-I{d}" for d in self.includes),
+        # The line table names the source by the path it keeps, not this process's copy.
+        cmd = [self.cc, *self.flags, f"-fdebug-prefix-map={mine}.c={base}.c",
+               *(f"-I{d}" for d in self.includes),
                f"-Wl,-T,{self.link_script}", *self.runtime, mine + ".c", "-o", mine + ".elf"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         os.replace(mine + ".c", base + ".c")

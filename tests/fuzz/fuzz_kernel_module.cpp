@@ -1,6 +1,7 @@
 // Kernel modules, as load_module and the PE model read them: the metadata parser, the ELF
-// reader and the program the PEs load. Any bytes must be accepted or refused with a reason,
-// and a module the host accepts must not make the PE model allocate beyond its windows.
+// reader, the program the PEs load and the line table that reports take source lines from.
+// Any bytes must be accepted or refused with a reason, and a module the host accepts must not
+// make the PE model allocate beyond its windows.
 #include <cstdint>
 #include <span>
 
@@ -8,6 +9,7 @@
 #include "mtia/isa/pe/kernel_meta.h"
 #include "mtia/isa/pe/pe_ops.h"
 #include "mtia/sim/pe/elf.h"
+#include "mtia/sim/pe/line_table.h"
 #include "mtia/sim/pe/program.h"
 
 namespace isa = mtia::isa;
@@ -17,6 +19,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> file(data, size);
   const auto module = isa::parse_kernel_module(file);
   if (!module) FUZZ_CHECK(!module.error().reason.empty());
+
+  const auto lines = pe::LineTable::from_elf(file);
+  if (lines) {
+    (void)lines.value().annotate("at pc 0x10000, pc 0x10004 and pc 0x", {{0x10000, 0x10008}});
+  } else {
+    FUZZ_CHECK(!lines.error().reason.empty());
+  }
 
   const auto image = pe::parse_elf(file);
   if (!image) {

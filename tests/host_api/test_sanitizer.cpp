@@ -52,6 +52,20 @@ void check_pc_is_dma_start(const std::string& report, const char* elf = MTIA_SMO
   CHECK(found > 0);
 }
 
+// The 1-based line of the smoke kernel's source that holds `text` (exactly one must).
+std::string source_line_of(const std::string& text) {
+  std::ifstream in(MTIA_SMOKE_KERNEL_SOURCE);
+  REQUIRE(in);
+  std::string line, found;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find(text) == std::string::npos) continue;
+    REQUIRE(found.empty());
+    found = std::to_string(n);
+  }
+  REQUIRE_FALSE(found.empty());
+  return found;
+}
+
 DeviceOptions options(const char* sanitize, uint32_t unit_threads = 0) {
   DeviceOptions o = test::functional_options();
   o.sanitize = sanitize;
@@ -132,6 +146,11 @@ TEST_CASE("memcheck reports a read past a tensor into its neighbour", "[sanitize
                                        hex(in.address()) + " (1536 bytes) into the allocation at " +
                                        hex(neighbour.address()) + " (1024 bytes)"));
     check_pc_is_dma_start(report);
+    // The kernel carries a line table (built with -g): the pc is followed by the source line
+    // of the mtia_dma_in(...) that issued the DMA.
+    CHECK_THAT(report, Catch::Contains("dma.start at pc 0x") &&
+                           Catch::Contains(" (src/smoke.c:" + source_line_of("mtia_dma_in(") +
+                                           ") reads 516 bytes"));
     // The same report at any host thread count.
     if (first_report.empty()) {
       first_report = report;

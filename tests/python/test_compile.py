@@ -473,8 +473,17 @@ def test_a_device_fault_in_a_generated_kernel_is_an_error_for_that_launch():
     # A pointer far outside device memory: the DMA faults on the device, and the fault is
     # raised for that launch by the next synchronization.
     kernel.launch_raw([("ptr", 1 << 60), ("ptr", 1 << 60)], 1000)
-    with pytest.raises(RuntimeError, match="fault"):
+    with pytest.raises(RuntimeError, match="fault") as raised:
         torch.mtia.synchronize()
+    # Generated kernels carry line tables: the fault names the line of the generated C source
+    # (in the kernel cache) whose load issued the DMA.
+    where = re.search(r"fault at pc 0x[0-9a-f]+ \([^()]*called from (?:[^()/]*/)?([0-9a-f]+)\.c:"
+                      r"(\d+)\)", str(raised.value))
+    assert where, str(raised.value)
+    assert where.group(1) == kernel.key
+    with open(os.path.join(_compiler.kernel_cache_dir(), kernel.key + ".c")) as f:
+        line = f.read().splitlines()[int(where.group(2)) - 1]
+    assert "kgen_load(" in line, line
     torch.testing.assert_close(g(x).cpu(), torch.full((1000,), 3.0))
 
 

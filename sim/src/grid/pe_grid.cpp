@@ -272,10 +272,58 @@ isa::Status PeGrid::load_program(const isa::LaunchPacket& launch,
   auto program = pe::Program::create(image);
   if (!program.ok()) return bad(program.error().reason);
   ++stats_.program_loads;
-  cache_[key] = CachedProgram{std::vector<uint8_t>(bytes, bytes + size), entry, program.value(),
-                              counted, writes};
+  cache_[key] = CachedProgram{
+      std::vector<uint8_t>(bytes, bytes + size), entry, program.value(), counted, writes, nullptr};
   out = program.value();
   return isa::Status{};
+}
+
+std::string PeGrid::with_source_lines(const isa::LaunchPacket& launch, const std::string& report,
+                                      std::optional<pe::LineTable::Stop> stop) {
+  auto it =
+      cache_.find(std::make_pair(launch.image_addr, MTIA_PE_IMAGE_BASE + launch.entry_offset));
+  if (it == cache_.end()) return report;  // the image did not load: no pc to place
+  CachedProgram& cached = it->second;
+  if (!cached.lines) {
+    // The whole file, up to the end of its section header table or its last section, from
+    // where the launch read the image. Without sections (or with unreadable ones) the reports
+    // name pcs only.
+    DeviceMemory& mem = shared_.memory->device();
+    const uint64_t addr = launch.image_addr;
+    auto read_table = [&]() -> isa::Result<pe::LineTable> {
+      const uint8_t* ehdr = scope_.covers(addr, 64) ? mem.translate(addr, 64) : nullptr;
+      if (ehdr == nullptr) return pe::LineTable{};
+      const uint64_t shoff = read_le<uint64_t>(ehdr + 40);
+      const uint64_t shnum = read_le<uint16_t>(ehdr + 60);
+      if (shoff == 0 || shnum == 0 || shoff > params_.max_image_bytes ||
+          shnum * 64 > params_.max_image_bytes - shoff) {
+        return pe::LineTable{};
+      }
+      const uint8_t* shdrs = scope_.covers(addr + shoff, shnum * 64)
+                                 ? mem.translate(addr + shoff, shnum * 64)
+                                 : nullptr;
+      if (shdrs == nullptr) return pe::LineTable{};
+      uint64_t size = shoff + shnum * 64;
+      for (uint64_t i = 0; i < shnum; ++i) {
+        const uint64_t off = read_le<uint64_t>(shdrs + i * 64 + 24);
+        const uint64_t bytes = read_le<uint64_t>(shdrs + i * 64 + 32);
+        if (off <= params_.max_image_bytes && bytes <= params_.max_image_bytes - off) {
+          size = std::max(size, off + bytes);
+        }
+      }
+      const uint8_t* file = scope_.covers(addr, size) ? mem.translate(addr, size) : nullptr;
+      if (file == nullptr) return pe::LineTable{};
+      return pe::LineTable::from_elf(std::span<const uint8_t>(file, size));
+    };
+    auto table = read_table();
+    if (!table.ok()) {
+      logger("sim.pe")->warn("kernel image at 0x{:x}: reports name pcs only: {}", addr,
+                             table.error().reason);
+      table = pe::LineTable{};
+    }
+    cached.lines = std::make_shared<const pe::LineTable>(std::move(table.value()));
+  }
+  return cached.lines->annotate(report, stop);
 }
 
 isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
@@ -387,12 +435,18 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     sync_to(t0 + clock_.cycles_to_ps(end));
     return outcome;
   };
-  auto sanitizer_failure = [&](const std::string& finding, uint64_t pc, uint32_t pe) {
+  // `stop`: where the failing PE stopped, when it stopped at the reported instruction.
+  auto sanitizer_failure = [&](const std::string& finding, uint64_t pc, uint32_t pe,
+                               std::optional<pe::LineTable::Stop> stop = std::nullopt) {
     ++stats_.sanitizer_errors;
     // Counted when it ends: this is launch number launches + 1 of the device.
-    std::string report = fmt::format(
-        "launch {} of the device (packet seq {}, image 0x{:x}, entry offset 0x{:x}), {}",
-        stats_.launches + 1, launch.header.seq, launch.image_addr, launch.entry_offset, finding);
+    std::string report = with_source_lines(
+        launch,
+        fmt::format(
+            "launch {} of the device (packet seq {}, image 0x{:x}, entry offset 0x{:x}), {}",
+            stats_.launches + 1, launch.header.seq, launch.image_addr, launch.entry_offset,
+            finding),
+        stop);
     // The check is the first name followed by ": " in the finding ("PE 0 (...): memcheck: ...").
     size_t first = std::string::npos;
     int check = -1;
@@ -473,13 +527,18 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
                           core.pc(), i, core.exit_status()};
     }
     const pe::Fault& f = core.fault();
+    const pe::LineTable::Stop stop{f.pc, core.reg(1)};
     if (!pes[i]->sanitizer_finding.empty()) {
       return sanitizer_failure(
-          fmt::format("PE {} (row {}, col {}): {}", i, r, c, pes[i]->sanitizer_finding), f.pc, i);
+          fmt::format("PE {} (row {}, col {}): {}", i, r, c, pes[i]->sanitizer_finding), f.pc, i,
+          stop);
     }
     const bool watchdog_hit = f.kind == pe::FaultKind::kWatchdog;
-    return isa::reject(watchdog_hit ? isa::ErrorCode::kWatchdog : isa::ErrorCode::kKernelFault,
-                       fmt::format("PE {} (row {}, col {}): {}", i, r, c, f.reason), f.pc, i);
+    return isa::reject(
+        watchdog_hit ? isa::ErrorCode::kWatchdog : isa::ErrorCode::kKernelFault,
+        with_source_lines(launch, fmt::format("PE {} (row {}, col {}): {}", i, r, c, f.reason),
+                          stop),
+        f.pc, i);
   };
 
   uint64_t horizon = params_.quantum_cycles;

@@ -45,6 +45,7 @@
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/grid_options.h"
 #include "mtia/sim/memory_system.h"
+#include "mtia/sim/pe/line_table.h"
 #include "mtia/sim/pe/program.h"
 #include "mtia/sim/pe/riscv_core.h"
 #include "mtia/sim/pe/unit_workers.h"
@@ -136,6 +137,8 @@ class PeGrid : public sc_core::sc_module {
     // last read; while the count stays there, they are unchanged.
     bool counted = false;
     uint64_t writes = 0;
+    // The image's source lines (its DWARF line table), read when a report first needs them.
+    std::shared_ptr<const sim::pe::LineTable> lines;
   };
 
   void run();
@@ -144,6 +147,12 @@ class PeGrid : public sc_core::sc_module {
   // Reads, parses and decodes the image (cached), or explains why it cannot be run.
   isa::Status load_program(const isa::LaunchPacket& launch,
                            std::shared_ptr<const sim::pe::Program>& out);
+  // `report` with the source line of each pc it names, where the launch's image carries a
+  // line table (kernels built with -g or -gline-tables-only).
+  // With `stop` (a PE's pc and ra when it failed), that pc also names the line that called
+  // its function.
+  std::string with_source_lines(const isa::LaunchPacket& launch, const std::string& report,
+                                std::optional<sim::pe::LineTable::Stop> stop = std::nullopt);
   // Runs the PEs that are ready through the slices of the quantum that ends at `horizon`, in
   // the sequential order (above).
   void run_slices(const std::vector<ProcessingElement*>& pes, uint64_t horizon);
