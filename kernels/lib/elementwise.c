@@ -233,7 +233,8 @@ static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st)
   /* Small tensors: spread them over the PEs rather than fill one PE's buffers. */
   cap = KMIN(cap, KMAX(256u, kceil_div(v.total, pes)));
   if (cap == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
-  void* inb[2][EW_MAX_IN + EW_MAX_TMP] = {{0}, {0}};
+  /* Only the entries in use are set (and read): zeroing the rest would cost a small launch. */
+  void* inb[2][EW_MAX_IN + EW_MAX_TMP];
   void* cmp[2][EW_MAX_IN]; /* compact buffers of broadcast inputs (0: none) */
   void* outb[2];
   for (int set = 0; set < 2; ++set) {
@@ -249,10 +250,43 @@ static int ew_run(const ewjob* j, const int64_t* size, const int64_t* const* st)
     if (inb[0][EW_MAX_IN + t] == 0) return MTIA_KSTATUS_NO_LOCAL_STORE;
   }
 
+  /* Every operand contiguous and none broadcast (one folded dimension of stride 1): chunk idx
+   * is elements [idx * cap, ...) and its copies are 1-D, the same chunks and copies as below
+   * without the n-D bookkeeping, which is most of a small launch's instructions. */
+  int flat = v.nd == 1;
+  for (int o = 0; o < v.nops && flat; ++o) flat = v.st[o][0] == 1;
+  if (flat) {
+    const uint64_t n = kceil_div(v.total, cap);
+    mtia_tag_t fld[2][EW_MAX_IN];
+    mtia_tag_t fst[2] = {0, 0};
+    uint64_t idx = pe;
+    for (int i = 0; i < j->nin && idx < n; ++i) {
+      fld[0][i] = kdma_flat(kaddr(inb[0][i]), MTIA_PE_SPACE_LOCAL, j->in[i] + idx * cap * ies[i],
+                            MTIA_PE_SPACE_DEVICE, KMIN(cap, v.total - idx * cap), ies[i]);
+    }
+    for (int k = 0; idx < n; ++k, idx += pes) {
+      const int cur = k & 1, nxt = cur ^ 1;
+      const uint64_t next = idx + pes;
+      for (int i = 0; i < j->nin && next < n; ++i) {
+        fld[nxt][i] =
+            kdma_flat(kaddr(inb[nxt][i]), MTIA_PE_SPACE_LOCAL, j->in[i] + next * cap * ies[i],
+                      MTIA_PE_SPACE_DEVICE, KMIN(cap, v.total - next * cap), ies[i]);
+      }
+      for (int i = 0; i < j->nin; ++i) mtia_wait(fld[cur][i]);
+      mtia_wait(fst[cur]); /* chunk k-2's result has left this output buffer */
+      const uint64_t count = KMIN(cap, v.total - idx * cap);
+      j->fn(j, outb[cur], inb[cur], (uint32_t)count);
+      fst[cur] = kdma_flat(j->out + idx * cap * oes, MTIA_PE_SPACE_DEVICE, kaddr(outb[cur]),
+                           MTIA_PE_SPACE_LOCAL, count, oes);
+    }
+    mtia_wait_all();
+    return MTIA_KSTATUS_OK;
+  }
+
   ewchunks c;
   ewchunks_plan(&c, &v, cap);
   ewbox box[2];
-  mtia_tag_t ld[2][EW_MAX_IN] = {{0}, {0}};
+  mtia_tag_t ld[2][EW_MAX_IN];
   int spread[2][EW_MAX_IN]; /* set by ew_load with each load (any_bcast) */
   mtia_tag_t st_tag[2] = {0, 0};
 

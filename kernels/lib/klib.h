@@ -177,6 +177,28 @@ static inline mtia_tag_t kdma(uint64_t dst, uint8_t dst_space, const int64_t* ds
   return mtia_dma_start(&d);
 }
 
+/* kdma of n elements of es bytes, contiguous on both sides: kdma_build's descriptor for that
+ * box (the same widened elements), without its dimension merging. */
+KWRAPPER mtia_tag_t kdma_flat(uint64_t dst, uint8_t dst_space, uint64_t src, uint8_t src_space,
+                              uint64_t n, unsigned es) {
+  mtia_pe_dma_desc d;
+  MTIA_ZERO_(d);
+  unsigned w = es;
+  const uint64_t all = src | dst | (n * es);
+  while (w < 8 && (all & (2 * w - 1)) == 0) w *= 2;
+  d.hdr = mtia_desc_header(MTIA_PE_DESC_DMA, 0);
+  d.ndims = 1;
+  d.elem_size = (uint8_t)w;
+  d.src_space = src_space;
+  d.dst_space = dst_space;
+  d.src = src;
+  d.dst = dst;
+  d.sizes[0] = n * es / w;
+  d.src_strides[0] = w;
+  d.dst_strides[0] = w;
+  return mtia_dma_start(&d);
+}
+
 /* kdma_build for the commonest box, rows x cols elements whose rows are contiguous on both
  * sides and start dst_rs / src_rs bytes apart, in a fraction of its instructions: fills *d
  * exactly as kdma_build would. Only the first two dimensions are written; the rest must be
