@@ -722,7 +722,10 @@ static int pw_check(pwprog* p, const uint64_t* step, const uint64_t* imm, uint64
 static void fn_pointwise(const ewjob* j, void* out, void* const* in, uint32_t n) {
   const pwprog* p = j->pw;
   void* slot[PW_SLOTS];
-  for (int i = 0; i < PW_SLOT_OUT; ++i) slot[i] = in[i];
+  /* The inputs and the scratch buffers the program uses (pw_check: no slot is read before it
+   * is written); the engine leaves the other entries of `in` unset. */
+  for (int i = 0; i < j->nin; ++i) slot[i] = in[i];
+  for (int t = 0; t < j->ntmp; ++t) slot[PW_SLOT_TMP + t] = in[PW_SLOT_TMP + t];
   slot[PW_SLOT_OUT] = out;
   for (int k = 0; k < p->n; ++k) {
     mtia_pe_se_desc d;
