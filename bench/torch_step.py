@@ -3,13 +3,17 @@
 the CPU, in the same run, with the timing model on and off.
 
     .venv/bin/python bench/torch_step.py [--preset mtia-v2] [--steps 20]
+        [--sanitize memcheck,racecheck,initcheck,synccheck]
 
 The model is an MLP (4 Linear layers with ReLU/Tanh/SiLU, a LayerNorm, cross-entropy loss) and
 an SGD step with momentum: forward, backward and optimizer step. Each configuration runs in its
 own interpreter (one emulated device per process) and times the CPU step there too, so every
 ratio compares two timings taken side by side. Reported per step: host wall time (median after
 warm-up), device/CPU ratio, simulated device time (events around the step; 0 with timing off),
-and the ops that fell back to the CPU (none expected).
+and the ops that fell back to the CPU (none expected). With --sanitize, each preset also runs
+with timing on under those sanitizer checks ($MTIA_EMU_SANITIZE), and the table gives its wall
+time over the same step without them; the configurations' runs are interleaved, so the two
+are taken under the same load.
 """
 import argparse
 import json
@@ -96,6 +100,7 @@ print(json.dumps({
 def run(cfg: dict) -> dict:
     env = dict(os.environ)
     env.pop("MTIA_EMU_FALLBACK", None)
+    env["MTIA_EMU_SANITIZE"] = cfg["sanitize"]
     out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cfg)], env=env,
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -116,30 +121,41 @@ def main() -> None:
                     help="CPU threads for the CPU step (1: steadiest on a loaded machine)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs per configuration; the best (lowest) medians are reported")
+    ap.add_argument("--sanitize", metavar="CHECKS",
+                    help="also run with timing on under these sanitizer checks "
+                         "(a comma-separated list, as $MTIA_EMU_SANITIZE takes)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
-    rows = []
+    configs = []
     for preset in args.preset or ["mtia-v2"]:
-        for timing in (True, False):
-            cfg = dict(preset=preset, timing=timing, batch=args.batch, width=args.width,
-                       inputs=args.inputs, classes=args.classes, steps=args.steps,
-                       warmup=args.warmup, threads=args.threads)
-            runs = [run(cfg) for _ in range(args.repeat)]
-            r = min(runs, key=lambda x: x["device_ms"])
-            r["cpu_ms"] = min(x["cpu_ms"] for x in runs)
-            r.update(preset=preset, timing=timing)
-            rows.append(r)
+        modes = [(True, "off"), (False, "off")] + ([(True, args.sanitize)] if args.sanitize else [])
+        for timing, sanitize in modes:
+            configs.append(dict(preset=preset, timing=timing, sanitize=sanitize, batch=args.batch,
+                                width=args.width, inputs=args.inputs, classes=args.classes,
+                                steps=args.steps, warmup=args.warmup, threads=args.threads))
+    runs = [[] for _ in configs]
+    for _ in range(args.repeat):
+        for i, cfg in enumerate(configs):
+            runs[i].append(run(cfg))
+    rows = []
+    for cfg, results in zip(configs, runs):
+        r = min(results, key=lambda x: x["device_ms"])
+        r["cpu_ms"] = min(x["cpu_ms"] for x in results)
+        r.update(preset=cfg["preset"], timing=cfg["timing"], sanitize=cfg["sanitize"])
+        rows.append(r)
+    plain = {r["preset"]: r["device_ms"] for r in rows if r["timing"] and r["sanitize"] == "off"}
     print(f"MLP {args.inputs}-{args.width}-{args.width}-{args.width}-{args.classes}, batch "
           f"{args.batch}, SGD step (forward + backward + update), median of {args.steps} steps, "
           f"best of {args.repeat} runs; kernel launches per step: {rows[0]['launches']}")
-    print("| preset | timing | device wall ms | CPU ms | device / CPU | simulated us |"
-          " max loss diff | CPU fallbacks |")
-    print("|---|---|---:|---:|---:|---:|---:|---|")
+    print("| preset | timing | sanitizer | device wall ms | CPU ms | device / CPU |"
+          " x unsanitized | simulated us | max loss diff | CPU fallbacks |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         fb = ", ".join(f"{k} x{v}" for k, v in r["fallbacks"].items()) or "none"
-        print(f"| {r['preset']} | {'on' if r['timing'] else 'off'} | {r['device_ms']:.1f} | "
-              f"{r['cpu_ms']:.2f} | {r['device_ms'] / r['cpu_ms']:.1f} | "
-              f"{r['simulated_us']:.1f} | {r['max_loss_diff']:.1e} | {fb} |")
+        vs = f"{r['device_ms'] / plain[r['preset']]:.2f}" if r["timing"] else "-"
+        print(f"| {r['preset']} | {'on' if r['timing'] else 'off'} | {r['sanitize']} | "
+              f"{r['device_ms']:.1f} | {r['cpu_ms']:.2f} | {r['device_ms'] / r['cpu_ms']:.1f} | "
+              f"{vs} | {r['simulated_us']:.1f} | {r['max_loss_diff']:.1e} | {fb} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
