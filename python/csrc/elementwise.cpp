@@ -11,8 +11,8 @@
 #include <tuple>
 #include <utility>
 
+#include "devices.h"
 #include "launch.h"
-#include "runtime.h"
 
 namespace mtia::torch_backend {
 

@@ -11,8 +11,8 @@
 #include <sstream>
 #include <vector>
 
+#include "devices.h"
 #include "on_device.h"
-#include "runtime.h"
 
 namespace mtia::torch_backend {
 

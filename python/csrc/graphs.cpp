@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "allocator.h"
+#include "caching_allocator.h"
+#include "devices.h"
 #include "launch.h"
-#include "runtime.h"
 #include "torch_logger.h"
 
 namespace mtia::torch_backend::graphs {

@@ -7,9 +7,9 @@
 // holds that device's index (high 32 bits) and the host API event id (low 32 bits, never 0).
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#include "allocator.h"
+#include "caching_allocator.h"
+#include "devices.h"
 #include "on_device.h"
-#include "runtime.h"
 #include "torch_logger.h"
 
 namespace mtia::torch_backend {

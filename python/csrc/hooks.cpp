@@ -13,12 +13,12 @@
 #include <mutex>
 #include <string>
 
-#include "allocator.h"
+#include "caching_allocator.h"
+#include "devices.h"
 #include "graphs.h"
 #include "hooks.h"
 #include "pinned_allocator.h"
 #include "random.h"
-#include "runtime.h"
 #include "torch_logger.h"
 
 namespace py = pybind11;

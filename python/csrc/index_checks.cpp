@@ -3,10 +3,10 @@
 #include <ATen/Functions.h>
 #include <c10/util/Exception.h>
 
+#include "devices.h"
 #include "elementwise.h"
 #include "launch.h"
 #include "on_device.h"
-#include "runtime.h"
 
 namespace mtia::torch_backend {
 

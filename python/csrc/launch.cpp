@@ -9,8 +9,8 @@
 #include <mutex>
 #include <numeric>
 
+#include "devices.h"
 #include "mtia/settings/settings.h"
-#include "runtime.h"
 
 namespace mtia::torch_backend {
 

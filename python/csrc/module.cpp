@@ -18,7 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "allocator.h"
+#include "caching_allocator.h"
+#include "devices.h"
 #include "fallback.h"
 #include "hooks.h"
 #include "install_location.h"
@@ -27,7 +28,6 @@
 #include "op_table.h"
 #include "profiler.h"
 #include "random.h"
-#include "runtime.h"
 
 namespace py = pybind11;
 

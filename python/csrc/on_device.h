@@ -13,7 +13,7 @@
 #include <optional>
 #include <utility>
 
-#include "runtime.h"
+#include "devices.h"
 
 namespace mtia::torch_backend {
 

@@ -24,13 +24,13 @@
 #include <tuple>
 #include <vector>
 
+#include "devices.h"
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
 #include "mtia/settings/settings.h"
 #include "on_device.h"
 #include "ops.h"
-#include "runtime.h"
 
 namespace mtia::torch_backend {
 

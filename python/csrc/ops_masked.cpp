@@ -12,12 +12,12 @@
 #include <optional>
 #include <vector>
 
+#include "devices.h"
 #include "elementwise.h"
 #include "fallback.h"
 #include "index_checks.h"
 #include "launch.h"
 #include "on_device.h"
-#include "runtime.h"
 
 namespace mtia::torch_backend {
 

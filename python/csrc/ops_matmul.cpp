@@ -13,11 +13,11 @@
 #include <ATen/ops/mm_meta.h>
 #include <torch/library.h>
 
+#include "devices.h"
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
 #include "on_device.h"
-#include "runtime.h"
 #include "structured.h"
 
 namespace mtia::torch_backend {

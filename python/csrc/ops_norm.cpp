@@ -14,11 +14,11 @@
 #include <optional>
 #include <tuple>
 
+#include "devices.h"
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
 #include "on_device.h"
-#include "runtime.h"
 
 namespace mtia::torch_backend {
 

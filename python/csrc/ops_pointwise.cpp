@@ -53,12 +53,12 @@
 #include <cmath>
 #include <limits>
 
+#include "devices.h"
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
 #include "on_device.h"
 #include "ops.h"
-#include "runtime.h"
 #include "structured.h"
 
 namespace mtia::torch_backend {

@@ -16,11 +16,11 @@
 #include <array>
 #include <optional>
 
+#include "devices.h"
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
 #include "on_device.h"
-#include "runtime.h"
 #include "structured.h"
 
 namespace mtia::torch_backend {

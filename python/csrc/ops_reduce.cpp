@@ -28,12 +28,12 @@
 #include <limits>
 #include <numeric>
 
+#include "devices.h"
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
 #include "on_device.h"
 #include "ops.h"
-#include "runtime.h"
 #include "structured.h"
 
 namespace mtia::torch_backend {

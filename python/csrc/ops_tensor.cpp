@@ -20,14 +20,14 @@
 #include <cmath>
 #include <cstring>
 
-#include "allocator.h"
+#include "caching_allocator.h"
+#include "devices.h"
 #include "elementwise.h"
 #include "fallback.h"
 #include "graphs.h"
 #include "launch.h"
 #include "on_device.h"
 #include "random.h"
-#include "runtime.h"
 #include "structured.h"
 
 namespace mtia::torch_backend {

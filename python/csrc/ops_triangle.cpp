@@ -11,11 +11,11 @@
 #include <optional>
 #include <vector>
 
+#include "devices.h"
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
 #include "on_device.h"
-#include "runtime.h"
 #include "structured.h"
 
 namespace mtia::torch_backend {

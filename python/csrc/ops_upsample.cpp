@@ -32,11 +32,11 @@
 #include <string>
 #include <vector>
 
+#include "devices.h"
 #include "elementwise.h"
 #include "fallback.h"
 #include "launch.h"
 #include "on_device.h"
-#include "runtime.h"
 #include "structured.h"
 
 namespace mtia::torch_backend {

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "runtime.h"
+#include "devices.h"
 
 namespace mtia::torch_backend {
 

@@ -43,9 +43,9 @@
 #include <utility>
 #include <vector>
 
+#include "devices.h"
 #include "mtia/activity.h"
 #include "mtia/settings/settings.h"
-#include "runtime.h"
 #include "torch_logger.h"
 
 namespace mtia::torch_backend {

@@ -7,7 +7,7 @@
 #include <array>
 #include <mutex>
 
-#include "runtime.h"
+#include "devices.h"
 
 namespace mtia::torch_backend {
 

@@ -1,4 +1,4 @@
-#include "allocator.h"
+#include "caching_allocator.h"
 #include "torch_logger.h"
 
 #include <c10/util/Exception.h>
@@ -8,7 +8,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "runtime.h"
+#include "devices.h"
 
 namespace mtia::torch_backend {
 

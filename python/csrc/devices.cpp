@@ -1,4 +1,4 @@
-#include "runtime.h"
+#include "devices.h"
 
 #include <c10/util/Exception.h>
 

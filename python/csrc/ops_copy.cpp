@@ -9,12 +9,12 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include "allocator.h"
+#include "caching_allocator.h"
+#include "devices.h"
 #include "elementwise.h"
 #include "launch.h"
 #include "on_device.h"
 #include "pinned_allocator.h"
-#include "runtime.h"
 
 namespace mtia::torch_backend {
 

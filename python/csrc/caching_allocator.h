@@ -38,8 +38,8 @@
 #include <utility>
 #include <vector>
 
+#include "devices.h"
 #include "mtia/stream.h"
-#include "runtime.h"
 
 namespace mtia::torch_backend {
 
