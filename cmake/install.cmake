@@ -50,9 +50,9 @@ install(TARGETS ${exported_targets} EXPORT mtia-emu-targets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(EXPORT mtia-emu-targets NAMESPACE mtia:: DESTINATION ${MTIA_INSTALL_CMAKEDIR})
 
-# Public headers: the host API's, and the isa/, trace/ and driver/ headers they include. The
+# Public headers: the host API's, and the isa/, tracing/ and driver/ headers they include. The
 # isa/ headers are also the kernels' (kernel metadata, PE ops).
-foreach(dir isa trace driver host_api)
+foreach(dir isa tracing driver host_api)
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/${dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 
