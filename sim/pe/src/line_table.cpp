@@ -99,6 +99,12 @@ uint32_t get_u32(std::span<const uint8_t> bytes, size_t at) {
   return v;
 }
 
+// Line arithmetic of a damaged table may overflow: it wraps (and the row is then dropped as
+// out of range) instead of being undefined.
+int64_t wrapping_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+
 std::string join(std::string_view dir, std::string_view name) {
   if (name.empty() || name.front() == '/' || dir.empty()) return std::string(name);
   std::string path(dir);
@@ -363,7 +369,7 @@ isa::Result<LineTable> LineTable::from_elf(std::span<const uint8_t> file) {
       if (op >= opcode_base) {  // a special opcode: advance address and line, then a row
         const uint64_t adjusted = op - opcode_base;
         address += adjusted / line_range * min_inst;
-        line += line_base + static_cast<int64_t>(adjusted % line_range);
+        line = wrapping_add(line, line_base + static_cast<int64_t>(adjusted % line_range));
         emit();
       } else if (op == 0) {  // an extended opcode
         const uint64_t len = r.uleb();
@@ -389,7 +395,7 @@ isa::Result<LineTable> LineTable::from_elf(std::span<const uint8_t> file) {
       } else if (op == kLnsAdvancePc) {
         address += r.uleb() * min_inst;
       } else if (op == kLnsAdvanceLine) {
-        line += r.sleb();
+        line = wrapping_add(line, r.sleb());
       } else if (op == kLnsSetFile) {
         file = r.uleb();
       } else if (op == kLnsConstAddPc) {
