@@ -190,6 +190,7 @@ def test_streams_and_synchronize():
 # --- memory -----------------------------------------------------------------------------
 
 
+@pytest.mark.caching
 def test_memory_counters_follow_the_tensors():
     torch.accelerator.empty_cache()
     torch.accelerator.reset_peak_memory_stats(DEVICE)
@@ -471,6 +472,7 @@ def test_destroying_a_graph_during_its_capture_ends_the_capture():
 TWO_DEVICES = {"MTIA_EMU_DEVICES": "2", "MTIA_EMU_FALLBACK": "error"}
 
 
+@pytest.mark.served
 def test_graphs_on_a_stream_of_another_device():
     r = run_child("""
         import gc, torch

@@ -9,7 +9,7 @@ import torch
 import torch._dynamo
 import torch_mtia_emu
 
-from conftest import DEVICE, run_child
+from conftest import DEVICE, SANITIZE, run_child
 
 
 @pytest.fixture(autouse=True)
@@ -249,6 +249,11 @@ def test_reflection_and_replication_padding(no_fallback):
     cpu_and_device(f, rand(2, 3, 6, 7))
 
 
+# A known initcheck finding (docs/sanitizer.md): the circular padding's kernel loads both sides
+# of a `where` for every lane, the discarded side from its fresh output buffer. Strict: the
+# day the code generator narrows those loads, this fails and the mark goes.
+@pytest.mark.xfail("initcheck" in SANITIZE, strict=True,
+                   reason="initcheck: a masked load not narrowed by the select that consumes it")
 def test_concatenation_constant_and_circular_padding_combine_masks(no_fallback):
     # cat and constant padding AND their bounds masks (ops.and_); circular padding nests one
     # masked load inside another.

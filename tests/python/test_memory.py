@@ -22,6 +22,7 @@ def clean_cache():
     yield
 
 
+@pytest.mark.caching
 def test_stats_follow_allocations_and_frees():
     before = dram()
     a = torch.empty(1000, dtype=torch.float32, device=DEVICE)  # 4000 bytes -> 4096
@@ -42,6 +43,7 @@ def test_stats_follow_allocations_and_frees():
     del b
 
 
+@pytest.mark.caching
 def test_freed_blocks_are_reused_without_a_driver_call():
     x = torch.empty(10_000, device=DEVICE)
     address = x.data_ptr()
@@ -57,6 +59,7 @@ def test_freed_blocks_are_reused_without_a_driver_call():
     assert z.data_ptr() != address
 
 
+@pytest.mark.caching
 def test_empty_cache_returns_blocks_to_the_device():
     xs = [torch.empty(1 << 20, device=DEVICE) for _ in range(4)]  # 4 x 4 MiB
     del xs
@@ -91,6 +94,7 @@ def test_tensors_of_ops_are_counted_and_released():
     assert torch.mtia.memory_allocated() == base
 
 
+@pytest.mark.caching
 def test_blocks_stay_with_their_stream():
     s = torch.mtia.Stream()
     with torch.mtia.stream(s):
@@ -117,6 +121,7 @@ def test_out_of_memory_names_the_request_and_what_is_free():
     assert torch.ones(3, device=DEVICE).sum().item() == 3.0
 
 
+@pytest.mark.caching
 def test_out_of_memory_retries_after_returning_the_cache():
     r = run_child("""
         import torch, torch_mtia_emu
@@ -156,6 +161,7 @@ def delta(after, before):
     return {k: after[k] - before[k] for k in after if isinstance(after[k], int)}
 
 
+@pytest.mark.caching
 def test_cuda_style_stats_follow_an_allocation_and_its_free():
     torch.mtia.reset_peak_memory_stats()
     before = flat()
@@ -262,6 +268,7 @@ def entries(snapshot):
     return trace
 
 
+@pytest.mark.caching
 def test_snapshot_segments_and_blocks_match_the_allocator(history):
     x = allocate_in_a_named_function(100_000)  # -> 100352
     y = allocate_in_a_named_function(2000)     # -> 2048

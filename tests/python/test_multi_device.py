@@ -15,6 +15,10 @@ import pytest
 
 from conftest import run_child
 
+# Every device here is served (a device server per device), and served devices refuse the
+# sanitizer: under $MTIA_EMU_SANITIZE these tests are skipped (conftest.py).
+pytestmark = pytest.mark.served
+
 TWO = {"MTIA_EMU_DEVICES": "2", "MTIA_EMU_FALLBACK": "error"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
