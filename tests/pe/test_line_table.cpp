@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "elf_file.h"
 #include "mtia/isa/pe/pe_ops.h"
 #include "mtia/sim/pe/line_table.h"
 
@@ -20,19 +20,6 @@ using Catch::Matchers::Contains;
 using mtia::sim::pe::LineTable;
 
 namespace {
-
-std::vector<uint8_t> read_bytes(const char* path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-template <typename T>
-T get(const std::vector<uint8_t>& f, size_t at) {
-  T v;
-  std::memcpy(&v, f.data() + at, sizeof v);
-  return v;
-}
 
 // The 1-based lines of `path` that contain `text`.
 std::set<uint32_t> lines_with(const char* path, const std::string& text) {
@@ -46,38 +33,13 @@ std::set<uint32_t> lines_with(const char* path, const std::string& text) {
   return out;
 }
 
-struct Section {
-  std::string name;
-  uint64_t addr = 0, offset = 0, size = 0, flags = 0;
-  size_t header = 0;  // offset of its section header
-};
-
-std::vector<Section> sections(const std::vector<uint8_t>& f) {
-  const auto shoff = get<uint64_t>(f, 40);
-  const auto shnum = get<uint16_t>(f, 60), shstrndx = get<uint16_t>(f, 62);
-  const uint64_t names = get<uint64_t>(f, shoff + shstrndx * 64 + 24);
-  std::vector<Section> out;
-  for (uint16_t i = 0; i < shnum; ++i) {
-    const size_t h = shoff + size_t{i} * 64;
-    Section s;
-    s.name = reinterpret_cast<const char*>(f.data() + names + get<uint32_t>(f, h));
-    s.flags = get<uint64_t>(f, h + 8);
-    s.addr = get<uint64_t>(f, h + 16);
-    s.offset = get<uint64_t>(f, h + 24);
-    s.size = get<uint64_t>(f, h + 32);
-    s.header = h;
-    out.push_back(s);
-  }
-  return out;
-}
-
 // The pcs of the dma.start instructions in the executable sections.
 std::vector<uint64_t> dma_starts(const std::vector<uint8_t>& f) {
   std::vector<uint64_t> pcs;
-  for (const Section& s : sections(f)) {
+  for (const mtia::test::ElfSection& s : mtia::test::elf_sections(f)) {
     if ((s.flags & 0x4) == 0) continue;  // SHF_EXECINSTR
     for (uint64_t at = 0; at + 4 <= s.size; at += 4) {
-      const auto w = get<uint32_t>(f, s.offset + at);
+      const auto w = mtia::test::elf_read<uint32_t>(f, s.offset + at);
       if ((w & 0x7f) == MTIA_PE_OPC_DMA && ((w >> 12) & 7) == MTIA_PE_F3_DMA &&
           (w >> 25) == MTIA_PE_F7_V1) {
         pcs.push_back(s.addr + at);
@@ -201,7 +163,7 @@ std::string report_for(uint64_t pc) {
 }  // namespace
 
 TEST_CASE("the smoke kernel's DMAs map to the source lines that issue them", "[line_table]") {
-  const std::vector<uint8_t> elf = read_bytes(MTIA_SMOKE_KERNEL_ELF);
+  const std::vector<uint8_t> elf = mtia::test::file_bytes(MTIA_SMOKE_KERNEL_ELF);
   auto table = LineTable::from_elf(elf);
   REQUIRE(table.ok());
   REQUIRE_FALSE(table.value().empty());
@@ -307,9 +269,9 @@ TEST_CASE("damaged debug information is a reason, not a crash", "[line_table]") 
     CHECK_THAT(table.error().reason, Contains("section header table"));
   }
   SECTION("random damage to the smoke kernel's .debug_line") {
-    const std::vector<uint8_t> elf = read_bytes(MTIA_SMOKE_KERNEL_ELF);
-    Section line;
-    for (const Section& s : sections(elf)) {
+    const std::vector<uint8_t> elf = mtia::test::file_bytes(MTIA_SMOKE_KERNEL_ELF);
+    mtia::test::ElfSection line;
+    for (const mtia::test::ElfSection& s : mtia::test::elf_sections(elf)) {
       if (s.name == ".debug_line") line = s;
     }
     REQUIRE(line.size > 0);
