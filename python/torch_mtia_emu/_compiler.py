@@ -123,6 +123,7 @@ def register() -> None:
 
     after_import("torch._subclasses.fake_impls", _register_fake_convolution)
     after_import("torch._inductor.decomposition", _keep_pooling_whole)
+    after_import("torch._inductor.decomposition", _circular_padding_from_slices)
     after_import("torch._inductor.codegen.common", backend)
     after_import("torch._inductor.codegen.mtia.device_op_overrides", op_overrides)
     after_import("torch._inductor.graph", lowering_checks)
@@ -192,6 +193,41 @@ def _keep_pooling_whole() -> None:
 
         decompose._mtia = True
         decomposition.decompositions[op] = decompose
+
+
+def _circular_padding_from_slices() -> None:
+    """Circular padding as the concatenation of slices of its input, on mtia. PyTorch's own
+    decomposition writes the input into an empty tensor and then copies the padding from that
+    tensor's interior; functionalized and fused, the first kernel reads the empty tensor's
+    unwritten bytes at the padding (whose values the next kernel then replaces), which the
+    device sanitizer's initcheck rightly reports. Concatenated slices read only the input."""
+    import torch
+    from torch._C import DispatchKey
+
+    op = torch.ops.aten._pad_circular.default
+    if getattr(op, "_mtia_slices", False):
+        return
+
+    def pad_circular(x, pad):
+        if x.device.type != "mtia":
+            return op.decompose(x, pad)
+        for i in range(len(pad) // 2):
+            dim = x.dim() - 1 - i
+            left, right = pad[2 * i], pad[2 * i + 1]
+            # Negative padding crops first; the padding wraps around what is left.
+            start, stop = max(-left, 0), x.shape[dim] - max(-right, 0)
+            core = x.narrow(dim, start, stop - start)
+            n = core.shape[dim]
+            pieces = ([core.narrow(dim, n - left, left)] if left > 0 else []) + [core] + (
+                [core.narrow(dim, 0, right)] if right > 0 else [])
+            x = torch.cat(pieces, dim) if len(pieces) > 1 else core
+        return x
+
+    # The tracer of torch.compile runs with the Python dispatcher, which takes these in place
+    # of the C++ composite; eager calls are unaffected.
+    op.py_impl(DispatchKey.CompositeImplicitAutograd)(pad_circular)
+    op.py_impl(DispatchKey.Autograd)(pad_circular)
+    op._mtia_slices = True
 
 
 def _backend_version_pass():
