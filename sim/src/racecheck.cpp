@@ -5,10 +5,10 @@
 
 namespace mtia::sim::detail {
 
-void RaceLog::add(uint64_t pc, bool write, uint64_t addr, const uint64_t* strides,
+void RaceLog::add(uint64_t pc, uint64_t ra, bool write, uint64_t addr, const uint64_t* strides,
                   const mtia_pe_dma_desc& d) {
   for_each_dma_row(addr, strides, d, kMaxRunsPerDma, [&](uint64_t lo, uint64_t hi) {
-    runs_.push_back({lo, hi, pc, write});
+    runs_.push_back({lo, hi, pc, ra, write});
   });
   if (runs_.size() >= 2 * compacted_ + 4096) compact();
 }
@@ -20,13 +20,13 @@ void RaceLog::clear() {
 
 void RaceLog::compact() {
   std::sort(runs_.begin(), runs_.end(), [](const Run& x, const Run& y) {
-    return std::tie(x.write, x.pc, x.lo, x.hi) < std::tie(y.write, y.pc, y.lo, y.hi);
+    return std::tie(x.write, x.pc, x.ra, x.lo, x.hi) < std::tie(y.write, y.pc, y.ra, y.lo, y.hi);
   });
   size_t out = 0;
   for (size_t i = 0; i < runs_.size(); ++i) {
     Run& last = runs_[out - (out != 0)];
     if (out != 0 && last.write == runs_[i].write && last.pc == runs_[i].pc &&
-        runs_[i].lo <= last.hi) {
+        last.ra == runs_[i].ra && runs_[i].lo <= last.hi) {
       last.hi = std::max(last.hi, runs_[i].hi);
     } else {
       runs_[out++] = runs_[i];
@@ -59,8 +59,8 @@ std::optional<Race> find_race(std::span<RaceLog* const> logs) {
   }
   if (writers == 0) return std::nullopt;  // reads never race
   std::sort(all.begin(), all.end(), [](const Access& x, const Access& y) {
-    return std::tie(x.run.lo, x.pe, x.run.write, x.run.pc, x.run.hi) <
-           std::tie(y.run.lo, y.pe, y.run.write, y.run.pc, y.run.hi);
+    return std::tie(x.run.lo, x.pe, x.run.write, x.run.pc, x.run.ra, x.run.hi) <
+           std::tie(y.run.lo, y.pe, y.run.write, y.run.pc, y.run.ra, y.run.hi);
   });
   // Sweep in address order: the runs still open when a run starts are the ones it overlaps,
   // from its first byte on, so the first conflict found starts at the lowest address.

@@ -70,10 +70,12 @@ void for_each_dma_row(uint64_t addr, const uint64_t* strides, const mtia_pe_dma_
 // One PE's accesses to device memory since its last barrier, as byte runs.
 class RaceLog {
  public:
-  // A run of bytes [lo, hi) read or written by the dma.start at `pc`.
+  // A run of bytes [lo, hi) read or written by the dma.start at `pc`, issued with return
+  // address `ra` (reports name the line that called the function holding pc).
   struct Run {
     uint64_t lo = 0, hi = 0;
     uint64_t pc = 0;
+    uint64_t ra = 0;
     bool write = false;
   };
 
@@ -81,12 +83,12 @@ class RaceLog {
   // bytes, two's complement for negative ones) reach, one run per row of the transfer. A
   // transfer of more than kMaxRunsPerDma rows is recorded coarser: its innermost dimensions
   // are merged into the span they cover until the rows are few enough.
-  void add(uint64_t pc, bool write, uint64_t addr, const uint64_t* strides,
+  void add(uint64_t pc, uint64_t ra, bool write, uint64_t addr, const uint64_t* strides,
            const mtia_pe_dma_desc& d);
   // Forgets the runs (a new epoch).
   void clear();
-  // The runs, merged: the runs of one dma.start site and direction that touch or overlap are
-  // one run.
+  // The runs, merged: the runs of one dma.start site (pc and ra) and direction that touch or
+  // overlap are one run.
   std::span<const Run> merged();
   bool empty() const { return runs_.empty(); }
 

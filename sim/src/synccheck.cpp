@@ -46,11 +46,11 @@ isa::ByteSpan overlap_with(const std::vector<pe::Extent>& runs, uint64_t lo, uin
 
 }  // namespace
 
-void InFlight::issued(const char* kind, uint64_t pc, uint64_t tag, Bytes&& bytes) {
+void InFlight::issued(const char* kind, uint64_t pc, uint64_t ra, uint64_t tag, Bytes&& bytes) {
   normalize(bytes.reads);
   normalize(bytes.writes);
   if (bytes.reads.empty() && bytes.writes.empty()) return;
-  ops_.push_back(Op{kind, pc, tag, std::move(bytes)});
+  ops_.push_back(Op{kind, pc, ra, tag, std::move(bytes)});
 }
 
 void InFlight::waited(uint64_t tag) {
@@ -68,7 +68,8 @@ std::string InFlight::report(const std::string& who, bool write, const Op& op, b
       op_writes ? "still writes" : "still reads", op.tag);
 }
 
-std::string InFlight::conflict(const char* kind, uint64_t pc, uint64_t tag, Bytes& bytes) const {
+std::string InFlight::conflict(const char* kind, uint64_t pc, uint64_t tag, Bytes& bytes,
+                               pe::LineTable::Frame& in_flight) const {
   if (ops_.empty()) return {};
   normalize(bytes.reads);
   normalize(bytes.writes);
@@ -78,6 +79,7 @@ std::string InFlight::conflict(const char* kind, uint64_t pc, uint64_t tag, Byte
     const isa::ByteSpan waw = first_overlap(bytes.writes, op.bytes.writes);
     const isa::ByteSpan war = first_overlap(bytes.writes, op.bytes.reads);
     if (raw.size() == 0 && waw.size() == 0 && war.size() == 0) continue;
+    in_flight = {op.pc, op.ra};
     const std::string who = fmt::format("{} at pc 0x{:x} (tag {})", kind, pc, tag);
     if (raw.size() != 0 && (waw.size() == 0 || raw.lo <= waw.lo)) {
       return report(who, false, op, true, raw);
@@ -88,7 +90,8 @@ std::string InFlight::conflict(const char* kind, uint64_t pc, uint64_t tag, Byte
   return {};
 }
 
-std::string InFlight::core_access(uint64_t pc, uint64_t lo, uint64_t hi, bool write) const {
+std::string InFlight::core_access(uint64_t pc, uint64_t lo, uint64_t hi, bool write,
+                                  pe::LineTable::Frame& in_flight) const {
   for (const Op& op : ops_) {
     isa::ByteSpan hit = overlap_with(op.bytes.writes, lo, hi);
     bool op_writes = true;
@@ -97,6 +100,7 @@ std::string InFlight::core_access(uint64_t pc, uint64_t lo, uint64_t hi, bool wr
       op_writes = false;
     }
     if (hit.size() == 0) continue;
+    in_flight = {op.pc, op.ra};
     const std::string who =
         fmt::format("a {}-byte {} at pc 0x{:x}", hi - lo, write ? "store" : "load", pc);
     return report(who, write, op, op_writes, hit);

@@ -394,6 +394,12 @@ TEST_CASE("racecheck reports the library's fill given an output view whose rows 
     CHECK_THAT(report, Catch::Contains("PE 0 writes them by the dma.start at pc 0x"));
     CHECK_THAT(report, Catch::Contains("PE 1 writes them by the dma.start at pc 0x"));
     check_pc_is_dma_start(report, MTIA_KERNEL_LIBRARY_ELF);
+    // Both PEs' DMAs are in the library's kdma: each is named with the line that called it.
+    const std::regex called(
+        "PE [01] writes them by the dma\\.start at pc 0x[0-9a-f]+ \\(lib/klib\\.h:[0-9]+, "
+        "called from lib/elementwise\\.c:[0-9]+\\)");
+    CHECK(std::distance(std::sregex_iterator(report.begin(), report.end(), called),
+                        std::sregex_iterator()) == 2);
     // Rows that do not overlap (2048 elements apart) pass.
     dev.launch(lib.kernel("fill"), {1, 2},
                {out, Arg::dtype(MTIA_PE_DT_INT32), int64_t{7}, int64_t{1}, int64_t{3072},
@@ -681,6 +687,7 @@ TEST_CASE("synccheck reports local-store bytes used while an operation on them i
            Use{0, "(tag 2) reads " + tile + ", which the dma.start at pc 0x", twice},
            Use{1, "reads the 4 local-store bytes at " + hex(MTIA_PE_LS_BASE), plus_one},
            Use{2, "(tag 3) writes " + tile + ", which the dma.start at pc 0x", in_data},
+           Use{3, "(tag 2) reads " + tile + ", which the dma.start at pc 0x", twice},
        }) {
     INFO("use " << u.use);
     const std::string report = same_at_every_thread_count("synccheck", [&](Device& dev) {
@@ -698,14 +705,20 @@ TEST_CASE("synccheck reports local-store bytes used while an operation on them i
     INFO("report: " << report);
     CHECK_THAT(report, Catch::Contains("sanitizer: kernel 'in_flight' on a 1x1 grid"));
     CHECK_THAT(report, Catch::Contains(u.report));
-    const char* who = u.use == 0   ? "synccheck: se.op at pc 0x"
-                      : u.use == 1 ? "synccheck: a 4-byte load at pc 0x"
-                                   : "synccheck: dma.start at pc 0x";
+    const char* who = u.use == 0 || u.use == 3 ? "synccheck: se.op at pc 0x"
+                      : u.use == 1             ? "synccheck: a 4-byte load at pc 0x"
+                                               : "synccheck: dma.start at pc 0x";
     CHECK_THAT(report, Catch::Contains(std::string("PE 0 (row 0, col 0): ") + who));
     CHECK_THAT(report,
                Catch::Contains(u.use == 2 ? "(tag 2) still reads" : "(tag 1) still writes"));
     CHECK_THAT(report, Catch::Contains("and this PE has not waited for (pe.wait on tag"));
     check_pc_is_dma_start(report, MTIA_SYNC_INIT_KERNELS_ELF);
+    if (u.use == 3) {
+      // The load in flight was issued inside load_tile: its line, and the line that called it.
+      CHECK_THAT(report, Catch::Matches(".*which the dma\\.start at pc 0x[0-9a-f]+ "
+                                        "\\(kernels/sync_init\\.c:[0-9]+, called from "
+                                        "kernels/sync_init\\.c:[0-9]+\\) \\(tag 1\\).*"));
+    }
     // Without synccheck (the other three checks on) the launch passes.
     Device dev = Device::open(options("memcheck,racecheck,initcheck"));
     const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);

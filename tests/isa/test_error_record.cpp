@@ -101,8 +101,11 @@ TEST_CASE("decode_error_record rejects malformed records with a reason", "[isa][
   r.magic = 0;
   expect_rejected(r, ErrorCode::kBadOpcode, "magic");
   r = valid();
-  r.version = 2;
-  expect_rejected(r, ErrorCode::kBadVersion, "version 2");
+  r.version = kErrorRecordVersion + 1;
+  expect_rejected(r, ErrorCode::kBadVersion, "version " + std::to_string(kErrorRecordVersion + 1));
+  r = valid();
+  r.version = 1;  // the 512-byte layout before this one
+  expect_rejected(r, ErrorCode::kBadVersion, "version 1");
   r = valid();
   r.flags = 0x4;
   expect_rejected(r, ErrorCode::kReservedNotZero, "unknown bits");

@@ -211,26 +211,36 @@ TEST_CASE("a hand-assembled DWARF 4 line program gives the standard's rows", "[l
   CHECK(t.find(0x101b)->line == 2);
   CHECK_FALSE(t.find(0x101c).has_value());  // the end of the sequence
   CHECK(t.annotate("dma.start at pc 0x1008") == "dma.start at pc 0x1008 (kern/a.c:12)");
-  CHECK(t.annotate("pc 0x100c", std::nullopt, 1) == "pc 0x100c (b.c:2)");
+  CHECK(t.annotate("pc 0x100c", {}, 1) == "pc 0x100c (b.c:2)");
 }
 
 TEST_CASE("a stop inside a called function names the line of the call", "[line_table]") {
+  using Frames = std::vector<LineTable::Frame>;
   // f [0x1000, 0x100c) is a.c's, g [0x100c, 0x101c) b.c's (the DWARF 4 unit above).
   auto table = LineTable::from_elf(
       elf_with_debug_line(dwarf4_line_unit(), {{0x1000, 0x100c}, {0x100c, 0x101c}}));
   REQUIRE(table.ok());
   const LineTable& t = table.value();
   // g stopped at 0x1010; ra 0x100c: the call at 0x1008, a.c line 12.
-  CHECK(t.annotate("fault at pc 0x1010: x", LineTable::Stop{0x1010, 0x100c}) ==
+  CHECK(t.annotate("fault at pc 0x1010: x", Frames{{0x1010, 0x100c}}) ==
         "fault at pc 0x1010 (kern/b.c:2, called from kern/a.c:12): x");
-  // Only the stop's own pc gets the caller.
-  CHECK(t.annotate("pc 0x1000 then pc 0x1010", LineTable::Stop{0x1010, 0x100c}) ==
+  // Only the frame's own pc gets the caller.
+  CHECK(t.annotate("pc 0x1000 then pc 0x1010", Frames{{0x1010, 0x100c}}) ==
         "pc 0x1000 (kern/a.c:10) then pc 0x1010 (kern/b.c:2, called from kern/a.c:12)");
   // ra inside the stopped function (it called something since it was entered): no caller.
-  CHECK(t.annotate("pc 0x1010", LineTable::Stop{0x1010, 0x1018}) == "pc 0x1010 (kern/b.c:2)");
+  CHECK(t.annotate("pc 0x1010", Frames{{0x1010, 0x1018}}) == "pc 0x1010 (kern/b.c:2)");
   // ra outside every function, or 0.
-  CHECK(t.annotate("pc 0x1010", LineTable::Stop{0x1010, 0x4000}) == "pc 0x1010 (kern/b.c:2)");
-  CHECK(t.annotate("pc 0x1010", LineTable::Stop{0x1010, 0}) == "pc 0x1010 (kern/b.c:2)");
+  CHECK(t.annotate("pc 0x1010", Frames{{0x1010, 0x4000}}) == "pc 0x1010 (kern/b.c:2)");
+  CHECK(t.annotate("pc 0x1010", Frames{{0x1010, 0}}) == "pc 0x1010 (kern/b.c:2)");
+  // Two frames at one pc, called from different lines: each pc of the text takes the first
+  // frame of its value not taken yet, in the text's order (a race's two PEs in one function).
+  CHECK(t.annotate("PE 0 at pc 0x1010, PE 1 at pc 0x1010",
+                   Frames{{0x1010, 0x100c}, {0x1010, 0x1004}}) ==
+        "PE 0 at pc 0x1010 (kern/b.c:2, called from kern/a.c:12), PE 1 at pc 0x1010 "
+        "(kern/b.c:2, called from kern/a.c:10)");
+  // A pc named more often than there are frames for it: the others get their line only.
+  CHECK(t.annotate("pc 0x1010 and pc 0x1010", Frames{{0x1010, 0x100c}}) ==
+        "pc 0x1010 (kern/b.c:2, called from kern/a.c:12) and pc 0x1010 (kern/b.c:2)");
 }
 
 TEST_CASE("an image without debug information has an empty line table", "[line_table]") {

@@ -461,18 +461,19 @@ std::string LineTable::place(uint64_t pc, int path_parts) const {
   return fmt::format("{}:{}", file, source->line);
 }
 
-std::string LineTable::annotate(const std::string& text, std::optional<Stop> stop,
+std::string LineTable::annotate(const std::string& text, std::span<const Frame> frames,
                                 int path_parts) const {
   if (empty()) return text;
-  // The call that led to the stop: the instruction before ra, when ra is in another function
-  // (a function that has called nothing since its entry, or a tail call's caller).
-  std::string caller;
-  if (stop && stop->ra >= 4) {
-    const Function* here = function_at(stop->pc);
-    const Function* there = function_at(stop->ra - 4);
-    if (here != nullptr && there != nullptr && here != there)
-      caller = place(stop->ra - 4, path_parts);
-  }
+  // The call that led to a frame's pc: the instruction before ra, when ra is in another
+  // function (a function that has called nothing since its entry, or a tail call's caller).
+  auto caller = [&](const Frame& f) -> std::string {
+    if (f.ra < 4) return {};
+    const Function* here = function_at(f.pc);
+    const Function* there = function_at(f.ra - 4);
+    if (here == nullptr || there == nullptr || here == there) return {};
+    return place(f.ra - 4, path_parts);
+  };
+  std::vector<bool> matched(frames.size(), false);
   static constexpr std::string_view kPc = "pc 0x";
   std::string out;
   size_t from = 0;
@@ -489,11 +490,16 @@ std::string LineTable::annotate(const std::string& text, std::optional<Stop> sto
     if (end == at + kPc.size()) continue;
     const std::string here = place(pc, path_parts);
     if (here.empty()) continue;
-    if (stop && pc == stop->pc && !caller.empty()) {
-      out += fmt::format(" ({}, called from {})", here, caller);
-    } else {
-      out += fmt::format(" ({})", here);
+    std::string from;
+    for (size_t i = 0; i < frames.size(); ++i) {
+      if (!matched[i] && frames[i].pc == pc) {
+        matched[i] = true;
+        from = caller(frames[i]);
+        break;
+      }
     }
+    out += from.empty() ? fmt::format(" ({})", here)
+                        : fmt::format(" ({}, called from {})", here, from);
   }
   out.append(text, from, std::string::npos);
   return out;

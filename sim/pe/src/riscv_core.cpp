@@ -702,6 +702,7 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
         req.rs1 = xs[d.rs1];
         req.rs2 = xs[d.rs2];
         req.cycle = cycles;
+        req.ra = xs[1];
         UnitResponse r = port_.issue(*this, req);
         cycles += r.extra_cycles;
         if (r.status == UnitResponse::Status::kDone) {

@@ -3,8 +3,11 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "mtia/isa/address_map.h"
 #include "mtia/isa/wait.h"
@@ -279,7 +282,7 @@ isa::Status PeGrid::load_program(const isa::LaunchPacket& launch,
 }
 
 std::string PeGrid::with_source_lines(const isa::LaunchPacket& launch, const std::string& report,
-                                      std::optional<pe::LineTable::Stop> stop) {
+                                      std::span<const pe::LineTable::Frame> frames) {
   auto it =
       cache_.find(std::make_pair(launch.image_addr, MTIA_PE_IMAGE_BASE + launch.entry_offset));
   if (it == cache_.end()) return report;  // the image did not load: no pc to place
@@ -323,7 +326,7 @@ std::string PeGrid::with_source_lines(const isa::LaunchPacket& launch, const std
     }
     cached.lines = std::make_shared<const pe::LineTable>(std::move(table.value()));
   }
-  return cached.lines->annotate(report, stop);
+  return cached.lines->annotate(report, frames);
 }
 
 isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
@@ -435,9 +438,11 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     sync_to(t0 + clock_.cycles_to_ps(end));
     return outcome;
   };
-  // `stop`: where the failing PE stopped, when it stopped at the reported instruction.
-  auto sanitizer_failure = [&](const std::string& finding, uint64_t pc, uint32_t pe,
-                               std::optional<pe::LineTable::Stop> stop = std::nullopt) {
+  // `check`: the finding's isa::kSanitize* bit; `frames`: the instructions it names with the
+  // ra each ran with (where the failing PE stopped, earlier operations), for their callers.
+  auto sanitizer_failure = [&](uint32_t check, const std::string& finding, uint64_t pc, uint32_t pe,
+                               std::span<const pe::LineTable::Frame> frames = {}) {
+    assert(std::has_single_bit(check) && (check & isa::kSanitizeChecksMask) != 0);
     ++stats_.sanitizer_errors;
     // Counted when it ends: this is launch number launches + 1 of the device.
     std::string report = with_source_lines(
@@ -446,20 +451,12 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
             "launch {} of the device (packet seq {}, image 0x{:x}, entry offset 0x{:x}), {}",
             stats_.launches + 1, launch.header.seq, launch.image_addr, launch.entry_offset,
             finding),
-        stop);
-    // The check is the first name followed by ": " in the finding ("PE 0 (...): memcheck: ...").
-    size_t first = std::string::npos;
-    int check = -1;
-    for (int i = 0; i < 4; ++i) {
-      const size_t at = finding.find(std::string(kSanitizerChecks[i]) + ": ");
-      if (at < first) first = at, check = i;
-    }
-    if (check >= 0) {
-      if (stats_.sanitizer_by_check[check]++ == 0) stats_.first_sanitizer_report[check] = report;
-      shared_.tracer->sanitizer_finding(pes[pe]->chip_index(),
-                                        t0 + clock_.cycles_to_ps(pes[pe]->core().cycles()),
-                                        kSanitizerChecks[check], report);
-    }
+        frames);
+    const int index = std::countr_zero(check);  // kSanitizerChecks' order is the bits'
+    if (stats_.sanitizer_by_check[index]++ == 0) stats_.first_sanitizer_report[index] = report;
+    shared_.tracer->sanitizer_finding(pes[pe]->chip_index(),
+                                      t0 + clock_.cycles_to_ps(pes[pe]->core().cycles()),
+                                      kSanitizerChecks[index], report);
     return isa::reject(isa::ErrorCode::kSanitizerError, std::move(report), pc, pe);
   };
   // racecheck: the PEs' accesses since the last barrier (or the start), compared when every PE
@@ -485,12 +482,14 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     const std::string from =
         barriers == 0 ? "the launch's start" : fmt::format("barrier {}", barriers);
     const std::string to = at_end ? "the launch's end" : fmt::format("barrier {}", barriers + 1);
+    const pe::LineTable::Frame frames[2] = {{race->a.pc, race->a.ra}, {race->b.pc, race->b.ra}};
     return sanitizer_failure(
+        isa::kSanitizeRacecheck,
         fmt::format("{} and {}: racecheck: both touch the {} bytes at 0x{:x}..0x{:x} between {} "
                     "and {}, one of them writing: {}, {}",
                     pe(race->pe_a), pe(race->pe_b), race->hi - race->lo, race->lo, race->hi - 1,
                     from, to, how(race->pe_a, race->a), how(race->pe_b, race->b)),
-        race->a.pc, race->pe_a);
+        race->a.pc, race->pe_a, frames);
   };
   // synccheck: PEs wait at a barrier that others, having exited, never reach. The lowest PE
   // waiting names the barrier; the lowest PE that exited, and how many more did.
@@ -508,6 +507,7 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     const ProcessingElement& w = *pes[waiter];
     const pe::RiscvCore& x = pes[exited]->core();
     return sanitizer_failure(
+        isa::kSanitizeSynccheck,
         fmt::format(
             "PE {} (row {}, col {}): synccheck: pe.barrier at pc 0x{:x} (barrier {} of the "
             "launch) is not reached by PE {} (row {}, col {}), which exited at pc 0x{:x} "
@@ -527,17 +527,19 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
                           core.pc(), i, core.exit_status()};
     }
     const pe::Fault& f = core.fault();
-    const pe::LineTable::Stop stop{f.pc, core.reg(1)};
-    if (!pes[i]->sanitizer_finding.empty()) {
-      return sanitizer_failure(
-          fmt::format("PE {} (row {}, col {}): {}", i, r, c, pes[i]->sanitizer_finding), f.pc, i,
-          stop);
+    const pe::LineTable::Frame stop{f.pc, core.reg(1)};
+    if (const ProcessingElement::Finding& found = pes[i]->sanitizer_finding; found.check != 0) {
+      std::vector<pe::LineTable::Frame> frames{stop};
+      frames.insert(frames.end(), found.frames.begin(), found.frames.end());
+      return sanitizer_failure(found.check,
+                               fmt::format("PE {} (row {}, col {}): {}", i, r, c, found.text), f.pc,
+                               i, frames);
     }
     const bool watchdog_hit = f.kind == pe::FaultKind::kWatchdog;
     return isa::reject(
         watchdog_hit ? isa::ErrorCode::kWatchdog : isa::ErrorCode::kKernelFault,
         with_source_lines(launch, fmt::format("PE {} (row {}, col {}): {}", i, r, c, f.reason),
-                          stop),
+                          {&stop, 1}),
         f.pc, i);
   };
 

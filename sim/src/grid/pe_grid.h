@@ -149,10 +149,10 @@ class PeGrid : public sc_core::sc_module {
                            std::shared_ptr<const sim::pe::Program>& out);
   // `report` with the source line of each pc it names, where the launch's image carries a
   // line table (kernels built with -g or -gline-tables-only).
-  // With `stop` (a PE's pc and ra when it failed), that pc also names the line that called
-  // its function.
+  // The pcs of `frames` (where a PE failed, the earlier operations a finding names, each with
+  // the ra it ran with) also name the line that called their function.
   std::string with_source_lines(const isa::LaunchPacket& launch, const std::string& report,
-                                std::optional<sim::pe::LineTable::Stop> stop = std::nullopt);
+                                std::span<const sim::pe::LineTable::Frame> frames = {});
   // Runs the PEs that are ready through the slices of the quantum that ends at `horizon`, in
   // the sequential order (above).
   void run_slices(const std::vector<ProcessingElement*>& pes, uint64_t horizon);

@@ -72,7 +72,7 @@ void ProcessingElement::begin(uint64_t t0_ps) {
   at_barrier = false;
   barrier_arrival = 0;
   failed_at = kNotFailed;
-  sanitizer_finding.clear();
+  sanitizer_finding = {};
   race_log.clear();
   dram_written.clear();
   ls_initcheck_ = (env_.shared.sanitize & isa::kSanitizeInitcheck) != 0;
@@ -95,7 +95,7 @@ UnitResponse ProcessingElement::issue(pe::RiscvCore& core, const pe::UnitRequest
       if (r.rs1 == 0) return UnitResponse::done(0);  // tag 0 is always complete
       if (r.rs1 > tag_done_.size()) {
         if (env_.shared.sanitize & isa::kSanitizeSynccheck) [[unlikely]] {
-          sanitizer_finding = synccheck_tag(r);
+          sanitizer_finding = {isa::kSanitizeSynccheck, synccheck_tag(r), {}};
         }
         return UnitResponse::fault(
             fmt::format("pe.wait on tag {}, which was never issued ({} operations issued so far)",
@@ -116,7 +116,7 @@ UnitResponse ProcessingElement::issue(pe::RiscvCore& core, const pe::UnitRequest
       if (r.rs1 == 0) return UnitResponse::done(1);
       if (r.rs1 > tag_done_.size()) {
         if (env_.shared.sanitize & isa::kSanitizeSynccheck) [[unlikely]] {
-          sanitizer_finding = synccheck_tag(r);
+          sanitizer_finding = {isa::kSanitizeSynccheck, synccheck_tag(r), {}};
         }
         return UnitResponse::fault(
             fmt::format("pe.poll on tag {}, which was never issued ({} operations issued so far)",
@@ -145,15 +145,18 @@ UnitResponse ProcessingElement::issue(pe::RiscvCore& core, const pe::UnitRequest
         if (ls_initcheck_) {
           for (const Extent& e : rows.reads) {
             if (const isa::ByteSpan gap = ls_written_.first_gap(e.lo, e.hi); gap.size() != 0) {
-              sanitizer_finding = ls_unwritten(pe::unit_op_name(r.op), r.pc, {gap.lo, gap.hi});
-              return UnitResponse::fault(sanitizer_finding);
+              return sanitizer_fault(isa::kSanitizeInitcheck,
+                                     ls_unwritten(pe::unit_op_name(r.op), r.pc, {gap.lo, gap.hi}));
             }
           }
         }
         if (synccheck_) {
-          sanitizer_finding =
-              in_flight_.conflict(pe::unit_op_name(r.op), r.pc, tag_done_.size() + 1, rows);
-          if (!sanitizer_finding.empty()) return UnitResponse::fault(sanitizer_finding);
+          pe::LineTable::Frame earlier;
+          std::string found = in_flight_.conflict(pe::unit_op_name(r.op), r.pc,
+                                                  tag_done_.size() + 1, rows, earlier);
+          if (!found.empty()) {
+            return sanitizer_fault(isa::kSanitizeSynccheck, std::move(found), {earlier});
+          }
         }
       }
       auto outcome = units_.execute(core, r);
@@ -178,7 +181,7 @@ UnitResponse ProcessingElement::issue(pe::RiscvCore& core, const pe::UnitRequest
       }
       const uint64_t tag = add_tag(done);
       if (synccheck_) [[unlikely]] {
-        in_flight_.issued(pe::unit_op_name(r.op), r.pc, tag, std::move(rows));
+        in_flight_.issued(pe::unit_op_name(r.op), r.pc, r.ra, tag, std::move(rows));
       }
       return UnitResponse::done(tag);
     }
@@ -235,22 +238,23 @@ UnitResponse ProcessingElement::dma(pe::RiscvCore& core, const pe::UnitRequest& 
   if (env_.shared.sanitize != 0) [[unlikely]] {
     if (env_.shared.sanitize & isa::kSanitizeMemcheck) {
       if (std::string found = memcheck(r, plan); !found.empty()) {
-        sanitizer_finding = found;
-        return UnitResponse::fault(std::move(found));
+        return sanitizer_fault(isa::kSanitizeMemcheck, std::move(found));
       }
     }
     if (env_.shared.sanitize & isa::kSanitizeInitcheck) {
       if (std::string found = initcheck(r, d, plan); !found.empty()) {
-        sanitizer_finding = found;
-        return UnitResponse::fault(std::move(found));
+        return sanitizer_fault(isa::kSanitizeInitcheck, std::move(found));
       }
     }
     if (env_.shared.sanitize & isa::kSanitizeRacecheck) log_race_access(r, d, plan);
     if (synccheck_) {
       InFlight::Bytes rows = dma_rows(d);
-      sanitizer_finding = in_flight_.conflict("dma.start", r.pc, tag_done_.size() + 1, rows);
-      if (!sanitizer_finding.empty()) return UnitResponse::fault(sanitizer_finding);
-      in_flight_.issued("dma.start", r.pc, tag_done_.size() + 1, std::move(rows));
+      pe::LineTable::Frame earlier;
+      std::string found =
+          in_flight_.conflict("dma.start", r.pc, tag_done_.size() + 1, rows, earlier);
+      if (!found.empty())
+        return sanitizer_fault(isa::kSanitizeSynccheck, std::move(found), {earlier});
+      in_flight_.issued("dma.start", r.pc, r.ra, tag_done_.size() + 1, std::move(rows));
     }
   }
   if (d.dst_space != MTIA_PE_SPACE_LOCAL) env_.before_device_write(plan.dst.span);
@@ -341,8 +345,12 @@ bool ProcessingElement::guarded_access(pe::RiscvCore&, uint64_t pc, uint64_t off
   if (!ls_sanitize_ || work_.guards(offset, offset + bytes)) work_.flush();
   if (!ls_sanitize_) return true;
   if (synccheck_ && !in_flight_.empty()) {
-    sanitizer_finding = in_flight_.core_access(pc, offset, offset + bytes, write);
-    if (!sanitizer_finding.empty()) return false;
+    pe::LineTable::Frame earlier;
+    std::string found = in_flight_.core_access(pc, offset, offset + bytes, write, earlier);
+    if (!found.empty()) {
+      sanitizer_finding = {isa::kSanitizeSynccheck, std::move(found), {earlier}};
+      return false;
+    }
   }
   if (!ls_initcheck_) return true;
   if (write) {
@@ -351,11 +359,13 @@ bool ProcessingElement::guarded_access(pe::RiscvCore&, uint64_t pc, uint64_t off
   }
   const isa::ByteSpan gap = ls_written_.first_gap(offset, offset + bytes);
   if (gap.size() == 0) return true;
-  sanitizer_finding = ls_unwritten(bytes == 1   ? "a 1-byte load"
-                                   : bytes == 2 ? "a 2-byte load"
-                                   : bytes == 4 ? "a 4-byte load"
-                                                : "an 8-byte load",
-                                   pc, {gap.lo, gap.hi});
+  sanitizer_finding = {isa::kSanitizeInitcheck,
+                       ls_unwritten(bytes == 1   ? "a 1-byte load"
+                                    : bytes == 2 ? "a 2-byte load"
+                                    : bytes == 4 ? "a 4-byte load"
+                                                 : "an 8-byte load",
+                                    pc, {gap.lo, gap.hi}),
+                       {}};
   return false;
 }
 
@@ -453,6 +463,12 @@ std::string ProcessingElement::ls_unwritten(const char* what, uint64_t pc, Exten
       what, pc, bytes.hi - bytes.lo, MTIA_PE_LS_BASE + bytes.lo, MTIA_PE_LS_BASE + bytes.hi - 1);
 }
 
+UnitResponse ProcessingElement::sanitizer_fault(uint32_t check, std::string text,
+                                                std::vector<pe::LineTable::Frame> earlier) {
+  sanitizer_finding = {check, text, std::move(earlier)};
+  return UnitResponse::fault(std::move(text));
+}
+
 std::string ProcessingElement::synccheck_tag(const pe::UnitRequest& r) const {
   const std::string issued = tag_done_.size() <= 1
                                  ? std::string(tag_done_.empty() ? "no tag" : "tag 1")
@@ -471,10 +487,10 @@ void ProcessingElement::log_race_access(const pe::UnitRequest& r, const mtia_pe_
     return !side.host && (side.memory == MemoryKind::kDram || side.memory == MemoryKind::kSram);
   };
   if (d.src_space == MTIA_PE_SPACE_DEVICE && shared(plan.src)) {
-    race_log.add(r.pc, false, d.src, d.src_strides, d);
+    race_log.add(r.pc, r.ra, false, d.src, d.src_strides, d);
   }
   if (d.dst_space == MTIA_PE_SPACE_DEVICE && shared(plan.dst)) {
-    race_log.add(r.pc, true, d.dst, d.dst_strides, d);
+    race_log.add(r.pc, r.ra, true, d.dst, d.dst_strides, d);
   }
 }
 

@@ -14,6 +14,7 @@
 #include "local_dma.h"
 #include "mtia/isa/access_scope.h"
 #include "mtia/sim/memory_system.h"
+#include "mtia/sim/pe/line_table.h"
 #include "mtia/sim/pe/riscv_core.h"
 #include "mtia/sim/pe/unit_port.h"
 #include "mtia/sim/pe/unit_task.h"
@@ -81,8 +82,15 @@ class ProcessingElement : public pe::UnitPort {
   pe::RiscvCore& core() { return core_; }
   bool at_barrier = false;
   uint64_t barrier_arrival = 0;  // core cycle at which it reached the barrier
-  // The sanitizer finding its fault reports (kSanitizerError), or "" for a kernel fault.
-  std::string sanitizer_finding;
+  // The sanitizer finding its fault reports (kSanitizerError): which check found it (one
+  // isa::kSanitize* bit; 0 for a kernel fault), the report, and the frames of the earlier
+  // operations it names (the grid adds where the PE stopped).
+  struct Finding {
+    uint32_t check = 0;
+    std::string text;
+    std::vector<pe::LineTable::Frame> frames;
+  };
+  Finding sanitizer_finding;
   // racecheck: the device bytes its DMAs touched since its last barrier.
   RaceLog race_log;
   // initcheck: the DRAM bytes its DMAs wrote since its last barrier (the grid adds them to
@@ -139,6 +147,10 @@ class ProcessingElement : public pe::UnitPort {
   std::string ls_unwritten(const char* what, uint64_t pc, Extent bytes) const;
   // synccheck: the finding for a pe.wait or pe.poll on a tag this PE never issued.
   std::string synccheck_tag(const pe::UnitRequest& r) const;
+  // Records the finding of `check` (an isa::kSanitize* bit) and faults the unit instruction
+  // with it; `earlier`: the frames of the earlier operations the report names.
+  UnitResponse sanitizer_fault(uint32_t check, std::string text,
+                               std::vector<pe::LineTable::Frame> earlier = {});
   // racecheck: logs the DMA's device-memory sides (DRAM and SRAM).
   void log_race_access(const pe::UnitRequest& r, const mtia_pe_dma_desc& d, const DmaPlan& plan);
 

@@ -28,9 +28,9 @@ namespace mtia::isa {
 static_assert(std::endian::native == std::endian::little, "isa/ formats are little-endian");
 
 inline constexpr uint32_t kErrorRecordMagic = 0x5245'544D;  // the bytes "MTER"
-inline constexpr uint8_t kErrorRecordVersion = 1;
-inline constexpr size_t kErrorRecordBytes = 512;
-inline constexpr size_t kErrorTextBytes = 448;
+inline constexpr uint8_t kErrorRecordVersion = 2;
+inline constexpr size_t kErrorRecordBytes = 1024;
+inline constexpr size_t kErrorTextBytes = 960;
 inline constexpr uint64_t kErrorRecordAlign = 64;  // the record's device address is 64-aligned
 
 // Bits of ErrorRecord::flags.

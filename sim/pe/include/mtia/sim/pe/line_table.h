@@ -33,18 +33,21 @@ class LineTable {
   bool empty() const { return ranges_.empty(); }
   size_t size() const { return ranges_.size(); }
 
-  // Where a PE stopped: its pc and its return address register (ra).
-  struct Stop {
+  // An instruction a report names (where a PE stopped, or an earlier DMA or unit operation)
+  // and the PE's return address register (ra) when it ran.
+  struct Frame {
     uint64_t pc = 0;
     uint64_t ra = 0;
   };
 
   // Each "pc 0x<hex>" in `text` followed by " (file:line)" where the table knows the line; the
-  // file is named by its last `path_parts` components ("lib/elementwise.c" for 2). For the pc
-  // of `stop`, when ra lies in another function than the pc (the pc's function was called and
-  // has not called anything since, or saved ra), also the line of that call: " (lib/klib.h:172,
-  // called from kernels/my_kernel.c:40)". Functions are the image's symbol table's.
-  std::string annotate(const std::string& text, std::optional<Stop> stop = std::nullopt,
+  // file is named by its last `path_parts` components ("lib/elementwise.c" for 2). The pcs of
+  // `frames` are matched to the text's in order (each frame to the first pc equal to its own
+  // not matched yet); for such a pc, when ra lies in another function than the pc (the pc's
+  // function was called and had not called anything since, or saved ra), also the line of that
+  // call: " (lib/klib.h:172, called from kernels/my_kernel.c:40)". Functions are the image's
+  // symbol table's.
+  std::string annotate(const std::string& text, std::span<const Frame> frames = {},
                        int path_parts = 2) const;
 
  private:

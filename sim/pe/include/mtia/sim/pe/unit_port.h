@@ -37,6 +37,7 @@ struct UnitRequest {
   uint64_t rs1 = 0;    // value of rs1: a descriptor address or a tag
   uint64_t rs2 = 0;    // value of rs2 (always x0 in this version of the extension)
   uint64_t cycle = 0;  // core cycle count at issue (RiscvCore::cycles(), issue cost included)
+  uint64_t ra = 0;     // the return address register (x1): reports name the calling line
 };
 
 struct UnitResponse {
