@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const auto lines = pe::LineTable::from_elf(file);
   if (lines) {
-    (void)lines.value().annotate("at pc 0x10000, pc 0x10004 and pc 0x", {{0x10000, 0x10008}});
+    const pe::LineTable::Frame frames[2] = {{0x10000, 0x10008}, {0x10004, 0x10000}};
+    (void)lines.value().annotate("at pc 0x10000, pc 0x10004 and pc 0x", frames);
   } else {
     FUZZ_CHECK(!lines.error().reason.empty());
   }
