@@ -18,7 +18,7 @@
 #include "mtia/isa/access_scope.h"
 #include "mtia/log/logger.h"
 #include "mtia/sim/chip_config.h"
-#include "mtia/sim/device.h"
+#include "mtia/sim/emulated_device.h"
 #include "mtia/sim/grid_options.h"
 #include "mtia/sim/host_memory.h"
 

@@ -107,7 +107,7 @@ Device::Impl::Impl(const DeviceOptions& o) : log(host_api_logger()), options(o) 
                 fmt::format("cannot open the '{}' device: {}", choice.backend, f.reason));
   }
   dev = std::move(opened).value();
-  memory = std::make_unique<DeviceMemory>(dev->allocator());
+  memory = std::make_unique<AccountedAllocator>(dev->allocator());
   trace = std::make_unique<HostTrace>(dev->trace(), trace_level);
   trace->device_index = options.index;
   const driver::DeviceInfo& info = dev->info();

@@ -1,13 +1,13 @@
 // Device::Impl: the state behind mtia::Device, shared by the source files of host_api/. It is
-// split as IREE's HAL is, a file per concept: device memory and its accounting (DeviceMemory,
-// device_memory.h), the registry of host memory (HostRegistry, host_registry.h), streams and
+// split as IREE's HAL is, a file per concept: device memory and its accounting (AccountedAllocator,
+// accounted_allocator.h), the registry of host memory (HostRegistry, host_registry.h), streams and
 // events that own their state (StreamState, stream_state.h; EventState and the pool of fence
 // slots, event_state.h) and graphs (GraphState, graph_state.h). What is left here ties them
 // together: the driver device, the handle tables, the launch-argument arena, the worker.
 //
 // Locking: `mu` guards the handle tables (streams, events, graphs), graph capture and graph
 // state, and the worker's task queue. Every part above has its own mutex, a leaf: nothing
-// else of the runtime is called while it is held (DeviceMemory calls only the driver's
+// else of the runtime is called while it is held (AccountedAllocator calls only the driver's
 // allocator), so a part may be called with `mu` held, never the other way round. Lock order:
 // args_mu, then mu, then a part's mutex. No lock is held while calling into the driver's
 // queues or host mappings (submit, wait, map_host...), so completion callbacks, which run on
@@ -30,14 +30,14 @@
 #include <thread>
 #include <vector>
 
-#include "device_memory.h"
+#include "accounted_allocator.h"
 #include "event_state.h"
 #include "graph_state.h"
 #include "host_registry.h"
 #include "host_trace.h"
 #include "mtia/copy_plan.h"
 #include "mtia/device.h"
-#include "mtia/driver/device.h"
+#include "mtia/driver/userspace_driver.h"
 #include "mtia/error.h"
 #include "raise.h"
 #include "stream_state.h"
@@ -159,8 +159,8 @@ struct Device::Impl {
   DeviceOptions options;
   DeviceProperties props;
   std::unique_ptr<driver::Device> dev;
-  // Device memory and its accounting (device_memory.h), over dev's allocator; own mutex.
-  std::unique_ptr<DeviceMemory> memory;
+  // Device memory and its accounting (accounted_allocator.h), over dev's allocator; own mutex.
+  std::unique_ptr<AccountedAllocator> memory;
   // Pinned host memory, staging buffers and their users (host_registry.h); own mutex.
   HostRegistry host;
   std::unique_ptr<HostTrace> trace;  // host API calls for the device's trace (host_trace.h)

@@ -16,7 +16,7 @@
 #include "memcheck.h"
 #include "mtia/isa/wait.h"
 #include "mtia/sim/chip_config.h"
-#include "mtia/sim/device.h"
+#include "mtia/sim/emulated_device.h"
 #include "mtia/sim/grid_options.h"
 #include "mtia/sim/memory_system.h"
 

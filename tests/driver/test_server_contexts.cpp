@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "mtia/driver/device.h"
+#include "mtia/driver/userspace_driver.h"
 #include "mtia/isa/address_map.h"
 #include "must.h"
 

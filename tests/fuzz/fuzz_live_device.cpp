@@ -14,7 +14,7 @@
 #include "mtia/isa/packets.h"
 #include "mtia/isa/registers.h"
 #include "mtia/sim/chip_config.h"
-#include "mtia/sim/device.h"
+#include "mtia/sim/emulated_device.h"
 #include "mtia/sim/host_memory.h"
 
 namespace isa = mtia::isa;

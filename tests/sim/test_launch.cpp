@@ -21,7 +21,7 @@
 #include "mtia/isa/decode.h"
 #include "mtia/isa/pe/pe_ops.h"
 #include "mtia/isa/registers.h"
-#include "mtia/sim/device.h"
+#include "mtia/sim/emulated_device.h"
 #include "must.h"
 
 using mtia::test::must;

@@ -1,5 +1,5 @@
-// DeviceMemory: user allocations and the runtime's blocks, with their accounting.
-#include "device_memory.h"
+// AccountedAllocator: user allocations and the runtime's blocks, with their accounting.
+#include "accounted_allocator.h"
 
 #include <spdlog/fmt/fmt.h>
 
@@ -15,7 +15,7 @@ constexpr size_t kRememberFreed = 4096;  // freed addresses kept for error messa
 
 }  // namespace
 
-uint64_t DeviceMemory::allocate(uint64_t bytes) {
+uint64_t AccountedAllocator::allocate(uint64_t bytes) {
   isa::Result<uint64_t> allocated = allocator_.allocate(bytes);
   if (!allocated) {
     const isa::Failure& f = allocated.error();
@@ -35,7 +35,7 @@ uint64_t DeviceMemory::allocate(uint64_t bytes) {
   return addr;
 }
 
-void DeviceMemory::free(uint64_t addr) {
+void AccountedAllocator::free(uint64_t addr) {
   {
     std::lock_guard lock(mu_);
     if (runtime_blocks_.count(addr)) {
@@ -63,7 +63,7 @@ void DeviceMemory::free(uint64_t addr) {
   }
 }
 
-void DeviceMemory::make_runtime(uint64_t addr, uint64_t bytes) {
+void AccountedAllocator::make_runtime(uint64_t addr, uint64_t bytes) {
   std::lock_guard lock(mu_);
   allocated_ -= bytes;
   live_allocations_ -= 1;
@@ -72,20 +72,20 @@ void DeviceMemory::make_runtime(uint64_t addr, uint64_t bytes) {
   runtime_bytes_ += bytes;
 }
 
-void DeviceMemory::add_runtime_block(uint64_t addr, uint64_t bytes) {
+void AccountedAllocator::add_runtime_block(uint64_t addr, uint64_t bytes) {
   std::lock_guard lock(mu_);
   runtime_blocks_.insert(addr);
   runtime_bytes_ += bytes;
 }
 
-void DeviceMemory::remove_runtime_block(uint64_t addr, uint64_t bytes) {
+void AccountedAllocator::remove_runtime_block(uint64_t addr, uint64_t bytes) {
   std::lock_guard lock(mu_);
   runtime_blocks_.erase(addr);
   runtime_bytes_ -= bytes;
 }
 
-void DeviceMemory::check_span(DevicePtr base, const ByteRange& span, size_t elem_size,
-                              const char* side) const {
+void AccountedAllocator::check_span(DevicePtr base, const ByteRange& span, size_t elem_size,
+                                    const char* side) const {
   uint64_t lo = 0;
   if (__builtin_add_overflow(base.address(), span.lo, &lo)) {
     throw Error(ErrorKind::kInvalidPointer,
@@ -133,7 +133,7 @@ void DeviceMemory::check_span(DevicePtr base, const ByteRange& span, size_t elem
                           side, lo, bytes));
 }
 
-std::optional<DeviceMemory::Use> DeviceMemory::find_use(uint64_t addr) const {
+std::optional<AccountedAllocator::Use> AccountedAllocator::find_use(uint64_t addr) const {
   const auto alloc = allocator_.find(addr, 1);
   if (!alloc) return std::nullopt;
   std::lock_guard lock(mu_);
@@ -142,13 +142,13 @@ std::optional<DeviceMemory::Use> DeviceMemory::find_use(uint64_t addr) const {
   return Use{alloc->address, it->second};
 }
 
-bool DeviceMemory::is_live(uint64_t address, uint64_t generation) const {
+bool AccountedAllocator::is_live(uint64_t address, uint64_t generation) const {
   std::lock_guard lock(mu_);
   const auto it = generation_.find(address);
   return it != generation_.end() && it->second == generation;
 }
 
-void DeviceMemory::stats(MemoryStats& s) const {
+void AccountedAllocator::stats(MemoryStats& s) const {
   const driver::AllocatorStats a = allocator_.stats();
   std::lock_guard lock(mu_);
   s.allocated_bytes = allocated_;
@@ -161,7 +161,7 @@ void DeviceMemory::stats(MemoryStats& s) const {
   s.runtime_bytes = runtime_bytes_;
 }
 
-void DeviceMemory::reset_peak() {
+void AccountedAllocator::reset_peak() {
   std::lock_guard lock(mu_);
   peak_ = allocated_;
 }

@@ -18,7 +18,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
-#include "mtia/driver/device.h"
+#include "mtia/driver/userspace_driver.h"
 #include "mtia/isa/address_map.h"
 #include "mtia/isa/error_record.h"
 #include "mtia/isa/registers.h"

@@ -1,4 +1,4 @@
-#include "mtia/sim/device.h"
+#include "mtia/sim/emulated_device.h"
 
 #include <atomic>
 #include <cerrno>

@@ -12,7 +12,7 @@
 // the interrupt handler. Each queue has one mutex guarding its ring indices and bookkeeping.
 // The interrupt handler never reads registers (a read waits for the simulator thread, which is
 // the thread the handler runs on); it only reads memory and posts register writes.
-#include "mtia/driver/device.h"
+#include "mtia/driver/userspace_driver.h"
 
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>

@@ -1,7 +1,8 @@
-// DeviceMemory: the host API's device-memory allocator, over the driver's, with its accounting:
-// what malloc() handed out (sizes, peak, counts), the blocks the runtime keeps for itself
-// (kernel images, fence slabs, the launch-argument arena, graph command buffers), recently
-// freed addresses for messages, and the generation of each live allocation (graph replay).
+// AccountedAllocator: the host API's device-memory allocator, over the driver's, with its
+// accounting: what malloc() handed out (sizes, peak, counts), the blocks the runtime keeps for
+// itself (kernel images, fence slabs, the launch-argument arena, graph command buffers),
+// recently freed addresses for messages, and the generation of each live allocation (graph
+// replay).
 //
 // Locking: its own mutex guards the accounting. While holding it, it calls only the driver's
 // allocator (which has its own lock) and never the rest of the runtime, so callers may hold
@@ -22,11 +23,11 @@
 
 namespace mtia {
 
-class DeviceMemory {
+class AccountedAllocator {
  public:
-  explicit DeviceMemory(driver::Allocator& allocator) : allocator_(allocator) {}
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  explicit AccountedAllocator(driver::Allocator& allocator) : allocator_(allocator) {}
+  AccountedAllocator(const AccountedAllocator&) = delete;
+  AccountedAllocator& operator=(const AccountedAllocator&) = delete;
 
   driver::Allocator& allocator() { return allocator_; }
 

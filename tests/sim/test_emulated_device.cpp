@@ -23,7 +23,7 @@
 #include "mtia/isa/address_map.h"
 #include "mtia/isa/decode.h"
 #include "mtia/isa/registers.h"
-#include "mtia/sim/device.h"
+#include "mtia/sim/emulated_device.h"
 #include "must.h"
 
 using mtia::test::must;
