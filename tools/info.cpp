@@ -1,5 +1,7 @@
-// `mtia-emu info`: open a device and print what it is.
+// `mtia-emu info`: open a device and print what it is, or the settings: the environment's
+// table (settings/) and the command-line options, listed from their own definitions.
 #include <cstdio>
+#include <string>
 
 #include "commands.h"
 #include "mtia/device.h"
@@ -34,6 +36,47 @@ void print_properties(const DeviceProperties& p) {
   std::printf("timing model      %s\n", p.timing ? "on" : "off (functional only)");
 }
 
+// Markdown cells hold no line breaks or unescaped bars.
+std::string cell(std::string text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '|') {
+      out += "\\|";
+    } else {
+      out += c == '\n' ? ' ' : c;
+    }
+  }
+  return out;
+}
+
+// Every option of the program, as CLI11 holds them (so the list cannot drift from the parser):
+// the global options, then each command's. Help flags and positional arguments are left out.
+std::string options_markdown(const CLI::App& root) {
+  std::string out =
+      "| command | option | takes | default | what it sets |\n|---|---|---|---|---|\n";
+  auto add = [&](const CLI::App& app, const std::string& command) {
+    for (const CLI::Option* o : app.get_options()) {
+      if (!o->nonpositional() || o == app.get_help_ptr()) continue;
+      std::string name;
+      for (const std::string& l : o->get_lnames())
+        name += (name.empty() ? "`--" : ", `--") + l + "`";
+      for (const std::string& s : o->get_snames()) name += (name.empty() ? "`-" : ", `-") + s + "`";
+      const std::string type = o->get_type_name();
+      const std::string takes = type.empty() ? "a flag" : type;
+      out += "| " + command + " | " + name + " | " + cell(takes) + " | " +
+             cell(o->get_default_str()) + " | " + cell(o->get_description()) + " |\n";
+    }
+  };
+  add(root, "`mtia-emu`");
+  for (const CLI::App* sub : root.get_subcommands([](const CLI::App*) { return true; })) {
+    add(*sub, "`" + sub->get_name() + "`");
+    for (const CLI::App* nested : sub->get_subcommands([](const CLI::App*) { return true; })) {
+      add(*nested, "`" + sub->get_name() + " " + nested->get_name() + "`");
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app) {
@@ -49,12 +92,22 @@ void add_info_command(CLI::App& app) {
                 "print every MTIA_EMU_* environment variable instead: its value here and where it "
                 "comes from (opens no device)");
   cmd->add_flag("--markdown", *markdown,
-                "with --env: the table of variables in Markdown (docs/settings.md)")
+                "with --env: the variables and the command-line options as Markdown tables "
+                "(docs/settings.md)")
       ->needs("--env");
-  cmd->callback([flags, show_config, show_env, markdown] {
+  const CLI::App* root = &app;
+  cmd->callback([flags, show_config, show_env, markdown, root] {
     if (*show_env) {
-      const std::string text = *markdown ? settings::markdown() : settings::describe_current();
-      std::fputs(text.c_str(), stdout);
+      if (*markdown) {
+        const std::string text = settings::markdown() +
+                                 "\n## Command-line options\n\nThe options of `mtia-emu`, "
+                                 "listed from their definitions; an option wins over the "
+                                 "variable it mirrors.\n\n" +
+                                 options_markdown(*root);
+        std::fputs(text.c_str(), stdout);
+      } else {
+        std::fputs(settings::describe_current().c_str(), stdout);
+      }
       return;
     }
     Device device = Device::open(flags->options());
