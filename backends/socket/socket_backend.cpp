@@ -9,8 +9,10 @@
 // reads are plain memory accesses, as through a PCIe BAR. Host memory the device may DMA must
 // be shared too: alloc_host() hands out memfd-backed buffers whose descriptors map_host()
 // sends to the server; other host memory cannot be reached (kUnsupported), and the host API
-// stages it. A reader thread takes replies, interrupts and the server's lost notice; a
-// server that dies is seen at once (end of stream) and reported through the lost handler.
+// stages it. With the sanitizer's initcheck on, each write through the mapping is followed by a
+// note of its range (kNoteWritten), so that the device counts the bytes written. A reader thread
+// takes replies, interrupts and the server's lost notice; a server that dies is seen at once (end
+// of stream) and reported through the lost handler.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -36,6 +38,8 @@
 #include "mtia/driver/backend.h"
 #include "mtia/driver/trace_channel.h"
 #include "mtia/isa/install_dirs.h"
+#include "mtia/isa/registers.h"
+#include "mtia/isa/sanitize.h"
 #include "mtia/log/logger.h"
 #include "mtia/settings/settings.h"
 #include "mtia/wire/host_call_codec.h"
@@ -141,6 +145,9 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   }
 
   void write_register(uint64_t offset, uint64_t value) override {
+    if (offset == isa::reg::kSanitize) {
+      initcheck_.store((value & isa::kSanitizeInitcheck) != 0, std::memory_order_relaxed);
+    }
     PayloadWriter w;
     w.u64(offset).u64(value);
     if (isa::Status sent = post(MessageType::kWriteRegister, w.data()); !sent) {
@@ -174,6 +181,12 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   isa::Status write_memory(uint64_t addr, const void* src, uint64_t bytes) override {
     if (uint8_t* p = in_window(addr, bytes)) {
       if (bytes > 0) std::memcpy(p, src, bytes);
+      if (bytes > 0 && initcheck_.load(std::memory_order_relaxed)) {
+        // Posted after the bytes, and so before any doorbell that makes the device read them.
+        PayloadWriter w;
+        w.u64(addr).u64(bytes);
+        if (isa::Status sent = post(MessageType::kNoteWritten, w.data()); !sent) return sent;
+      }
       return {};
     }
     const auto* in = static_cast<const uint8_t*>(src);
@@ -643,8 +656,9 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
   }
 
   UniqueFd socket_;
-  const pid_t owner_pid_ = getpid();  // the process that opened the connection
-  std::atomic<bool> closing_{false};  // our own destructor closes the connection
+  const pid_t owner_pid_ = getpid();    // the process that opened the connection
+  std::atomic<bool> closing_{false};    // our own destructor closes the connection
+  std::atomic<bool> initcheck_{false};  // the driver switched the sanitizer's initcheck on
   pid_t pid_ = -1;
   std::string where_;
   std::thread reader_;

@@ -350,7 +350,7 @@ class DeviceImpl final : public Device {
           isa::ErrorCode::kUnsupported,
           fmt::format(
               "the device cannot run the sanitizer's {} ({}); it runs on the in-process "
-              "device",
+              "device and on a device server that serves one client",
               isa::sanitize_checks_name(sanitize_),
               on ? fmt::format("it reports checks 0x{:x}", on.value()) : on.error().reason));
     }

@@ -206,9 +206,10 @@ isa::Result<bool> CommandProcessor::write_register(uint64_t offset, uint64_t val
       return bad_register(offset, "memcheck and initcheck are off (reg::kSanitize)");
     }
     const auto op = static_cast<isa::MemcheckOp>(value);
-    if (op != isa::MemcheckOp::kLive && op != isa::MemcheckOp::kFreed) {
+    if (op != isa::MemcheckOp::kLive && op != isa::MemcheckOp::kFreed &&
+        op != isa::MemcheckOp::kWritten) {
       return bad_register(offset, fmt::format("{} is not a memcheck operation (1: live, 2: "
-                                              "freed)",
+                                              "freed, 3: written by the host)",
                                               value));
     }
     if (isa::Status done = platform_.memcheck_update(op, memcheck_base_, memcheck_bytes_); !done) {

@@ -11,6 +11,7 @@
 
 #include "mtia/isa/address_map.h"
 #include "mtia/isa/registers.h"
+#include "mtia/isa/sanitize.h"
 #include "mtia/log/logger.h"
 
 namespace mtia::server {
@@ -51,6 +52,21 @@ void ClientSlots::reset_queues(const Slot& slot) {
     device_->write_register(isa::reg::queue_reg(slot.first_queue + i, isa::reg::kQueueControl),
                             isa::kQueueReset);
   }
+}
+
+void ClientSlots::note_written(const Slot& slot, uint64_t client, uint64_t addr, uint64_t bytes) {
+  if (!lost_.empty() || slots_.size() != 1 || bytes == 0) return;
+  if (isa::Status in = check_window(slot, "note_written", addr, bytes); !in) {
+    logger()->warn("client {}: {}", client, in.error().reason);  // posted: nobody to answer
+    return;
+  }
+  device_->write_register(isa::reg::kMemcheckBase, addr);
+  device_->write_register(isa::reg::kMemcheckBytes, bytes);
+  device_->write_register(isa::reg::kMemcheckOp, static_cast<uint64_t>(isa::MemcheckOp::kWritten));
+}
+
+void ClientSlots::stop_sanitizer() {
+  if (lost_.empty() && slots_.size() == 1) device_->write_register(isa::reg::kSanitize, 0);
 }
 
 void ClientSlots::clear_window(const Slot& slot) {
@@ -138,7 +154,9 @@ isa::Result<uint64_t> ClientSlots::read_register(const Slot& slot, uint64_t offs
     case reg::kIntEnable:
       return slot.int_enable;
     case reg::kSanitize:
-      return uint64_t{0};  // the sanitizer's table is device-wide: not offered to clients
+      // The sanitizer's allocation table is the device's: offered to a server's only client.
+      if (slots_.size() != 1) return uint64_t{0};
+      break;
     case reg::kIntStatus: {
       MTIA_ASSIGN_OR_RETURN(const uint64_t all, device_->read_register(offset));
       return (all >> slot.first_queue) & slot.mask();
@@ -180,12 +198,13 @@ void ClientSlots::write_register(Slot& slot, uint64_t client, uint64_t offset, u
     }
     return device_->write_register(reg::queue_reg(slot.first_queue + q->queue, q->field), value);
   }
-  if (offset == reg::kSanitize || offset == reg::kMemcheckBase || offset == reg::kMemcheckBytes ||
-      offset == reg::kMemcheckOp) {
+  if ((offset == reg::kSanitize || offset == reg::kMemcheckBase || offset == reg::kMemcheckBytes ||
+       offset == reg::kMemcheckOp) &&
+      slots_.size() != 1) {
     logger()->warn(
-        "client {}: register write at BAR0 offset 0x{:04x} dropped: the device "
-        "server does not run the sanitizer for its clients",
-        client, offset);
+        "client {}: register write at BAR0 offset 0x{:04x} dropped: a server of {} clients "
+        "does not run the sanitizer (its allocation table is the device's); serve one client",
+        client, offset, slots_.size());
     return;
   }
   device_->write_register(offset, value);

@@ -50,6 +50,12 @@ class ClientSlots {
   void write_int_enable();
   // Stops a client's queues at once: queued and waiting packets are dropped.
   void reset_queues(const Slot& slot);
+  // The client wrote [addr, + bytes) through its mapping of its window: tells the device, for
+  // the sanitizer's initcheck (as the allocation table, offered to a server's only client).
+  void note_written(const Slot& slot, uint64_t client, uint64_t addr, uint64_t bytes);
+  // Switches the sanitizer off, forgetting the allocation table and what was written, between
+  // two clients of a one-client server (the only one the sanitizer is offered to).
+  void stop_sanitizer();
   // The next client of a window finds it zeroed, and the memory goes back to the host.
   static void clear_window(const Slot& slot);
   // Device memory a client's window holds now: the pages of its memory file, bytes.

@@ -161,6 +161,7 @@ struct DeviceServer::Impl {
       log_memory(s);
       if (!exiting) {  // else the device goes with the server
         clients.reset_queues(slot);
+        clients.stop_sanitizer();
         slot.int_enable = 0;
         clients.write_int_enable();
         ClientSlots::clear_window(slot);
@@ -372,6 +373,13 @@ struct DeviceServer::Impl {
         return reply_status(s, id,
                             device->trace().set_trace_level(static_cast<trace::TraceLevel>(level)));
       }
+      case MessageType::kNoteWritten: {
+        MTIA_ASSIGN_OR_RETURN(const uint64_t addr, in.u64());
+        MTIA_ASSIGN_OR_RETURN(const uint64_t bytes, in.u64());
+        MTIA_RETURN_IF_ERROR(in.finish());
+        clients.note_written(*s.slot, s.id, addr, bytes);
+        return {};
+      }
       case MessageType::kTraceHostCall: {
         MTIA_ASSIGN_OR_RETURN(trace::HostCall call,
                               wire::decode_host_call(m.payload.data(), m.payload.size()));
@@ -424,6 +432,7 @@ struct DeviceServer::Impl {
     }
     Slot& slot = *free;
     ClientSlots::clear_window(slot);  // anything a late write of the last client's work left there
+    clients.stop_sanitizer();         // and the last client's allocation table
     slot.holder = &s;
     s.slot = &slot;
     logger()->info("client {} holds context {}: queues {}..{}, DRAM [0x{:x}, 0x{:x})", s.id,

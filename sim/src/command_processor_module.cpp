@@ -143,6 +143,12 @@ isa::Status CommandProcessorModule::set_sanitize(uint64_t checks) {
 
 isa::Status CommandProcessorModule::memcheck_update(isa::MemcheckOp op, uint64_t base,
                                                     uint64_t bytes) {
+  if (op == isa::MemcheckOp::kWritten) {
+    if (shared_.initcheck.on() && base + bytes >= base) {
+      shared_.initcheck.written_by_host(base, base + bytes);
+    }
+    return {};
+  }
   MTIA_RETURN_IF_ERROR(shared_.memcheck.update(op, base, bytes));
   if (shared_.initcheck.on()) shared_.initcheck.update(op, base, bytes);
   return {};

@@ -75,13 +75,6 @@ DeviceOptions options(const char* sanitize, uint32_t unit_threads = 0) {
 }
 
 // Only the in-process device runs the sanitizer: a served one refuses it when it opens.
-bool sanitizer_available() {
-  if (test::environment_backend() == "inprocess") return true;
-  expect_error(ErrorKind::kDeviceUnavailable, "cannot run the sanitizer's memcheck",
-               [] { Device::open(options("memcheck")); });
-  return false;
-}
-
 // The report of the stream's failed launch (its synchronize() must throw kDeviceFault).
 std::string failure(Device& dev, Stream stream = {}) {
   try {
@@ -111,7 +104,6 @@ void expect_smoke(Device& dev, DevicePtr out, const std::vector<int32_t>& in, si
 }  // namespace
 
 TEST_CASE("memcheck reports a read past a tensor into its neighbour", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   // in: 384 int32 (1536 bytes, a multiple of the 256-byte allocation granule, so the next
   // allocation starts right after it); the kernel is told 385. On a 1x2 grid PE 1 takes
   // elements 256..384: one DMA of 129 elements, the last of them the neighbour's first.
@@ -166,7 +158,6 @@ TEST_CASE("memcheck reports a read past a tensor into its neighbour", "[sanitize
 }
 
 TEST_CASE("memcheck reports a write that straddles the end of its allocation", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   Device dev = Device::open(options("memcheck"));
   const KernelModule smoke = dev.load_module(MTIA_SMOKE_KERNEL_ELF);
   const std::vector<int32_t> in_data = iota(512, -40);
@@ -185,7 +176,6 @@ TEST_CASE("memcheck reports a write that straddles the end of its allocation", "
 }
 
 TEST_CASE("memcheck reports a read of freed memory", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   Device dev = Device::open(options("memcheck"));
   const KernelModule smoke = dev.load_module(MTIA_SMOKE_KERNEL_ELF);
   const std::vector<int32_t> in_data = iota(256, 11);
@@ -208,7 +198,6 @@ TEST_CASE("memcheck reports a read of freed memory", "[sanitizer]") {
 }
 
 TEST_CASE("memcheck reports accesses that start outside every allocation", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   Device dev = Device::open(options("memcheck"));
   const KernelModule smoke = dev.load_module(MTIA_SMOKE_KERNEL_ELF);
   // a: 100 bytes, in a 256-byte granule; b right after the granule. a + 128 is in a's padding:
@@ -236,7 +225,6 @@ TEST_CASE("memcheck reports accesses that start outside every allocation", "[san
 }
 
 TEST_CASE("memcheck passes a correct kernel", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   Device dev = Device::open(options("memcheck"));
   const KernelModule smoke = dev.load_module(MTIA_SMOKE_KERNEL_ELF);
   const std::vector<int32_t> in_data = iota(5000, -2500);
@@ -267,7 +255,6 @@ TEST_CASE("a bad sanitizer setting is refused with its reason", "[sanitizer]") {
 }
 
 TEST_CASE("the device names the checks it runs", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   CHECK(Device::open(options("synccheck, initcheck")).properties().sanitize ==
         "initcheck,synccheck");
   CHECK(Device::open(options("memcheck,racecheck,initcheck,synccheck")).properties().sanitize ==
@@ -328,7 +315,6 @@ void expect_no_race(Grid grid, const Touch& t) {
 }  // namespace
 
 TEST_CASE("racecheck reports two PEs writing the same bytes", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   // Four PEs write 512 bytes each, 128 bytes apart: PE 0 [0, 512), PE 1 [128, 640), ... The
   // lowest overlap is PE 0's and PE 1's, at byte 128: 384 bytes, up to the end of PE 0's row.
   const Touch t{.pe_offset = 128};
@@ -371,7 +357,6 @@ TEST_CASE("racecheck reports two PEs writing the same bytes", "[sanitizer]") {
 #ifdef MTIA_KERNEL_LIBRARY_ELF
 TEST_CASE("racecheck reports the library's fill given an output view whose rows overlap",
           "[sanitizer]") {
-  if (!sanitizer_available()) return;
   // A 2 x 2048 int32 view with rows 1024 elements apart: its rows share 1024 elements. On a
   // 1x2 grid the fill kernel gives each PE one row, so PE 0 and PE 1 both write elements
   // 1024..2047 of the buffer.
@@ -411,7 +396,6 @@ TEST_CASE("racecheck reports the library's fill given an output view whose rows 
 #endif
 
 TEST_CASE("racecheck reports a read racing with another PE's write", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   // PE 0 writes [0, 512); PE 1 reads [256, 768).
   Device dev = Device::open(options("racecheck"));
   const KernelModule races = dev.load_module(MTIA_RACE_KERNELS_ELF);
@@ -427,7 +411,6 @@ TEST_CASE("racecheck reports a read racing with another PE's write", "[sanitizer
 }
 
 TEST_CASE("racecheck passes interleaved strided writes by different PEs", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   // Rows of 256 bytes: PE 0 writes the even rows, PE 1 the odd ones. The spans of the two
   // transfers overlap; their bytes do not.
   expect_no_race({1, 2}, Touch{.pe_offset = 256, .rows = 8, .row_bytes = 256, .row_stride = 512});
@@ -436,13 +419,11 @@ TEST_CASE("racecheck passes interleaved strided writes by different PEs", "[sani
 }
 
 TEST_CASE("racecheck passes PEs reading the same bytes", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   expect_no_race({2, 2}, Touch{.pe_offset = 0, .mode = 0});
   expect_no_race({2, 2}, Touch{.pe_offset = 100 * 4, .rows = 4, .row_stride = 1024, .mode = 0});
 }
 
 TEST_CASE("racecheck passes writes to the same bytes separated by barriers", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   // Every PE writes the same 512 bytes, one after another: the last (PE 3) stays.
   expect_no_race({2, 2}, Touch{.pe_offset = 0, .staged = 1});
 }
@@ -477,7 +458,6 @@ std::string same_at_every_thread_count(const char* sanitize, Run run) {
 }  // namespace
 
 TEST_CASE("initcheck reports a PE reading device memory nothing wrote", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   // PE 1 reads the scratch buffer that PE 0 writes, with no barrier between: it reads the
   // bytes as they were at the launch's start, which nothing had written.
   const std::vector<int32_t> in_data = iota(1000, 3);
@@ -517,7 +497,6 @@ TEST_CASE("initcheck reports a PE reading device memory nothing wrote", "[saniti
 
 TEST_CASE("initcheck counts host copies and fills, and a freed block is unwritten again",
           "[sanitizer]") {
-  if (!sanitizer_available()) return;
   Device dev = Device::open(options("memcheck,initcheck"));
   const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
   const Kernel k = m.kernel("staged_copy");
@@ -557,7 +536,6 @@ TEST_CASE("initcheck counts host copies and fills, and a freed block is unwritte
 }
 
 TEST_CASE("synccheck reports a barrier that PEs which exited never reach", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   // On a 2x2 grid PEs 2 and 3 have no work and return before the barrier that 0 and 1 wait at.
   const std::vector<int32_t> in_data = iota(4 * 256, 1);
   const std::string report = same_at_every_thread_count("synccheck", [&](Device& dev) {
@@ -596,7 +574,6 @@ TEST_CASE("synccheck reports a barrier that PEs which exited never reach", "[san
 }
 
 TEST_CASE("synccheck reports a wait on a tag that was never issued", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   const std::vector<int32_t> in_data = iota(300, 9);
   const std::string report = same_at_every_thread_count("synccheck", [&](Device& dev) {
     const KernelModule m = dev.load_module(MTIA_SYNC_INIT_KERNELS_ELF);
@@ -618,7 +595,6 @@ TEST_CASE("synccheck reports a wait on a tag that was never issued", "[sanitizer
 }
 
 TEST_CASE("initcheck reports a local-store tile used before it was loaded", "[sanitizer]") {
-  if (!sanitizer_available()) return;
   // The same tile at the start of the local store, stored by a DMA, fed to the SE or read by
   // the core without having been loaded in this launch. A launch before it loads the tile, so
   // the local store holds the right bytes from then on: only the sanitizer tells.
@@ -667,7 +643,6 @@ TEST_CASE("initcheck reports a local-store tile used before it was loaded", "[sa
 
 TEST_CASE("synccheck reports local-store bytes used while an operation on them is in flight",
           "[sanitizer]") {
-  if (!sanitizer_available()) return;
   // in_flight (sync_init.c) loads a 256-element tile at the local store's start by DMA (tag 1)
   // and uses it without waiting: the SE reads it, the core reads it, or (use 2, after waiting
   // for the load) a store reads it (tag 2) while a second load overwrites it (tag 3). The
@@ -732,7 +707,6 @@ TEST_CASE("synccheck reports local-store bytes used while an operation on them i
 
 TEST_CASE("the device's statistics and trace count the sanitizer's findings per check",
           "[sanitizer]") {
-  if (!sanitizer_available()) return;
   const std::vector<int32_t> in_data = iota(256, 5);
   Device dev = Device::open(options("memcheck,racecheck,initcheck,synccheck"));
   dev.set_trace_level(TraceLevel::kKernels);

@@ -389,6 +389,44 @@ TEST_CASE("a server with --clients serves several clients at once, each with its
   CHECK(on_b.get());
 }
 
+TEST_CASE("a one-client server runs the sanitizer for its client; one of several clients refuses",
+          "[server][contexts]") {
+  // The smoke kernel told one element more than its input holds reads into the next
+  // allocation: memcheck's finding, on the served device as on the in-process one.
+  const std::vector<int32_t> in_data(384, 5);
+  auto read_past = [&](Device& dev) {
+    const KernelModule smoke = dev.load_module(MTIA_SMOKE_KERNEL_ELF);
+    DevicePtr in = test::upload(dev, in_data);
+    DevicePtr neighbour = test::upload(dev, std::vector<int32_t>(256, 7));
+    DevicePtr out = dev.malloc(4 * 512);
+    REQUIRE(neighbour.address() == in.address() + 1536);
+    dev.launch(smoke.entry_kernel(), {1, 2}, {in, out, int64_t{385}});
+    dev.synchronize();
+  };
+  Server server;
+  DeviceOptions sanitized = server.options();
+  sanitized.sanitize = "memcheck,initcheck";
+  {
+    Device dev = Device::open(sanitized);
+    CHECK(dev.properties().sanitize == "memcheck,initcheck");
+    expect_error(ErrorKind::kDeviceFault, "memcheck: dma.start at pc 0x", [&] { read_past(dev); });
+    // Bytes the host wrote (through the server: initcheck sees them) read clean.
+    test::check_device_works(dev);
+  }
+  // The next client, without the sanitizer, finds it off: the same read passes.
+  Device next = Device::open(server.options());
+  read_past(next);
+  test::check_device_works(next);
+
+  Server shared(2);
+  DeviceOptions o = shared.options();
+  o.sanitize = "memcheck";
+  expect_error(ErrorKind::kDeviceUnavailable,
+               "cannot run the sanitizer's memcheck (it reports checks 0x0); it runs on the "
+               "in-process device and on a device server that serves one client",
+               [&] { Device::open(o); });
+}
+
 TEST_CASE("a client's DMA and kernels reach only its own memory, and the fault is its alone",
           "[server][contexts]") {
   Server server(2);

@@ -34,8 +34,9 @@ torch.set_num_threads(1)
 
 # The suite runs under the sanitizer's checks too ($MTIA_EMU_SANITIZE, inherited by the child
 # interpreters; `scripts/test sanitize`). Two kinds of tests cannot: those that check the caching
-# allocator (memcheck and initcheck turn caching off) and those that open a served device
-# (served devices refuse the checks). Their markers say which they are; they are skipped then.
+# allocator (memcheck and initcheck turn caching off) and those whose devices share a server
+# among several clients (such a server does not run the checks). Their markers say which they
+# are; they are skipped then.
 SANITIZE = {c for c in os.environ.get("MTIA_EMU_SANITIZE", "").split(",") if c and c != "off"}
 
 
@@ -43,8 +44,9 @@ def pytest_collection_modifyitems(config, items):
     if not SANITIZE:
         return
     for item in items:
-        if item.get_closest_marker("served"):
-            item.add_marker(pytest.mark.skip(reason="served devices refuse the sanitizer"))
+        if item.get_closest_marker("shared_server"):
+            item.add_marker(pytest.mark.skip(
+                reason="a server of several clients does not run the sanitizer"))
         elif item.get_closest_marker("caching") and SANITIZE & {"memcheck", "initcheck"}:
             item.add_marker(pytest.mark.skip(
                 reason="the sanitizer's memcheck and initcheck turn the caching allocator off"))

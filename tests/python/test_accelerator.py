@@ -472,7 +472,6 @@ def test_destroying_a_graph_during_its_capture_ends_the_capture():
 TWO_DEVICES = {"MTIA_EMU_DEVICES": "2", "MTIA_EMU_FALLBACK": "error"}
 
 
-@pytest.mark.served
 def test_graphs_on_a_stream_of_another_device():
     r = run_child("""
         import gc, torch

@@ -61,7 +61,6 @@ def test_registration_survives_pytorchs_lazy_registration():
     assert r.stdout.split() == ["MtiaEmuInterface", "True"]
 
 
-@pytest.mark.served
 def test_two_devices():
     r = run_child("""
         import torch

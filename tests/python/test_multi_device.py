@@ -15,10 +15,6 @@ import pytest
 
 from conftest import run_child
 
-# Every device here is served (a device server per device), and served devices refuse the
-# sanitizer: under $MTIA_EMU_SANITIZE these tests are skipped (conftest.py).
-pytestmark = pytest.mark.served
-
 TWO = {"MTIA_EMU_DEVICES": "2", "MTIA_EMU_FALLBACK": "error"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -166,6 +162,7 @@ def test_current_device_streams_and_events_per_device():
     assert out.split() == ["ok"]
 
 
+@pytest.mark.caching
 def test_memory_statistics_are_per_device():
     out = run_two("""
         import torch
@@ -403,6 +400,7 @@ print("ok")
 """
 
 
+@pytest.mark.shared_server
 def test_two_processes_share_one_server_each_in_its_own_context(tmp_path):
     binary = os.environ.get("MTIA_EMU_BIN") or os.path.join(HERE, "..", "..", "build", "tools",
                                                              "mtia-emu")

@@ -123,3 +123,23 @@ TEST_CASE("a payload reader stops at the end and reports leftovers", "[server]")
   CHECK(again.finish().ok());
   CHECK_THAT(again.u16().error().reason, Catch::Contains("map host message is truncated"));
 }
+
+TEST_CASE("the posted messages are the ones no reply answers", "[server]") {
+  // A client waits for a reply to every request but these: a posted one it waited for would
+  // never come, and one the server answered would be taken for another request's reply.
+  for (const MessageType t : {MessageType::kWriteRegister, MessageType::kTraceHostCall,
+                              MessageType::kNoteWritten}) {
+    CHECK(is_posted(t));
+  }
+  for (const MessageType t : {MessageType::kHello, MessageType::kReadRegister,
+                              MessageType::kReadMemory, MessageType::kWriteMemory,
+                              MessageType::kMapHost, MessageType::kNow}) {
+    CHECK_FALSE(is_posted(t));
+  }
+  CHECK(message_type_name(static_cast<uint16_t>(MessageType::kNoteWritten)) == "note written");
+  // Its header decodes (the type is known to this release).
+  const auto b = header_bytes(MessageType::kNoteWritten, 0, 9, 16);
+  const auto h = decode_header(b.data());
+  REQUIRE(h.ok());
+  CHECK(h.value().type == MessageType::kNoteWritten);
+}

@@ -19,7 +19,7 @@ void store(uint8_t* p, uint64_t v, int n) {
 
 bool known_type(uint16_t t) {
   return (t >= static_cast<uint16_t>(MessageType::kHello) &&
-          t <= static_cast<uint16_t>(MessageType::kTraceHostCall)) ||
+          t <= static_cast<uint16_t>(MessageType::kNoteWritten)) ||
          (t >= static_cast<uint16_t>(MessageType::kReply) &&
           t <= static_cast<uint16_t>(MessageType::kLost));
 }
@@ -56,6 +56,8 @@ std::string message_type_name(uint16_t type) {
       return "set trace level";
     case MessageType::kTraceHostCall:
       return "trace host call";
+    case MessageType::kNoteWritten:
+      return "note written";
     case MessageType::kReply:
       return "reply";
     case MessageType::kInterrupt:
@@ -69,7 +71,8 @@ std::string message_type_name(uint16_t type) {
 }
 
 bool is_posted(MessageType type) {
-  return type == MessageType::kWriteRegister || type == MessageType::kTraceHostCall;
+  return type == MessageType::kWriteRegister || type == MessageType::kTraceHostCall ||
+         type == MessageType::kNoteWritten;
 }
 
 void encode_header(const MessageHeader& h, uint8_t out[kHeaderBytes]) {

@@ -33,8 +33,10 @@ enum SanitizeCheck : uint64_t {
 // Operations written to reg::kMemcheckOp, on [kMemcheckBase, + kMemcheckBytes), while memcheck
 // or initcheck is on.
 enum class MemcheckOp : uint64_t {
-  kLive = 1,   // a new allocation (bytes >= 1, not overlapping a live one)
-  kFreed = 2,  // the live allocation that starts at the base was freed (bytes: its size)
+  kLive = 1,     // a new allocation (bytes >= 1, not overlapping a live one)
+  kFreed = 2,    // the live allocation that starts at the base was freed (bytes: its size)
+  kWritten = 3,  // the host wrote these bytes past the device (a device server's client,
+                 // through its mapping of device memory): initcheck counts them written
 };
 
 // A comma-separated list of check names ("memcheck,racecheck"; spaces around names are

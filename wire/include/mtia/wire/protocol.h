@@ -29,6 +29,8 @@
 //   kConfigJson      (empty)                                -> text = configuration JSON
 //   kSetTraceLevel   u32 level (trace::TraceLevel)          -> ok
 //   kTraceHostCall   a host-call record (wire/host_call_codec.h) (posted)
+//   kNoteWritten     u64 device address, u64 bytes: the client wrote them through its mapping
+//                    of the window (the sanitizer's initcheck counts them written) (posted)
 // Server -> client, unrequested:
 //   kInterrupt       u64 queue mask
 //   kLost            the reason (text): the device died; the server closes the connection
@@ -73,6 +75,7 @@ enum class MessageType : uint16_t {
   kConfigJson = 10,
   kSetTraceLevel = 11,
   kTraceHostCall = 12,
+  kNoteWritten = 13,
   kReply = 32,
   kInterrupt = 33,
   kLost = 34,
