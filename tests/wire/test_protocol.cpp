@@ -127,13 +127,13 @@ TEST_CASE("a payload reader stops at the end and reports leftovers", "[server]")
 TEST_CASE("the posted messages are the ones no reply answers", "[server]") {
   // A client waits for a reply to every request but these: a posted one it waited for would
   // never come, and one the server answered would be taken for another request's reply.
-  for (const MessageType t : {MessageType::kWriteRegister, MessageType::kTraceHostCall,
-                              MessageType::kNoteWritten}) {
+  for (const MessageType t :
+       {MessageType::kWriteRegister, MessageType::kTraceHostCall, MessageType::kNoteWritten}) {
     CHECK(is_posted(t));
   }
-  for (const MessageType t : {MessageType::kHello, MessageType::kReadRegister,
-                              MessageType::kReadMemory, MessageType::kWriteMemory,
-                              MessageType::kMapHost, MessageType::kNow}) {
+  for (const MessageType t :
+       {MessageType::kHello, MessageType::kReadRegister, MessageType::kReadMemory,
+        MessageType::kWriteMemory, MessageType::kMapHost, MessageType::kNow}) {
     CHECK_FALSE(is_posted(t));
   }
   CHECK(message_type_name(static_cast<uint16_t>(MessageType::kNoteWritten)) == "note written");
