@@ -31,6 +31,7 @@ set(exported
   mtia_backend_inprocess_impl:backend_inprocess_impl
   mtia_driver:driver
   mtia_isa:isa
+  mtia_host:host
   mtia_trace:trace
   mtia_log:log
   mtia_settings:settings
@@ -50,9 +51,9 @@ install(TARGETS ${exported_targets} EXPORT mtia-emu-targets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(EXPORT mtia-emu-targets NAMESPACE mtia:: DESTINATION ${MTIA_INSTALL_CMAKEDIR})
 
-# Public headers: the host API's, and the isa/, tracing/ and driver/ headers they include. The
-# isa/ headers are also the kernels' (kernel metadata, PE ops).
-foreach(dir isa tracing driver host_api)
+# Public headers: the host API's, and the isa/, host/, tracing/ and driver/ headers they
+# include. The isa/ headers are also the kernels' (kernel metadata, PE ops).
+foreach(dir isa host tracing driver host_api)
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/${dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "mtia/isa/install_dirs.h"
+#include "mtia/host/install_dirs.h"
 #include "mtia/settings/settings.h"
 
 #ifndef MTIA_KERNEL_LIBRARY_ELF
@@ -26,7 +26,7 @@ std::string kernel_library_path() {
     return *env;
   }
   std::error_code ec;
-  if (const std::string dir = isa::installed_data_dir(); !dir.empty()) {
+  if (const std::string dir = host::installed_data_dir(); !dir.empty()) {
     const fs::path installed = fs::path(dir) / "mtia_kernels.elf";
     if (fs::is_regular_file(installed, ec)) return installed.string();
   }

@@ -37,7 +37,7 @@
 
 #include "mtia/driver/backend.h"
 #include "mtia/driver/trace_channel.h"
-#include "mtia/isa/install_dirs.h"
+#include "mtia/host/install_dirs.h"
 #include "mtia/isa/registers.h"
 #include "mtia/isa/sanitize.h"
 #include "mtia/log/logger.h"
@@ -72,7 +72,7 @@ isa::Failure unavailable(std::string why) {
 // tree's.
 std::string server_program() {
   if (auto program = settings::read("MTIA_EMU_BIN")) return *program;
-  const std::string data = isa::installed_data_dir();  // <prefix>/share/mtia-emu
+  const std::string data = host::installed_data_dir();  // <prefix>/share/mtia-emu
   if (!data.empty()) {
     const auto bin = std::filesystem::path(data).parent_path().parent_path() / "bin" / "mtia-emu";
     if (std::filesystem::exists(bin)) return bin.string();
@@ -399,7 +399,7 @@ class SocketBackend final : public driver::Backend, public driver::TraceChannel 
     }
     if (!o.timing) args.push_back("--no-timing");
     args.insert(args.end(), {"--trace-max-events", std::to_string(o.trace.max_events), "--wait",
-                             isa::wait_policy_name(o.wait)});
+                             host::wait_policy_name(o.wait)});
     if (o.unit_threads)
       args.insert(args.end(), {"--unit-threads", std::to_string(*o.unit_threads)});
     if (o.inline_work_ns) {

@@ -28,11 +28,11 @@
 #include <stdexcept>
 #include <vector>
 
+#include "mtia/host/wait.h"
 #include "mtia/isa/address_map.h"
 #include "mtia/isa/error_record.h"
 #include "mtia/isa/registers.h"
 #include "mtia/isa/sanitize.h"
-#include "mtia/isa/wait.h"
 #include "mtia/log/logger.h"
 
 namespace mtia::driver {
@@ -81,7 +81,7 @@ struct Queue {
   // Packets complete in order on a queue, so "done" is a prefix of the seqs: every seq up to
   // done_through has completed and its callback has run.
   uint64_t done_through = 0;
-  // done_through published for waiters that poll without the lock (isa/wait.h); stored under
+  // done_through published for waiters that poll without the lock (host/wait.h); stored under
   // the lock after done_through.
   std::atomic<uint64_t> done_published{0};
   std::map<uint64_t, Completion> recent;    // the last kKeepCompletions completions
@@ -124,7 +124,7 @@ isa::Failure bad_argument(std::string why) {
 
 class DeviceImpl final : public Device {
  public:
-  DeviceImpl(std::unique_ptr<Backend> backend, isa::WaitPolicy wait, uint64_t sanitize)
+  DeviceImpl(std::unique_ptr<Backend> backend, host::WaitPolicy wait, uint64_t sanitize)
       : wait_(wait), sanitize_(sanitize), backend_(std::move(backend)) {
     be_ = backend_.get();
   }
@@ -237,7 +237,7 @@ class DeviceImpl final : public Device {
     q.slots[index % kRingSlots] = Pending{seq, opcode, std::move(on_complete)};
     q.last_seq = seq;
     q.tail = index + 1;
-    if (wait_ == isa::WaitPolicy::kAuto) isa::note_cpu(isa::WaitSide::kHost);
+    if (wait_ == host::WaitPolicy::kAuto) host::note_cpu(host::WaitSide::kHost);
     be_->write_register(isa::reg::queue_reg(q.id, isa::reg::kQueueTail), q.tail);
     return seq;
   }
@@ -251,7 +251,7 @@ class DeviceImpl final : public Device {
       // Spin or yield first (the wait policy), so that a short wait costs no scheduler
       // wake-up on either side; then sleep until the completion wakes us.
       lock.unlock();
-      const bool done = isa::poll_before_block(wait_, isa::WaitSide::kHost, [&] {
+      const bool done = host::poll_before_block(wait_, host::WaitSide::kHost, [&] {
         return q.done_published.load(std::memory_order_acquire) >= seq;
       });
       lock.lock();
@@ -671,7 +671,7 @@ class DeviceImpl final : public Device {
     }
   }
 
-  const isa::WaitPolicy wait_;
+  const host::WaitPolicy wait_;
   const uint64_t sanitize_;  // SanitizeCheck bits (BackendOptions::sanitize)
   Backend* be_ = nullptr;    // backend_.get(), also valid while backend_.reset() runs
   DeviceInfo info_;

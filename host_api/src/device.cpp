@@ -60,7 +60,7 @@ WaitPolicy resolve_wait_policy(const DeviceOptions& o) {
     }
     return *o.wait;
   }
-  return value_or_raise(isa::wait_policy_from_environment());
+  return value_or_raise(host::wait_policy_from_environment());
 }
 
 // DeviceOptions::sanitize, else $MTIA_EMU_SANITIZE, else off: SanitizeCheck bits.

@@ -438,8 +438,9 @@ void Device::Impl::wait_event_done(EventState& ev, std::unique_lock<std::mutex>&
   // Spin or yield first (the wait policy), then sleep until the record's completion.
   const uint64_t want = ev.value;
   lock.unlock();
-  isa::poll_before_block(props.wait, isa::WaitSide::kHost,
-                         [&] { return ev.done_published.load(std::memory_order_acquire) >= want; });
+  host::poll_before_block(props.wait, host::WaitSide::kHost, [&] {
+    return ev.done_published.load(std::memory_order_acquire) >= want;
+  });
   lock.lock();
   ev.done_cv.wait(lock, [&] { return ev.done_value >= want; });
 }

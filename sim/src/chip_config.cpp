@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mtia/host/install_dirs.h"
 #include "mtia/isa/address_map.h"
-#include "mtia/isa/install_dirs.h"
 #include "mtia/isa/packets.h"
 #include "mtia/isa/registers.h"
 #include "mtia/settings/settings.h"
@@ -410,7 +410,7 @@ std::string preset_directory() {
   if (auto dir = settings::read("MTIA_EMU_PRESET_DIR")) return *dir;
   // An installed program reads its installation's presets, not those of the tree it was
   // built from (which may be gone).
-  if (const std::string installed = isa::installed_data_dir(); !installed.empty()) {
+  if (const std::string installed = host::installed_data_dir(); !installed.empty()) {
     return installed + "/presets";
   }
   return MTIA_PRESET_DIR;

@@ -169,7 +169,7 @@ isa::Status Device::Impl::run_on_sim(const std::function<void()>& fn, const char
 
 isa::Result<std::unique_ptr<Device>> Device::open(const ChipConfig& config, HostMemory& host_memory,
                                                   InterruptHandler on_interrupt,
-                                                  trace::TraceOptions trace, isa::WaitPolicy wait,
+                                                  trace::TraceOptions trace, host::WaitPolicy wait,
                                                   const PeGridHostOptions& grid) {
   if (isa::Status valid = validate(config); !valid) return valid.error();
   isa::Result<PeGridHostSettings> grid_host = resolve(grid);

@@ -25,14 +25,14 @@ void Bridge::run() {
     // notification) comes after it, so a request pushed in between is never missed.
     while (!shared_.inbox.pop(request)) {
       if (poll_inbox()) continue;
-      if (shared_.wait == isa::WaitPolicy::kBlock) {
+      if (shared_.wait == host::WaitPolicy::kBlock) {
         wait(channel_.arrived);  // no poll to make when the device goes idle
       } else {
         wait(arrived_or_idle_);
       }
     }
     // Where the device side runs now, for the host's wait policy (isa/wait.h, spin_pays).
-    if (shared_.wait == isa::WaitPolicy::kAuto) isa::note_cpu(isa::WaitSide::kDevice);
+    if (shared_.wait == host::WaitPolicy::kAuto) host::note_cpu(host::WaitSide::kDevice);
     shared_.sync_time();
     handle(request);
   }
@@ -42,12 +42,12 @@ bool Bridge::poll_inbox() {
   // Only when the kernel has nothing else to do at any time: then it would suspend now, and
   // polling in its place neither delays other processes nor lets simulated time move on, so
   // a request found here is handled at the very simulated time it would have been.
-  if (stopping_ || shared_.wait == isa::WaitPolicy::kBlock || sc_core::sc_pending_activity()) {
+  if (stopping_ || shared_.wait == host::WaitPolicy::kBlock || sc_core::sc_pending_activity()) {
     return false;
   }
   shared_.inbox.begin_polling();
-  isa::poll_before_block(shared_.wait, isa::WaitSide::kDevice,
-                         [&] { return shared_.inbox.has_request(); });
+  host::poll_before_block(shared_.wait, host::WaitSide::kDevice,
+                          [&] { return shared_.inbox.has_request(); });
   return shared_.inbox.end_polling();
 }
 

@@ -10,9 +10,9 @@ void Reply::set_value(isa::Result<uint64_t> value) {
   cv_.notify_one();
 }
 
-isa::Result<uint64_t> Reply::get(isa::WaitPolicy policy) {
-  if (!isa::poll_before_block(policy, isa::WaitSide::kHost,
-                              [&] { return ready_.load(std::memory_order_acquire); })) {
+isa::Result<uint64_t> Reply::get(host::WaitPolicy policy) {
+  if (!host::poll_before_block(policy, host::WaitSide::kHost,
+                               [&] { return ready_.load(std::memory_order_acquire); })) {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return ready_.load(std::memory_order_acquire); });
   }

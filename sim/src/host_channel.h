@@ -14,8 +14,8 @@
 #include <optional>
 #include <string>
 
+#include "mtia/host/wait.h"
 #include "mtia/isa/result.h"
-#include "mtia/isa/wait.h"
 
 namespace mtia::sim::detail {
 
@@ -38,7 +38,7 @@ struct HostRequest {
 class Reply {
  public:
   void set_value(isa::Result<uint64_t> value);  // once, from the simulator thread
-  isa::Result<uint64_t> get(isa::WaitPolicy policy);
+  isa::Result<uint64_t> get(host::WaitPolicy policy);
 
  private:
   std::atomic<bool> ready_{false};

@@ -14,7 +14,7 @@
 #include "host_channel.h"
 #include "initcheck.h"
 #include "memcheck.h"
-#include "mtia/isa/wait.h"
+#include "mtia/host/wait.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/emulated_device.h"
 #include "mtia/sim/grid_options.h"
@@ -44,7 +44,7 @@ struct SimShared {
   HostInbox inbox;
   std::unique_ptr<Tracer> tracer;
   // How the simulator thread waits for host requests and host threads for its answers.
-  isa::WaitPolicy wait = isa::WaitPolicy::kAuto;
+  host::WaitPolicy wait = host::WaitPolicy::kAuto;
   // How the PE grid uses the host (threads, hand-off threshold, lazy loads).
   PeGridHostSettings grid_host;
   // The sanitizer's checks (isa/sanitize.h SanitizeCheck bits), 0 unless the driver switches

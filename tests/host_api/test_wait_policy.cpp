@@ -112,7 +112,7 @@ TEST_CASE("every wait policy gives the same results and simulated times", "[wait
     CHECK(o.launch_ps == first.launch_ps);
     CHECK(o.copies_ps == first.copies_ps);
   }
-  CHECK(isa::spinning_threads() == 0);
+  CHECK(host::spinning_threads() == 0);
 }
 
 TEST_CASE("MTIA_EMU_WAIT chooses the policy; DeviceOptions::wait wins; bad values are errors",

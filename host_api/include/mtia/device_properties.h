@@ -6,17 +6,17 @@
 #include <string>
 #include <vector>
 
-#include "mtia/isa/wait.h"
+#include "mtia/host/wait.h"
 #include "mtia/trace.h"
 
 namespace mtia {
 
 // How a host thread waits for the device (synchronize, synchronous copies, event waits) and
 // the simulator thread for the host: auto, spin, yield or block, like CUDA's scheduling
-// flags. Each spins and/or yields for a bounded time, then blocks; see mtia/isa/wait.h.
-using WaitPolicy = isa::WaitPolicy;
-using isa::parse_wait_policy;
-using isa::wait_policy_name;
+// flags. Each spins and/or yields for a bounded time, then blocks; see mtia/host/wait.h.
+using WaitPolicy = host::WaitPolicy;
+using host::parse_wait_policy;
+using host::wait_policy_name;
 
 // How to open a device.
 struct DeviceOptions {

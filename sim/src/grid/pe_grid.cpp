@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
+#include "mtia/host/wait.h"
 #include "mtia/isa/address_map.h"
-#include "mtia/isa/wait.h"
 #include "mtia/sim/pe/descriptors.h"
 #include "mtia/sim/pe/elf.h"
 #include "mtia/sim/pe/unit_workers.h"
@@ -146,15 +146,15 @@ void PeGrid::run() {
     const isa::LaunchPacket launch = *job_;
     // The helper threads may work during the launch: the host's wait policy counts them.
     const int helpers = static_cast<int>(params_.unit_threads);
-    isa::add_busy_threads(helpers);
+    host::add_busy_threads(helpers);
     isa::Status outcome;
     try {
       outcome = execute(launch);
     } catch (...) {
-      isa::add_busy_threads(-helpers);
+      host::add_busy_threads(-helpers);
       throw;
     }
-    isa::add_busy_threads(-helpers);
+    host::add_busy_threads(-helpers);
     ++stats_.launches;
     stats_.busy_ps += sc_core::sc_time_stamp().value() - begin;
     if (!outcome.ok()) {

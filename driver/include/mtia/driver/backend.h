@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "mtia/driver/trace_channel.h"
+#include "mtia/host/wait.h"
 #include "mtia/isa/result.h"
-#include "mtia/isa/wait.h"
 #include "mtia/trace/level.h"
 
 namespace mtia::driver {
@@ -27,8 +27,8 @@ struct BackendOptions {
   bool timing = true;         // false: functional only, simulated time stays 0
   trace::TraceOptions trace;  // the device's performance trace (docs/architecture.md, "Traces")
   // How host threads wait for completions and the device's thread for host requests
-  // (isa/wait.h); a backend without a thread of its own uses it for the host side only.
-  isa::WaitPolicy wait = isa::WaitPolicy::kAuto;
+  // (host/wait.h); a backend without a thread of its own uses it for the host side only.
+  host::WaitPolicy wait = host::WaitPolicy::kAuto;
   // How a simulating backend's PE grid uses the host (no effect on results or simulated
   // times). Unset: the backend's environment variables (MTIA_EMU_UNIT_THREADS,
   // MTIA_EMU_INLINE_WORK_NS, MTIA_EMU_LAZY_LOADS), else its defaults.

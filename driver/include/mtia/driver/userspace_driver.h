@@ -2,7 +2,7 @@
 //
 // Thread-safe: any number of host threads may allocate, submit and wait at once. Completions
 // arrive by interrupt on the backend's thread, which wakes the waiting host threads. A waiting
-// thread first spins or yields for a bounded time as BackendOptions::wait says (isa/wait.h),
+// thread first spins or yields for a bounded time as BackendOptions::wait says (host/wait.h),
 // then sleeps.
 #pragma once
 

@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
+#include "mtia/host/wait.h"
 #include "mtia/isa/result.h"
-#include "mtia/isa/wait.h"
 #include "mtia/sim/chip_config.h"
 #include "mtia/sim/grid_options.h"
 #include "mtia/sim/host_memory.h"
@@ -43,7 +43,7 @@ class Device {
                                                    HostMemory& host_memory,
                                                    InterruptHandler on_interrupt,
                                                    trace::TraceOptions trace = {},
-                                                   isa::WaitPolicy wait = isa::WaitPolicy::kAuto,
+                                                   host::WaitPolicy wait = host::WaitPolicy::kAuto,
                                                    const PeGridHostOptions& grid = {});
   ~Device();  // stops the simulator thread and releases device memory
   Device(const Device&) = delete;

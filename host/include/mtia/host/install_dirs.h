@@ -6,7 +6,7 @@
 
 #include <string>
 
-namespace mtia::isa {
+namespace mtia::host {
 
 // The data folder of the installation this program belongs to, or "" when it belongs to none
 // (it runs from the build tree). The first that exists of:
@@ -16,4 +16,4 @@ namespace mtia::isa {
 //     mtia-emu (find_package(mtia-emu)): that installation's share/mtia-emu.
 std::string installed_data_dir();
 
-}  // namespace mtia::isa
+}  // namespace mtia::host

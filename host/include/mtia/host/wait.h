@@ -21,7 +21,7 @@
 
 #include "mtia/isa/result.h"
 
-namespace mtia::isa {
+namespace mtia::host {
 
 enum class WaitPolicy : uint8_t { kAuto = 0, kSpin = 1, kYield = 2, kBlock = 3 };
 
@@ -29,7 +29,7 @@ const char* wait_policy_name(WaitPolicy policy);  // "auto", "spin", "yield", "b
 std::optional<WaitPolicy> parse_wait_policy(std::string_view text);
 // $MTIA_EMU_WAIT; `fallback` when it is unset or empty. Anything else fails
 // (kInvalidArgument) naming the variable and the accepted values.
-Result<WaitPolicy> wait_policy_from_environment(WaitPolicy fallback = WaitPolicy::kAuto);
+isa::Result<WaitPolicy> wait_policy_from_environment(WaitPolicy fallback = WaitPolicy::kAuto);
 
 inline constexpr std::chrono::microseconds kAutoSpin{50};
 inline constexpr std::chrono::microseconds kAutoYield{50};
@@ -125,4 +125,4 @@ bool poll_before_block(WaitPolicy policy, WaitSide self, Ready&& ready) {
   return ready();
 }
 
-}  // namespace mtia::isa
+}  // namespace mtia::host

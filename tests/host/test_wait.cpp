@@ -10,10 +10,12 @@
 #include <string>
 #include <thread>
 
-#include "mtia/isa/wait.h"
+#include "mtia/host/wait.h"
 #include "scoped_env.h"
 
-using namespace mtia::isa;
+using namespace mtia::host;
+using mtia::isa::ErrorCode;
+using mtia::isa::Result;
 using Clock = std::chrono::steady_clock;
 
 namespace {

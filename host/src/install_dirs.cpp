@@ -1,4 +1,4 @@
-#include "mtia/isa/install_dirs.h"
+#include "mtia/host/install_dirs.h"
 
 #include <filesystem>
 #include <system_error>
@@ -8,7 +8,7 @@
 // programs of the build tree, which define none, link without it and see a null address.
 extern "C" __attribute__((weak)) const char* mtia_emu_installed_data_dir();
 
-namespace mtia::isa {
+namespace mtia::host {
 
 namespace fs = std::filesystem;
 
@@ -26,4 +26,4 @@ std::string installed_data_dir() {
   return "";
 }
 
-}  // namespace mtia::isa
+}  // namespace mtia::host

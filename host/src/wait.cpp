@@ -1,4 +1,4 @@
-#include "mtia/isa/wait.h"
+#include "mtia/host/wait.h"
 
 #include <sched.h>
 
@@ -10,7 +10,7 @@
 
 #include "mtia/settings/settings.h"
 
-namespace mtia::isa {
+namespace mtia::host {
 
 namespace detail {
 std::atomic<int> g_spinning{0};
@@ -42,12 +42,12 @@ std::optional<WaitPolicy> parse_wait_policy(std::string_view text) {
   return std::nullopt;
 }
 
-Result<WaitPolicy> wait_policy_from_environment(WaitPolicy fallback) {
+isa::Result<WaitPolicy> wait_policy_from_environment(WaitPolicy fallback) {
   const std::optional<std::string> env = settings::read("MTIA_EMU_WAIT");
   if (!env) return fallback;
   if (auto p = parse_wait_policy(*env)) return *p;
-  return reject(
-      ErrorCode::kInvalidArgument,
+  return isa::reject(
+      isa::ErrorCode::kInvalidArgument,
       "MTIA_EMU_WAIT=" + *env +
           " is not a wait policy; use auto (spin while a core is free, then yield, then block), "
           "spin, yield or block");
@@ -128,4 +128,4 @@ bool spin_pays(WaitSide self) {
   return mine < 0 || theirs != mine;
 }
 
-}  // namespace mtia::isa
+}  // namespace mtia::host
