@@ -49,6 +49,6 @@ function(mtia_add_kernel name)
   mtia_kernel_image(${name} TARGET ${name} SOURCES ${arg_SOURCES}
     RUNTIME ${sdk}/src/rt.c ${sdk}/lib/module_start.S
     INCLUDE_DIRS ${include_dirs} ${MTIA_KERNEL_SDK_INCLUDE_DIRS}
-    FLAGS ${MTIA_KERNEL_TARGET_FLAGS} -O2 -g -std=c99 -Wall -Wextra ${arg_COMPILE_OPTIONS}
+    FLAGS ${MTIA_KERNEL_FLAGS} ${arg_COMPILE_OPTIONS}
     LINK_SCRIPT ${sdk}/link.ld)
 endfunction()

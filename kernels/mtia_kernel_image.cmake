@@ -12,11 +12,16 @@
 # (mtia-emu-kernels.cmake).
 
 # What every device kernel is compiled for: the PE's RV64IM control core, without an OS or a C
-# library. Callers add optimisation and warning flags.
+# library (torch.compile's generated kernels are compiled for it with flags of their own).
 # Cached, so that functions called from any folder of the including project see it.
 set(MTIA_KERNEL_TARGET_FLAGS
     --target=riscv64-unknown-elf -march=rv64im -mabi=lp64 -nostdlib -ffreestanding
     CACHE INTERNAL "code generation flags of MTIA device kernels")
+# How every C kernel is compiled, in this tree and against an installation: optimised, with
+# debug information (the sanitizer's reports name source lines), C99, warnings on. This tree's
+# own kernels add -Werror.
+set(MTIA_KERNEL_FLAGS ${MTIA_KERNEL_TARGET_FLAGS} -O2 -g -std=c99 -Wall -Wextra
+    CACHE INTERNAL "compile flags of MTIA device kernels")
 
 function(mtia_kernel_image name)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "TARGET;LINK_SCRIPT"
