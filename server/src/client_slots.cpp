@@ -60,9 +60,16 @@ void ClientSlots::note_written(const Slot& slot, uint64_t client, uint64_t addr,
     logger()->warn("client {}: {}", client, in.error().reason);  // posted: nobody to answer
     return;
   }
+  // The client may be between the writes of an allocation's base and bytes and its operation
+  // (another thread of it sent this note): put its two registers back afterwards.
+  const isa::Result<uint64_t> base = device_->read_register(isa::reg::kMemcheckBase);
+  const isa::Result<uint64_t> size = device_->read_register(isa::reg::kMemcheckBytes);
+  if (!base || !size) return;  // the device is gone: nothing to note
   device_->write_register(isa::reg::kMemcheckBase, addr);
   device_->write_register(isa::reg::kMemcheckBytes, bytes);
   device_->write_register(isa::reg::kMemcheckOp, static_cast<uint64_t>(isa::MemcheckOp::kWritten));
+  device_->write_register(isa::reg::kMemcheckBase, base.value());
+  device_->write_register(isa::reg::kMemcheckBytes, size.value());
 }
 
 void ClientSlots::stop_sanitizer() {
