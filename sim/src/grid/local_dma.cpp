@@ -58,10 +58,11 @@ isa::Result<LocalDma::Job> LocalDma::check(const mtia_pe_dma_desc& d, uint64_t n
 }
 
 void LocalDma::execute(const mtia_pe_dma_desc& d, const Job& job, const sim::pe::Touched& touched,
-                       LazyLoads& loads) {
-  if (loads.load_lazily(d, touched[1], job.plan, job.copy)) return;
-  loads.settle(touched);
-  job.copy.run();
+                       DeferredWork& work) {
+  if (work.load_lazily(d, touched[1], job.plan, job.copy)) return;
+  const BoundDma bound = job.copy;
+  work.run_or_defer(
+      touched, job.plan.payload_bytes / 8, [bound] { bound.run(); }, /*device=*/true);
 }
 
 }  // namespace mtia::sim::detail

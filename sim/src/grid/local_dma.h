@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "lazy_loads.h"
+#include "deferred_work.h"
 #include "mtia/isa/access_scope.h"
 #include "mtia/isa/pe/pe_ops.h"
 #include "mtia/isa/result.h"
@@ -40,9 +40,9 @@ class LocalDma {
   // grid's sequential order (pe_grid.h).
   void reserve(DmaPlan& plan, uint64_t now_ps) { memory_.reserve(plan, now_ps); }
   // Copies `job`, whose local-store bytes are `touched` (source, destination): left in device
-  // memory when it is a load, else now, after the PE's loads into those bytes.
+  // memory when it is a load, else now or on a helper thread, in order with `work`.
   void execute(const mtia_pe_dma_desc& d, const Job& job, const sim::pe::Touched& touched,
-               LazyLoads& loads);
+               DeferredWork& work);
 
   // A core address of `space` as a device address (a local-store address: its window in
   // DeviceMemory).

@@ -13,6 +13,7 @@
 #include "mtia/isa/address_map.h"
 #include "mtia/sim/pe/descriptors.h"
 #include "mtia/sim/pe/elf.h"
+#include "mtia/sim/pe/unit_workers.h"
 #include "processing_element.h"
 #include "sim_loggers.h"
 #include "sim_shared.h"
@@ -38,6 +39,7 @@ PeGridParams PeGridParams::from(const ChipConfig& config, const PeGridHostSettin
   p.default_watchdog_cycles = config.pe_watchdog_cycles;
   p.max_image_bytes = config.kernel_image_max_bytes;
   p.unit_threads = host.unit_threads;
+  p.inline_work_ns = host.inline_work_ns;
   p.lazy_loads = host.lazy_loads;
   return p;
 }
@@ -49,7 +51,8 @@ PeGrid::PeGrid(sc_core::sc_module_name name, SimShared& shared)
       params_(PeGridParams::from(shared.config, shared.grid_host)),
       clock_{shared.config.clock_hz, shared.config.timing} {
   pes_.resize(size_t{shared.config.pe_rows} * shared.config.pe_cols);
-  threads_ = std::make_unique<PeThreads>(params_.unit_threads, shared.wait);
+  workers_ =
+      std::make_unique<pe::UnitWorkers>(params_.unit_threads, static_cast<uint32_t>(pes_.size()));
   shared_.memory->set_device_access_observer([this](isa::ByteSpan span, bool write) {
     // initcheck: host copies and fills write device bytes.
     if (write && shared_.initcheck.on()) [[unlikely]] {
@@ -100,9 +103,17 @@ void PeGrid::before_device_access(isa::ByteSpan span, bool write) {
   }
 }
 
+void PeGrid::join_units() {
+  workers_->join_all();  // the simulator thread helps while it waits
+  for (auto& p : pes_) {
+    if (p) p->join();
+  }
+}
+
 PeEnvironment PeGrid::pe_environment() {
   return PeEnvironment{shared_,
-                       params_.lazy_loads,
+                       *workers_,
+                       DeferredWork::Params{params_.inline_work_ns, params_.lazy_loads},
                        clock_,
                        scope_,
                        [this](uint32_t chip) {
@@ -119,6 +130,7 @@ void PeGrid::submit(const isa::LaunchPacket& launch, const isa::AccessScope& sco
 }
 
 void PeGrid::sync_to(uint64_t ps) {
+  join_units();  // the rest of the device may look at any memory once time moves
   const uint64_t now = sc_core::sc_time_stamp().value();
   if (ps <= now) return;
   ++stats_.syncs;
@@ -132,8 +144,8 @@ void PeGrid::run() {
     shared_.sync_time();
     const uint64_t begin = sc_core::sc_time_stamp().value();
     const isa::LaunchPacket launch = *job_;
-    // The PE threads may work during the launch: the host's wait policy counts them.
-    const int helpers = static_cast<int>(threads_->helpers());
+    // The helper threads may work during the launch: the host's wait policy counts them.
+    const int helpers = static_cast<int>(params_.unit_threads);
     host::add_busy_threads(helpers);
     isa::Status outcome;
     try {
@@ -402,8 +414,10 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
     if (initcheck) [[unlikely]] {
       publish_writes();
     }
-    // The local stores hold every load when the launch ends.
-    threads_->run(n, [&](uint32_t i) { pes[i]->flush(); });
+    // The local stores hold every load when the launch ends. All copies are queued before
+    // any is waited for, so the simulator thread helps with any PE's work meanwhile.
+    for (ProcessingElement* p : pes) p->copy_loads();
+    join_units();
     uint64_t end = 0;
     for (ProcessingElement* p : pes) {
       end = std::max(end, p->core().cycles());
@@ -566,10 +580,10 @@ isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
       }
       ++barriers;
       ++stats_.barriers;
-      // What a PE wrote to device memory before the barrier is there for the others after it
-      // (its DMA copied it at issue); what its loads read there is copied before anyone writes
-      // it (before_device_access). Its local store is its own: others reach it through its
-      // device window, which copies its loads first (dma_side).
+      // What a PE wrote to device memory before the barrier is there for the others after it,
+      // and what it reads there is read before they write. Its local store is its own: others
+      // reach it through its device window, which finishes its work first (dma_side).
+      for (ProcessingElement* p : pes) p->join_device();
       for (ProcessingElement* p : pes) {
         if (!p->at_barrier) continue;
         p->at_barrier = false;
@@ -608,8 +622,7 @@ void PeGrid::run_slices(const std::vector<ProcessingElement*>& pes, uint64_t hor
   for (uint64_t h = horizon - params_.quantum_cycles; h != horizon;) {
     h = std::min(horizon, h + params_.slice_cycles);
     for (bool again = true; again; ++rounds_) {
-      threads_->run(static_cast<uint32_t>(n),
-                    [&](uint32_t i) { run_pe(*pes[i], rounds_ * n + i, h); });
+      for (uint64_t i = 0; i < n; ++i) run_pe(*pes[i], rounds_ * n + i, h);
       for (ProcessingElement* p : pes) p->time_dmas();
       again = false;
       for (ProcessingElement* p : pes) {

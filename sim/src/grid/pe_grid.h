@@ -43,7 +43,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "lazy_loads.h"
+#include "deferred_work.h"
 #include "mtia/firmware/platform.h"
 #include "mtia/isa/access_scope.h"
 #include "mtia/isa/packets.h"
@@ -53,9 +53,9 @@
 #include "mtia/sim/pe/line_table.h"
 #include "mtia/sim/pe/program.h"
 #include "mtia/sim/pe/riscv_core.h"
+#include "mtia/sim/pe/unit_workers.h"
 #include "mtia/sim/pe/units.h"
 #include "pe_clock.h"
-#include "pe_threads.h"
 
 namespace mtia::sim::detail {
 
@@ -80,12 +80,16 @@ struct PeGridParams {
   uint64_t default_watchdog_cycles = 1'000'000'000;  // when LaunchPacket::watchdog_cycles is 0
   uint64_t max_image_bytes = 16ull << 20;            // a larger ELF is rejected
   size_t max_cached_programs = 16;                   // decoded images kept (cleared when full)
-  // Host threads beside the simulator thread that run a round's PEs (PeThreads); 0 runs
-  // them all on the simulator thread.
+  // Host threads that run the units' math and the local DMA copies beside
+  // the simulator thread (pe::UnitWorkers); 0 runs it all on that thread.
   unsigned unit_threads = 0;
+  // An operation estimated to take the host less than this (nanoseconds) runs on the
+  // simulator thread when its PE has nothing queued: handing it over (and its bytes to another
+  // core's cache) would cost more. 0 hands every operation to the helpers.
+  uint64_t inline_work_ns = 5'000;
   // Leave a DMA's load from DRAM or SRAM into a local store in device memory until its bytes
-  // are needed, and let the DPE read its operands there (lazy_loads.h): the copy of a tile that
-  // is only multiplied is never made.
+  // are needed, and let the DPE read its operands there (deferred_work.h, "Loads left in device
+  // memory"): the copy of a tile that is only multiplied is never made.
   bool lazy_loads = true;
 
   static PeGridParams from(const ChipConfig& config, const PeGridHostSettings& host);
@@ -161,9 +165,11 @@ class PeGrid : public sc_core::sc_module {
   void run_pe(ProcessingElement& pe, uint64_t order, uint64_t horizon_cycles);
   // Advances SystemC time to `ps` (no-op if already there).
   void sync_to(uint64_t ps);
+  // Finishes every PE's deferred unit work (see pe::UnitWorkers).
+  void join_units();
   // Before device bytes `span` are read or written other than by the PE that owns them: a PE
   // whose local store they are in, or (for a write) whose loads may still read them, copies
-  // its loads. Any thread.
+  // its loads and finishes its queued work.
   void before_device_access(isa::ByteSpan span, bool write);
   // What a PE reaches outside itself: these, its parameters and its clock.
   PeEnvironment pe_environment();
@@ -176,7 +182,7 @@ class PeGrid : public sc_core::sc_module {
   sc_core::sc_event start_;
   std::vector<std::unique_ptr<ProcessingElement>> pes_;  // one per chip PE, created on first use
   uint64_t rounds_ = 0;  // of the running launch so far (the sequential order, above)
-  std::unique_ptr<PeThreads> threads_;
+  std::unique_ptr<sim::pe::UnitWorkers> workers_;
   std::map<std::pair<uint64_t, uint64_t>, CachedProgram> cache_;  // (image address, entry)
   Stats stats_;
 };

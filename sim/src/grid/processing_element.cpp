@@ -26,22 +26,15 @@ uint8_t ProcessingElement::matmul_dtype(const pe::RiscvCore& core, uint64_t desc
 
 void ProcessingElement::trace_unit(pe::UnitKind kind, uint64_t start_ps, uint64_t end_ps,
                                    uint64_t work, uint8_t matmul_dtype) {
-  traced_units_.push_back({kind, start_ps, end_ps, work, matmul_dtype});
-}
-
-void ProcessingElement::trace_units() {
   static_assert(static_cast<int>(Tracer::Unit::kDpe) == static_cast<int>(pe::UnitKind::kDpe) &&
                 static_cast<int>(Tracer::Unit::kMlu) == static_cast<int>(pe::UnitKind::kMlu));
-  for (const TracedUnit& u : traced_units_) {
-    Tracer::DpeClass dpe = Tracer::DpeClass::kFp32;
-    if (u.matmul_dtype == MTIA_PE_DT_INT8) dpe = Tracer::DpeClass::kInt8;
-    if (u.matmul_dtype == MTIA_PE_DT_FP16 || u.matmul_dtype == MTIA_PE_DT_BF16) {
-      dpe = Tracer::DpeClass::k16Bit;
-    }
-    env_.shared.tracer->pe_unit(chip_index_, static_cast<Tracer::Unit>(u.kind), u.start_ps,
-                                u.end_ps, u.work, dpe);
+  Tracer::DpeClass dpe = Tracer::DpeClass::kFp32;
+  if (matmul_dtype == MTIA_PE_DT_INT8) dpe = Tracer::DpeClass::kInt8;
+  if (matmul_dtype == MTIA_PE_DT_FP16 || matmul_dtype == MTIA_PE_DT_BF16) {
+    dpe = Tracer::DpeClass::k16Bit;
   }
-  traced_units_.clear();
+  env_.shared.tracer->pe_unit(chip_index_, static_cast<Tracer::Unit>(kind), start_ps, end_ps, work,
+                              dpe);
 }
 
 void ProcessingElement::trace_dma(const DmaPlan& plan, uint64_t issue_ps) {
@@ -58,17 +51,15 @@ ProcessingElement::ProcessingElement(PeEnvironment env, uint32_t chip_index,
       units_(local_store, timing),
       dma_(*env_.shared.memory, ls_device_base_),
       core_(pe::CoreConfig{}, local_store, *this),
-      loads_(core_, env_.lazy_loads, counters.lazy) {
-  // A unit's math runs at issue, under the loads' lock (issue()): the loads into its bytes
-  // are copied first, and its DPE operands may be read where a load reads from.
-  units_.set_deferral([this](const Touched& touched, uint64_t, pe::UnitTask&& math) {
-    loads_.settle_held(touched);
-    math();
+      work_(env_.workers, chip_index, core_, env_.work, counters.lazy) {
+  // Unit math and DMA copies go to the grid's helper threads, in order per PE.
+  units_.set_deferral([this](const Touched& touched, uint64_t host_ns, pe::UnitTask&& math) {
+    work_.run_or_defer(touched, host_ns, std::move(math), /*device=*/false);
   });
-  if (env_.lazy_loads) {
+  if (env_.work.lazy_loads) {
     units_.set_operand_source(
         [this](uint64_t offset, uint64_t rows, uint64_t row_bytes, uint64_t ld_bytes) {
-          return loads_.operand_view(offset, rows, row_bytes, ld_bytes);
+          return work_.operand_view(offset, rows, row_bytes, ld_bytes);
         });
   }
 }
@@ -128,11 +119,11 @@ UnitResponse ProcessingElement::issue(pe::RiscvCore& core, const pe::UnitRequest
     case UnitOp::kEltwise:
     case UnitOp::kReduce:
     case UnitOp::kLayout: {
-      // The descriptor is read now: the bytes it sits in must hold what was loaded there.
+      // The math queues behind the PE's deferred work (run_or_defer); the descriptor is
+      // read now, so the bytes it sits in must be settled.
       const uint64_t desc = r.rs1 - MTIA_PE_LS_BASE;
-      loads_.settle(
-          Extent{desc, desc + std::max({sizeof(mtia_pe_matmul_desc), sizeof(mtia_pe_se_desc),
-                                        sizeof(mtia_pe_re_desc), sizeof(mtia_pe_mlu_desc)})});
+      work_.settle({desc, desc + std::max({sizeof(mtia_pe_matmul_desc), sizeof(mtia_pe_se_desc),
+                                           sizeof(mtia_pe_re_desc), sizeof(mtia_pe_mlu_desc)})});
       InFlight::Bytes rows;
       if (ls_sanitize_) [[unlikely]] {
         unit_rows(core, r, rows.reads, rows.writes);
@@ -153,10 +144,7 @@ UnitResponse ProcessingElement::issue(pe::RiscvCore& core, const pe::UnitRequest
           }
         }
       }
-      std::unique_lock<std::mutex> held = loads_.hold();
       auto outcome = units_.execute(core, r);
-      held.unlock();
-      loads_.refresh_guard();
       if (!outcome.ok()) return UnitResponse::fault(outcome.error().reason);
       if (ls_initcheck_) [[unlikely]] {
         for (const Extent& e : rows.writes) ls_written_.mark(e.lo, e.hi);
@@ -221,7 +209,6 @@ UnitResponse ProcessingElement::answer_wait(const pe::UnitRequest& r) {
 }
 
 void ProcessingElement::time_dmas() {
-  trace_units();
   for (UntimedDma& d : untimed_) {
     const uint64_t done = take_turn(d.plan, d.issue_ps);
     tag_done_[d.tag - 1] = done;
@@ -265,7 +252,7 @@ ProcessingElement::Extent ProcessingElement::dma_side(uint8_t space, uint64_t ad
 
 UnitResponse ProcessingElement::dma(pe::RiscvCore& core, const pe::UnitRequest& r) {
   const uint64_t at = r.rs1 - MTIA_PE_LS_BASE;
-  loads_.settle(Extent{at, at + sizeof(mtia_pe_dma_desc)});
+  work_.settle({at, at + sizeof(mtia_pe_dma_desc)});
   auto desc = dma_.validate(core, r.rs1);
   if (!desc.ok()) return UnitResponse::fault(desc.error().reason);
   const mtia_pe_dma_desc& d = desc.value();
@@ -298,7 +285,7 @@ UnitResponse ProcessingElement::dma(pe::RiscvCore& core, const pe::UnitRequest& 
     }
   }
   if (d.dst_space != MTIA_PE_SPACE_LOCAL) env_.before_device_write(plan.dst.span);
-  dma_.execute(d, job.value(), touched, loads_);
+  dma_.execute(d, job.value(), touched, work_);
   ++counters.dma_ops;
   counters.dma_bytes += plan.payload_bytes;
   const uint64_t tag = add_tag(kNotTimed);
@@ -382,9 +369,9 @@ std::string ProcessingElement::initcheck(const pe::UnitRequest& r, const mtia_pe
 
 bool ProcessingElement::guarded_access(pe::RiscvCore&, uint64_t pc, uint64_t offset, uint64_t bytes,
                                        bool write) {
-  // With initcheck or synccheck the core guards the whole local store: copy the loads only
-  // when the access touches their bytes, as without.
-  if (!ls_sanitize_ || loads_.guards(offset, offset + bytes)) loads_.settle_all();
+  // With initcheck or synccheck the core guards the whole local store: finish the work only
+  // when the access touches its bytes, as without.
+  if (!ls_sanitize_ || work_.guards(offset, offset + bytes)) work_.flush();
   if (!ls_sanitize_) return true;
   if (synccheck_ && !in_flight_.empty()) {
     pe::LineTable::Frame earlier;

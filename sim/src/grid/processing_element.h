@@ -1,8 +1,6 @@
-// One PE of the grid: its RISC-V core, its units, its tags and its local DMA, and the loads its
-// local store still owes (LazyLoads). Private to sim/; see pe_grid.h for the timing model it
-// implements. What it reaches outside itself is its PeEnvironment, which the grid fills in.
-// In a round it runs on one host thread (PeThreads); between rounds the grid reads and resets
-// what it recorded.
+// One PE of the grid: its RISC-V core, its units, its tags and its local DMA, and the work its
+// local store still owes (DeferredWork). Private to sim/; see pe_grid.h for the timing model
+// it implements. What it reaches outside itself is its PeEnvironment, which the grid fills in.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "deferred_work.h"
 #include "initcheck.h"
-#include "lazy_loads.h"
 #include "local_dma.h"
 #include "mtia/isa/access_scope.h"
 #include "mtia/sim/memory_system.h"
@@ -34,15 +32,16 @@ struct SimShared;
 
 // What a PE reaches outside itself. Everything referenced outlives the PE.
 struct PeEnvironment {
-  SimShared& shared;  // device memory, the sanitizer's state, the tracer (read-only in a round)
-  bool lazy_loads;    // leave loads in device memory (LazyLoads)
+  SimShared& shared;          // device memory, the sanitizer's state, the tracer
+  pe::UnitWorkers& workers;   // the helper threads its deferred work runs on
+  DeferredWork::Params work;  // how it hands work over and leaves loads in device memory
   PeClock clock;
   const isa::AccessScope& scope;  // the running launch's: what its DMA may reach
-  // Another PE's local store is reached through its device window: chip PE `chip` copies
-  // its loads first.
+  // Another PE's local store is reached through its device window: chip PE `chip` finishes
+  // its work on it first.
   std::function<void(uint32_t chip)> settle_pe;
   // Before this PE's DMA writes device bytes `span`: the PEs whose local store they are in, or
-  // whose loads read them, copy their loads first.
+  // whose loads read them, finish their work first.
   std::function<void(isa::ByteSpan span)> before_device_write;
 };
 
@@ -56,13 +55,16 @@ class ProcessingElement : public pe::UnitPort {
   ProcessingElement(PeEnvironment env, uint32_t chip_index, std::span<uint8_t> local_store,
                     const pe::UnitTiming& timing);
 
-  // Copies its loads into the local store (any thread: another PE's DMA that writes what they
-  // read or reads the local store; the grid at the launch's end); whether a load may still
-  // read device bytes [lo, hi).
-  void flush() { loads_.flush(); }
-  bool reads_device(uint64_t lo, uint64_t hi) { return loads_.reads_device(lo, hi); }
+  // The PE's deferred work (DeferredWork): finish all of it; finish what reaches device
+  // memory (at a barrier); copy the loads and finish all (before another reader of the local
+  // store); queue the copies of the loads; whether a load may still read device bytes [lo, hi).
+  void join() { work_.join(); }
+  void join_device() { work_.join_device(); }
+  void flush() { work_.flush(); }
+  void copy_loads() { work_.copy_loads(); }
+  bool reads_device(uint64_t lo, uint64_t hi) const { return work_.reads_device(lo, hi); }
 
-  // The core touched bytes that a load still owes: copy it first. With initcheck or
+  // The core touched bytes that unit work still owes: finish it first. With initcheck or
   // synccheck, every local-store access comes here: a store marks its bytes written, a load of
   // bytes nothing wrote is stopped, and so is an access to bytes an operation in flight writes
   // (or a store to bytes one reads).
@@ -106,9 +108,6 @@ class ProcessingElement : public pe::UnitPort {
   bool waits_for_dma() const { return waiting_.has_value(); }
   // After time_dmas(): completes that instruction and lets the core run on.
   void resume_wait();
-  // Hands the unit operations it traced since the last call to the tracer (between rounds, in
-  // PE order, so that the trace does not depend on the host threads).
-  void trace_units();
 
   // What the PE counted during a launch (PeGrid's statistics add it up at the launch's end).
   struct Counters {
@@ -186,14 +185,7 @@ class ProcessingElement : public pe::UnitPort {
   std::vector<UntimedDma> untimed_;
   std::optional<pe::UnitRequest> waiting_;  // the wait the core stopped at (waits_for_dma)
   uint64_t unit_free_[static_cast<size_t>(pe::UnitKind::kCount)] = {};
-  LazyLoads loads_;  // after core_, which it guards
-  // Unit operations traced in the current round (trace_units).
-  struct TracedUnit {
-    pe::UnitKind kind;
-    uint64_t start_ps, end_ps, work;
-    uint8_t matmul_dtype;
-  };
-  std::vector<TracedUnit> traced_units_;
+  DeferredWork work_;          // after core_, which it guards
   bool ls_initcheck_ = false;  // initcheck watches the local store
   bool synccheck_ = false;     // synccheck watches the operations in flight
   bool ls_sanitize_ = false;   // either: the core guards the whole local store
