@@ -331,7 +331,6 @@ std::string PeGrid::with_source_lines(const isa::LaunchPacket& launch, const std
 
 isa::Status PeGrid::execute(const isa::LaunchPacket& launch) {
   const uint64_t t0 = sc_core::sc_time_stamp().value();
-  rounds_ = 0;
   std::shared_ptr<const pe::Program> program;
   if (isa::Status loaded = load_program(launch, program); !loaded) return loaded;
 
@@ -610,28 +609,17 @@ void PeGrid::run_pe(ProcessingElement& p, uint64_t order, uint64_t horizon_cycle
       (res.reason == pe::StopReason::kExit && core.exit_status() != 0)) {
     p.failed_at = order;
   }
-  // kUnitStall: a barrier, or a wait on a DMA not timed yet; kBudget: the slice's horizon.
+  // kUnitStall is a barrier (waits never stall); kBudget: the slice's horizon.
 }
 
 void PeGrid::run_slices(const std::vector<ProcessingElement*>& pes, uint64_t horizon) {
   // Lockstep slices up to the horizon: requests to the shared memories stay nearly in time
   // order (a reservation timeline assumes requests arrive in order).
-  // Within a slice, rounds: every PE runs until the slice's end or a wait on a DMA not timed
-  // yet; then the round's DMAs are timed, PE by PE, and the PEs that waited run on.
   const uint64_t n = pes.size();
-  for (uint64_t h = horizon - params_.quantum_cycles; h != horizon;) {
+  uint64_t k = 0;
+  for (uint64_t h = horizon - params_.quantum_cycles; h != horizon; ++k) {
     h = std::min(horizon, h + params_.slice_cycles);
-    for (bool again = true; again; ++rounds_) {
-      for (uint64_t i = 0; i < n; ++i) run_pe(*pes[i], rounds_ * n + i, h);
-      for (ProcessingElement* p : pes) p->time_dmas();
-      again = false;
-      for (ProcessingElement* p : pes) {
-        if (p->waits_for_dma()) {
-          p->resume_wait();
-          again = true;
-        }
-      }
-    }
+    for (uint64_t i = 0; i < n; ++i) run_pe(*pes[i], k * n + i, h);
   }
 }
 

@@ -9,27 +9,22 @@
 // (or device memory) at issue, in program order, and is given a completion cycle:
 //   DPE/SE/RE/MLU  done = max(issue cycle, unit free) + busy cycles of FunctionalUnits
 //   DMA            the MemorySystem's schedule (setup, bandwidth shared with the other PEs and
-//                  the host DMA engines, latency), converted to this PE's cycles, once the DMA
-//                  is timed (below)
+//                  the host DMA engines, latency), converted to this PE's cycles
 // pe.wait / pe.waitall advance the core's cycle count to the tag's completion cycle; pe.poll
 // compares it with the core's cycle; pe.barrier stalls the core until every PE of the launch
 // still running is at a barrier, then resumes them all at the latest arrival.
 //
-// DMA timing. The PEs advance in lockstep slices of slice_cycles, and a slice in rounds: in a
-// round every PE runs until the slice's end or until it waits (pe.wait, pe.waitall, pe.poll) on
-// a DMA not timed yet; then the round's DMAs take their turns on the memory timelines, PE by PE
-// and each PE's in issue order, and the PEs that waited run on with their answers. So no PE's
-// run depends on another PE's run in the same round, and the memory timelines see requests
-// at most one slice out of time order (a later request of PE 0 may reserve bandwidth before an
-// earlier one of PE 1). Bandwidth is conserved. One PE alone is timed exactly in issue order.
+// Known approximation: the PEs run one after the other in slices of slice_cycles, so their
+// DMA requests reach the memory timelines up to one slice out of time order (a later request
+// of PE 0 may reserve bandwidth before an earlier one of PE 1). Bandwidth is conserved.
 //
 // The sequential order. Everything shared between PEs happens in one order: slice by slice,
-// round by round, and within a round PE 0, PE 1, ... A PE that faults or exits with an error
-// stops; the others still run to the end of the quantum, and the launch fails with the first
-// failure in this order. The unit math and the local DMA copies may run on helper threads
-// (unit_threads, deferred_work.h), but every decision that shares state or time is taken on
-// the simulator thread in this order, so simulated times, traces and results do not depend on
-// the helper count.
+// and within a slice PE 0, PE 1, ... A PE that faults or exits with an error stops; the others
+// still run to the end of the quantum, and the launch fails with the first failure in this
+// order. The unit math and the local DMA copies may run on helper threads (unit_threads,
+// deferred_work.h), but every decision that shares state or time is taken on the simulator
+// thread in this order, so simulated times, traces and results do not depend on the helper
+// count.
 #pragma once
 
 #include <systemc>
@@ -181,7 +176,6 @@ class PeGrid : public sc_core::sc_module {
   isa::AccessScope scope_;  // of the launch in job_
   sc_core::sc_event start_;
   std::vector<std::unique_ptr<ProcessingElement>> pes_;  // one per chip PE, created on first use
-  uint64_t rounds_ = 0;  // of the running launch so far (the sequential order, above)
   std::unique_ptr<sim::pe::UnitWorkers> workers_;
   std::map<std::pair<uint64_t, uint64_t>, CachedProgram> cache_;  // (image address, entry)
   Stats stats_;

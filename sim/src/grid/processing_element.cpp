@@ -68,8 +68,6 @@ void ProcessingElement::begin(uint64_t t0_ps) {
   t0_ps_ = t0_ps;
   tag_done_.clear();
   all_done_ = 0;
-  untimed_.clear();
-  waiting_.reset();
   std::fill(std::begin(unit_free_), std::end(unit_free_), 0);
   at_barrier = false;
   barrier_arrival = 0;
@@ -93,25 +91,42 @@ UnitResponse ProcessingElement::issue(pe::RiscvCore& core, const pe::UnitRequest
       barrier_arrival = r.cycle;
       barrier_pc = r.pc;
       return UnitResponse::stall();
-    case UnitOp::kWait:
-    case UnitOp::kWaitAll:
-    case UnitOp::kPoll: {
-      if (r.op != UnitOp::kWaitAll && r.rs1 > tag_done_.size()) {
+    case UnitOp::kWait: {
+      if (r.rs1 == 0) return UnitResponse::done(0);  // tag 0 is always complete
+      if (r.rs1 > tag_done_.size()) {
         if (env_.shared.sanitize & isa::kSanitizeSynccheck) [[unlikely]] {
           sanitizer_finding = {isa::kSanitizeSynccheck, synccheck_tag(r), {}};
         }
         return UnitResponse::fault(
-            fmt::format("{} on tag {}, which was never issued ({} operations issued so far)",
-                        r.op == UnitOp::kWait ? "pe.wait" : "pe.poll", r.rs1, tag_done_.size()));
+            fmt::format("pe.wait on tag {}, which was never issued ({} operations issued so far)",
+                        r.rs1, tag_done_.size()));
       }
-      const bool untimed = r.op == UnitOp::kWaitAll
-                               ? !untimed_.empty()
-                               : r.rs1 != 0 && tag_done_[r.rs1 - 1] == kNotTimed;
-      if (untimed) {
-        waiting_ = r;
-        return UnitResponse::stall();
+      if (synccheck_) [[unlikely]] {
+        in_flight_.waited(r.rs1);
       }
-      return answer_wait(r);
+      const uint64_t done = tag_done_[r.rs1 - 1];
+      return UnitResponse::done(0, done > r.cycle ? done - r.cycle : 0);
+    }
+    case UnitOp::kWaitAll:
+      if (synccheck_) [[unlikely]] {
+        in_flight_.waited_all();
+      }
+      return UnitResponse::done(0, all_done_ > r.cycle ? all_done_ - r.cycle : 0);
+    case UnitOp::kPoll: {
+      if (r.rs1 == 0) return UnitResponse::done(1);
+      if (r.rs1 > tag_done_.size()) {
+        if (env_.shared.sanitize & isa::kSanitizeSynccheck) [[unlikely]] {
+          sanitizer_finding = {isa::kSanitizeSynccheck, synccheck_tag(r), {}};
+        }
+        return UnitResponse::fault(
+            fmt::format("pe.poll on tag {}, which was never issued ({} operations issued so far)",
+                        r.rs1, tag_done_.size()));
+      }
+      const bool done = tag_done_[r.rs1 - 1] <= r.cycle;
+      if (synccheck_ && done) [[unlikely]] {
+        in_flight_.waited(r.rs1);
+      }
+      return UnitResponse::done(done ? 1 : 0);
     }
     case UnitOp::kDma:
       return dma(core, r);
@@ -178,50 +193,8 @@ UnitResponse ProcessingElement::issue(pe::RiscvCore& core, const pe::UnitRequest
 
 uint64_t ProcessingElement::add_tag(uint64_t done_cycle) {
   tag_done_.push_back(done_cycle);
-  if (done_cycle != kNotTimed) all_done_ = std::max(all_done_, done_cycle);
+  all_done_ = std::max(all_done_, done_cycle);
   return tag_done_.size();
-}
-
-UnitResponse ProcessingElement::answer_wait(const pe::UnitRequest& r) {
-  switch (r.op) {
-    case UnitOp::kWait: {
-      if (r.rs1 == 0) return UnitResponse::done(0);  // tag 0 is always complete
-      if (synccheck_) [[unlikely]] {
-        in_flight_.waited(r.rs1);
-      }
-      const uint64_t done = tag_done_[r.rs1 - 1];
-      return UnitResponse::done(0, done > r.cycle ? done - r.cycle : 0);
-    }
-    case UnitOp::kWaitAll:
-      if (synccheck_) [[unlikely]] {
-        in_flight_.waited_all();
-      }
-      return UnitResponse::done(0, all_done_ > r.cycle ? all_done_ - r.cycle : 0);
-    default: {  // kPoll
-      if (r.rs1 == 0) return UnitResponse::done(1);
-      const bool done = tag_done_[r.rs1 - 1] <= r.cycle;
-      if (synccheck_ && done) [[unlikely]] {
-        in_flight_.waited(r.rs1);
-      }
-      return UnitResponse::done(done ? 1 : 0);
-    }
-  }
-}
-
-void ProcessingElement::time_dmas() {
-  for (UntimedDma& d : untimed_) {
-    const uint64_t done = take_turn(d.plan, d.issue_ps);
-    tag_done_[d.tag - 1] = done;
-    all_done_ = std::max(all_done_, done);
-  }
-  untimed_.clear();
-}
-
-void ProcessingElement::resume_wait() {
-  assert(waiting_ && untimed_.empty());
-  const UnitResponse answer = answer_wait(*waiting_);
-  waiting_.reset();
-  core_.resume(answer.value, answer.extra_cycles);
 }
 
 ProcessingElement::Extent ProcessingElement::dma_side(uint8_t space, uint64_t addr,
@@ -288,9 +261,7 @@ UnitResponse ProcessingElement::dma(pe::RiscvCore& core, const pe::UnitRequest& 
   dma_.execute(d, job.value(), touched, work_);
   ++counters.dma_ops;
   counters.dma_bytes += plan.payload_bytes;
-  const uint64_t tag = add_tag(kNotTimed);
-  untimed_.push_back({tag, plan, now});
-  return UnitResponse::done(tag);
+  return UnitResponse::done(add_tag(take_turn(plan, now)));
 }
 
 std::string ProcessingElement::memcheck(const pe::UnitRequest& r, const DmaPlan& plan) const {

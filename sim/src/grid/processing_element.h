@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -101,14 +100,6 @@ class ProcessingElement : public pe::UnitPort {
 
   UnitResponse issue(pe::RiscvCore& core, const pe::UnitRequest& r) override;
 
-  // The DMAs issued since the last call take their turns on the memory timelines, in issue
-  // order (pe_grid.h, "DMA timing"): their tags complete.
-  void time_dmas();
-  // Whether the core stopped at a pe.wait, pe.waitall or pe.poll on a DMA not timed yet.
-  bool waits_for_dma() const { return waiting_.has_value(); }
-  // After time_dmas(): completes that instruction and lets the core run on.
-  void resume_wait();
-
   // What the PE counted during a launch (PeGrid's statistics add it up at the launch's end).
   struct Counters {
     uint64_t unit_ops = 0;
@@ -126,8 +117,6 @@ class ProcessingElement : public pe::UnitPort {
   // Takes a checked DMA's turn on the memory timelines and traces it; its completion cycle.
   uint64_t take_turn(DmaPlan& plan, uint64_t issue_ps);
   uint64_t add_tag(uint64_t done_cycle);
-  // The answer to pe.wait, pe.waitall or pe.poll `r` once its tags are timed.
-  UnitResponse answer_wait(const pe::UnitRequest& r);
 
   // The trace (sim/src/device_tracer.h): whether it records, and a unit operation (`work` and the
   // matmul's input dtype as the tracer counts them) or local DMA of this PE.
@@ -172,18 +161,8 @@ class ProcessingElement : public pe::UnitPort {
   LocalDma dma_;
   pe::RiscvCore core_;
   uint64_t t0_ps_ = 0;
-  // Completion cycle of tag i + 1; kNotTimed for a DMA that has not taken its turn yet.
-  static constexpr uint64_t kNotTimed = ~0ull;
-  std::vector<uint64_t> tag_done_;
-  uint64_t all_done_ = 0;  // of the timed tags
-  // DMAs issued and not timed yet, in issue order: tag, plan, issue time.
-  struct UntimedDma {
-    uint64_t tag;
-    DmaPlan plan;
-    uint64_t issue_ps;
-  };
-  std::vector<UntimedDma> untimed_;
-  std::optional<pe::UnitRequest> waiting_;  // the wait the core stopped at (waits_for_dma)
+  std::vector<uint64_t> tag_done_;  // completion cycle of tag i + 1
+  uint64_t all_done_ = 0;
   uint64_t unit_free_[static_cast<size_t>(pe::UnitKind::kCount)] = {};
   DeferredWork work_;          // after core_, which it guards
   bool ls_initcheck_ = false;  // initcheck watches the local store
