@@ -1,5 +1,6 @@
 #include "mtia/sim/pe/riscv_core.h"
 
+#include <cassert>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -249,6 +250,13 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
         "RiscvCore::run called while the core is not ready (not started, "
         "stalled on a unit instruction, exited or faulted)");
   }
+  // The PE model runs without an instruction budget: its loop then counts no budget down.
+  return max_instructions == ~0ull ? run_until<false>(max_instructions, cycle_horizon)
+                                   : run_until<true>(max_instructions, cycle_horizon);
+}
+
+template <bool kBudget>
+RunResult RiscvCore::run_until(uint64_t max_instructions, uint64_t cycle_horizon) {
   const DecodedInsn* const code = program_->code();
   const uint64_t code_base = program_->code_base();
   const uint64_t code_size = program_->code_size();
@@ -361,7 +369,7 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
   const uint64_t* const xs = x;  // reads
   auto s64 = [xs](uint8_t r) { return static_cast<int64_t>(xs[r]); };
 
-  while (n < max_instructions) {
+  while (!kBudget || n < max_instructions) {
     if (cycles >= stop_at) {
       if (cycles >= watchdog) {
         raise(FaultKind::kWatchdog, pc, 0,
@@ -720,8 +728,9 @@ RunResult RiscvCore::run(uint64_t max_instructions, uint64_t cycle_horizon) {
         MTIA_FINISH(StopReason::kFault);
       }
       default:
-        // Every Op is handled above; reaching here is a bug in the decoder.
-        throw std::logic_error(fmt::format("RiscvCore: unhandled decoded op {}", d.op));
+        // Every Op is handled above (the decoder makes no other): no range check on dispatch.
+        assert(false && "RiscvCore: unhandled decoded op");
+        __builtin_unreachable();
     }
     ++n;
   }

@@ -169,6 +169,9 @@ class RiscvCore {
     bool writable = false;
   };
 
+  // run() with or without an instruction budget to count down.
+  template <bool kBudget>
+  RunResult run_until(uint64_t max_instructions, uint64_t cycle_horizon);
   const uint8_t* map_read(uint64_t addr, uint64_t bytes) const;
   uint8_t* map_write(uint64_t addr, uint64_t bytes);
   const Region* find_region(uint64_t addr, uint64_t bytes) const;
