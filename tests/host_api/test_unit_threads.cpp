@@ -124,6 +124,9 @@ TEST_CASE("unit helper threads give the simulator thread's results, times, stati
     const Outcome alone = run(preset, 0);
     REQUIRE_FALSE(alone.failure.empty());
     REQUIRE(alone.events.size() > 1000);
+    // matmul and softmax are two kernels of one image: decoded once, entered at each.
+    CHECK(alone.stats["pe_grid"]["program_loads"]["value"] == 1);
+    CHECK(alone.stats["pe_grid"]["program_cache_hits"]["value"].get<uint64_t>() >= 1);
     for (const uint32_t threads : {1u, 2u, 5u}) {
       INFO(preset << " with " << threads << " unit helper threads");
       const Outcome helped = run(preset, threads);

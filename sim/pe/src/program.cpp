@@ -22,8 +22,8 @@ bool inside(uint64_t addr, uint64_t bytes, uint64_t base, uint64_t size) {
 }  // namespace
 
 isa::Result<std::shared_ptr<const Program>> Program::create(const ElfImage& image) {
-  std::shared_ptr<Program> p(new Program());
-  p->entry_ = image.entry;
+  auto body = std::make_shared<Body>();
+  Body* const p = body.get();
 
   struct Span {
     uint64_t lo, hi;
@@ -59,14 +59,14 @@ isa::Result<std::shared_ptr<const Program>> Program::create(const ElfImage& imag
       if (s.executable && (s.vaddr % 4 != 0 || s.mem_bytes % 4 != 0)) {
         return bad(where + " is code but not 4-byte aligned in address and size");
       }
-      p->image_.push_back({s.vaddr, std::move(bytes), s.writable, s.executable});
+      p->image.push_back({s.vaddr, std::move(bytes), s.writable, s.executable});
     } else if (in_local) {
       if (s.executable) {
         return bad(where + " is code in the local store; code must be in the image window");
       }
       const uint64_t offset = s.vaddr - MTIA_PE_LS_BASE;
-      p->local_end_ = std::max(p->local_end_, offset + s.mem_bytes);
-      p->local_.push_back({offset, std::move(bytes)});
+      p->local_end = std::max(p->local_end, offset + s.mem_bytes);
+      p->local.push_back({offset, std::move(bytes)});
     } else {
       return bad(
           fmt::format("{} lies outside the image window [{:#x}, {:#x}) and the local-store window "
@@ -78,38 +78,44 @@ isa::Result<std::shared_ptr<const Program>> Program::create(const ElfImage& imag
 
   uint64_t code_lo = ~0ull;
   uint64_t code_hi = 0;
-  for (const ImageSegment& s : p->image_) {
+  for (const ImageSegment& s : p->image) {
     if (!s.executable) continue;
     code_lo = std::min(code_lo, s.base);
     code_hi = std::max(code_hi, s.base + s.bytes.size());
   }
   if (code_lo >= code_hi) return bad("has no executable segment");
-  bool entry_in_code = false;
-  for (const ImageSegment& s : p->image_) {
-    if (s.executable && p->entry_ >= s.base && p->entry_ < s.base + s.bytes.size()) {
-      entry_in_code = true;
-    }
-  }
-  if (!entry_in_code || p->entry_ % 4 != 0) {
-    return bad(fmt::format("entry point {:#x} is not an aligned address in an executable segment",
-                           p->entry_));
-  }
-
   // Decode every word once; the image window is at most 1 MiB, so the table is too.
-  p->code_base_ = code_lo;
+  p->code_base = code_lo;
   const uint64_t words = (code_hi - code_lo) / 4;
-  p->code_.assign(words, DecodedInsn{});  // op 0 = kFetchFault for the gaps
-  p->raw_.assign(words, 0);
-  for (const ImageSegment& s : p->image_) {
+  p->code.assign(words, DecodedInsn{});  // op 0 = kFetchFault for the gaps
+  p->raw.assign(words, 0);
+  for (const ImageSegment& s : p->image) {
     if (!s.executable) continue;
     for (uint64_t off = 0; off + 4 <= s.bytes.size(); off += 4) {
       uint32_t w;
       std::memcpy(&w, s.bytes.data() + off, 4);
       const uint64_t index = (s.base + off - code_lo) / 4;
-      p->raw_[index] = w;
-      p->code_[index] = detail::decode(w);
+      p->raw[index] = w;
+      p->code[index] = detail::decode(w);
     }
   }
+  std::shared_ptr<Program> program(new Program());
+  program->body_ = std::move(body);
+  return program->with_entry(image.entry);
+}
+
+isa::Result<std::shared_ptr<const Program>> Program::with_entry(uint64_t entry) const {
+  bool in_code = false;
+  for (const ImageSegment& s : body_->image) {
+    if (s.executable && entry >= s.base && entry < s.base + s.bytes.size()) in_code = true;
+  }
+  if (!in_code || entry % 4 != 0) {
+    return bad(
+        fmt::format("entry point {:#x} is not an aligned address in an executable segment", entry));
+  }
+  std::shared_ptr<Program> p(new Program());
+  p->entry_ = entry;
+  p->body_ = body_;
   return std::shared_ptr<const Program>(std::move(p));
 }
 

@@ -70,8 +70,7 @@ void DeferredWork::flush() {
   join();
 }
 
-bool DeferredWork::reads_device(uint64_t lo, uint64_t hi) const {
-  if (lo >= loads_src_.hi || hi <= loads_src_.lo) return false;
+bool DeferredWork::any_load_reads(uint64_t lo, uint64_t hi) const {
   for (const LazyLoad& l : loads_) {
     if (lo < l.src_hi && hi > l.src_lo) return true;
   }

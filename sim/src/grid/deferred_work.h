@@ -88,7 +88,10 @@ class DeferredWork {
 
   // Whether a load of this PE (copied or not) may still read device bytes [lo, hi): a write
   // there must wait for flush().
-  bool reads_device(uint64_t lo, uint64_t hi) const;
+  // Inline, with the hull first: every PE DMA that writes device memory asks every PE.
+  bool reads_device(uint64_t lo, uint64_t hi) const {
+    return lo < loads_src_.hi && hi > loads_src_.lo && any_load_reads(lo, hi);
+  }
 
   // Leaves the DMA `d` (planned as `plan`, its copy `bound`) that fills local-store bytes `ls`
   // in device memory when it is a load (see above); false when it is not one, and the caller
@@ -122,6 +125,8 @@ class DeferredWork {
   static constexpr Extent kNoGuard{~0ull, 0};
 
   void enqueue(const Touched& touched, uint64_t host_ns, sim::pe::UnitTask&& work, bool device);
+  // Whether one of the loads reads device bytes [lo, hi).
+  bool any_load_reads(uint64_t lo, uint64_t hi) const;
   // Finishes the queued work up to UnitWorkers' number `upto` (none for 0).
   void join_upto(uint64_t upto);
   // Copies load l now (in order with the queued work).

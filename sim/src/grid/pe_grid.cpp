@@ -245,12 +245,12 @@ isa::Status PeGrid::load_program(const isa::LaunchPacket& launch,
   }
   const uint64_t entry = MTIA_PE_IMAGE_BASE + launch.entry_offset;
 
-  // Decoding is the expensive part; relaunching the same bytes reuses it. An image in DRAM is
-  // watched (DeviceMemory's counted writes): while no write has touched it since it was
-  // cached, its bytes are not compared again.
-  const auto key = std::make_pair(addr, entry);
+  // Decoding is the expensive part; relaunching the same bytes reuses it, whichever of the
+  // image's kernels the launch enters. An image in DRAM is watched (DeviceMemory's counted
+  // writes): while no write has touched it since it was cached, its bytes are not compared
+  // again.
   const bool counted = mem.kind_of(addr, size) == MemoryKind::kDram && !mem.writes_uncounted();
-  auto it = cache_.find(key);
+  auto it = cache_.find(addr);
   if (it == cache_.end() && cache_.size() >= params_.max_cached_programs) {
     cache_.clear();
     mem.unwatch_all();
@@ -263,8 +263,14 @@ isa::Status PeGrid::load_program(const isa::LaunchPacket& launch,
         std::memcmp(cached.bytes.data(), bytes, size) == 0) {
       cached.counted = counted;
       cached.writes = writes;
+      auto known = cached.entries.find(entry);
+      if (known == cached.entries.end()) {
+        auto entered = cached.entries.begin()->second->with_entry(entry);
+        if (!entered.ok()) return bad(entered.error().reason);
+        known = cached.entries.emplace(entry, entered.value()).first;
+      }
       ++stats_.program_cache_hits;
-      out = cached.program;
+      out = known->second;
       return isa::Status{};
     }
   }
@@ -275,16 +281,18 @@ isa::Status PeGrid::load_program(const isa::LaunchPacket& launch,
   auto program = pe::Program::create(image);
   if (!program.ok()) return bad(program.error().reason);
   ++stats_.program_loads;
-  cache_[key] = CachedProgram{
-      std::vector<uint8_t>(bytes, bytes + size), entry, program.value(), counted, writes, nullptr};
+  cache_[addr] = CachedProgram{std::vector<uint8_t>(bytes, bytes + size),
+                               {{entry, program.value()}},
+                               counted,
+                               writes,
+                               nullptr};
   out = program.value();
   return isa::Status{};
 }
 
 std::string PeGrid::with_source_lines(const isa::LaunchPacket& launch, const std::string& report,
                                       std::span<const pe::LineTable::Frame> frames) {
-  auto it =
-      cache_.find(std::make_pair(launch.image_addr, MTIA_PE_IMAGE_BASE + launch.entry_offset));
+  auto it = cache_.find(launch.image_addr);
   if (it == cache_.end()) return report;  // the image did not load: no pc to place
   CachedProgram& cached = it->second;
   if (!cached.lines) {

@@ -131,8 +131,9 @@ class PeGrid : public sc_core::sc_module {
  private:
   struct CachedProgram {
     std::vector<uint8_t> bytes;
-    uint64_t entry = 0;
-    std::shared_ptr<const sim::pe::Program> program;
+    // The image decoded once, entered at each kernel's entry that has launched (they share
+    // its decoded code: Program::with_entry).
+    std::map<uint64_t, std::shared_ptr<const sim::pe::Program>> entries;
     // An image in DRAM with counted writes: DeviceMemory::watched_writes() when its bytes were
     // last read; while the count stays there, they are unchanged.
     bool counted = false;
@@ -177,7 +178,7 @@ class PeGrid : public sc_core::sc_module {
   sc_core::sc_event start_;
   std::vector<std::unique_ptr<ProcessingElement>> pes_;  // one per chip PE, created on first use
   std::unique_ptr<sim::pe::UnitWorkers> workers_;
-  std::map<std::pair<uint64_t, uint64_t>, CachedProgram> cache_;  // (image address, entry)
+  std::map<uint64_t, CachedProgram> cache_;  // by image address
   Stats stats_;
 };
 

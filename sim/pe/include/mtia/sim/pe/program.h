@@ -1,5 +1,6 @@
 // A kernel image checked against the PE core's address space and pre-decoded: immutable, so
-// one Program serves every PE of every launch of that kernel (share it with shared_ptr).
+// one Program serves every PE of every launch of that kernel (share it with shared_ptr). The
+// kernels of one image share its segments and decoded code (with_entry).
 #pragma once
 
 #include <cstdint>
@@ -40,31 +41,38 @@ class Program {
   // both writable and executable, that code is only in the image window, that segments do not
   // overlap and that the entry point is an aligned address in code; then decodes the code.
   static isa::Result<std::shared_ptr<const Program>> create(const ElfImage& image);
+  // The same image entered at `entry` instead, sharing this one's segments and decoded code;
+  // fails like create() when `entry` is not an aligned address in an executable segment.
+  isa::Result<std::shared_ptr<const Program>> with_entry(uint64_t entry) const;
 
   uint64_t entry() const { return entry_; }
-  const std::vector<ImageSegment>& image_segments() const { return image_; }
-  const std::vector<LocalSegment>& local_segments() const { return local_; }
+  const std::vector<ImageSegment>& image_segments() const { return body_->image; }
+  const std::vector<LocalSegment>& local_segments() const { return body_->local; }
   // Local-store bytes the image itself occupies (end of the highest local segment).
-  uint64_t local_store_bytes_used() const { return local_end_; }
+  uint64_t local_store_bytes_used() const { return body_->local_end; }
 
   // The decoded code covers [code_base(), code_base() + 4 * code_size()); words that are not
   // in an executable segment decode to a fetch fault.
-  uint64_t code_base() const { return code_base_; }
-  uint64_t code_size() const { return code_.size(); }
-  const DecodedInsn* code() const { return code_.data(); }
+  uint64_t code_base() const { return body_->code_base; }
+  uint64_t code_size() const { return body_->code.size(); }
+  const DecodedInsn* code() const { return body_->code.data(); }
   // The instruction word at index i, for fault messages.
-  uint32_t raw_word(uint64_t index) const { return raw_[index]; }
+  uint32_t raw_word(uint64_t index) const { return body_->raw[index]; }
 
  private:
+  // What every entry of the image shares.
+  struct Body {
+    std::vector<ImageSegment> image;
+    std::vector<LocalSegment> local;
+    uint64_t local_end = 0;
+    uint64_t code_base = 0;
+    std::vector<DecodedInsn> code;
+    std::vector<uint32_t> raw;
+  };
   Program() = default;
 
   uint64_t entry_ = 0;
-  std::vector<ImageSegment> image_;
-  std::vector<LocalSegment> local_;
-  uint64_t local_end_ = 0;
-  uint64_t code_base_ = 0;
-  std::vector<DecodedInsn> code_;
-  std::vector<uint32_t> raw_;
+  std::shared_ptr<const Body> body_;
 };
 
 }  // namespace mtia::sim::pe
