@@ -3,8 +3,7 @@
 // isa/sanitize.h), and the ones freed since. Private to sim/.
 //
 // Written by the firmware's register handling and read by the PE grid's DMA checks, both on the
-// simulator thread or, on the PE pool, while the simulator thread waits for the pool (no
-// register is handled during a launch's slices): no lock is needed.
+// simulator thread (no register is handled during a launch's slices): no lock is needed.
 #pragma once
 
 #include <cstdint>
