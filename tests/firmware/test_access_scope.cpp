@@ -3,7 +3,7 @@
 // it, and hands it with every DMA job and launch.
 #include <catch2/catch.hpp>
 
-#include "harness.h"
+#include "cp_harness.h"
 #include "mtia/isa/access_scope.h"
 
 using namespace mtia;

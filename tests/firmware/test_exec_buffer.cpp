@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "harness.h"
+#include "cp_harness.h"
 #include "mtia/isa/error_record.h"
 
 using namespace mtia;

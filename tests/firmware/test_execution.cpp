@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "harness.h"
+#include "cp_harness.h"
 
 using namespace mtia;
 using namespace mtia::firmware;

@@ -3,7 +3,7 @@
 // with the queue, the packet's header and its completion record, failures included.
 #include <catch2/catch.hpp>
 
-#include "harness.h"
+#include "cp_harness.h"
 
 using namespace mtia::firmware;
 using namespace mtia::firmware::test;

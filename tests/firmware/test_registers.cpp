@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-#include "harness.h"
+#include "cp_harness.h"
 #include "mtia/isa/address_map.h"
 
 using namespace mtia;

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "harness.h"
+#include "kernel_harness.h"
 #include "reference_ops.h"
 
 namespace kt {

@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "harness.h"
+#include "kernel_harness.h"
 #include "ref.h"
 
 using namespace kt;

@@ -1,7 +1,7 @@
 // Faults, the run/stall/resume protocol, pe.info, and start() rejections.
 #include <catch2/catch.hpp>
 
-#include "harness.h"
+#include "core_harness.h"
 
 using namespace pe_test;
 using Catch::Matchers::Contains;

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <functional>
 
-#include "harness.h"
+#include "core_harness.h"
 #include "mtia/sim/pe/descriptors.h"
 
 using namespace pe_test;

@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
-#include "harness.h"
+#include "core_harness.h"
 
 using namespace pe_test;
 using Catch::Matchers::Contains;

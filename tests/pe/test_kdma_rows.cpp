@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "harness.h"
+#include "core_harness.h"
 #include "mtia/sim/pe/descriptors.h"
 
 using namespace pe_test;

@@ -1,7 +1,7 @@
 // RV64I base instructions, each against hand-computed results.
 #include <catch2/catch.hpp>
 
-#include "harness.h"
+#include "core_harness.h"
 
 using namespace pe_test;
 using mtia::sim::pe::StopReason;

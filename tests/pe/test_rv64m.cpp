@@ -1,7 +1,7 @@
 // RV64M: every multiply and divide, with the spec's overflow and divide-by-zero results.
 #include <catch2/catch.hpp>
 
-#include "harness.h"
+#include "core_harness.h"
 
 using namespace pe_test;
 

@@ -13,7 +13,7 @@
 #include <tuple>
 #include <vector>
 
-#include "harness.h"
+#include "core_harness.h"
 #include "mtia/sim/pe/descriptors.h"
 #include "mtia/sim/pe/units.h"
 #include "ref_dtypes.h"

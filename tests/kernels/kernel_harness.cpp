@@ -1,4 +1,4 @@
-#include "harness.h"
+#include "kernel_harness.h"
 
 #include <fmt/format.h>
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <string>
 
-#include "harness.h"
+#include "cp_harness.h"
 #include "mtia/isa/error_record.h"
 
 using namespace mtia;
