@@ -302,3 +302,34 @@ TEST_CASE("Program rejects images that do not fit the core's address space", "[p
     CHECK_THAT(program_rejection(image), Contains("no executable segment"));
   }
 }
+
+TEST_CASE("the kernels of one image share its decode; a bad entry is refused", "[pe][elf]") {
+  ElfImage image;
+  image.entry = kCode;
+  // Two kernels: the first exits with 1, the second (one word on) with 2.
+  image.segments.push_back(code_segment({addi(10, 0, 1), kEcall, addi(10, 0, 2), kEcall}));
+  auto first = Program::create(image);
+  REQUIRE(first.ok());
+  auto second = first.value()->with_entry(kCode + 8);
+  REQUIRE(second.ok());
+  CHECK(second.value()->entry() == kCode + 8);
+  CHECK(first.value()->entry() == kCode);
+  CHECK(second.value()->code() == first.value()->code());  // the same decoded words
+
+  std::vector<uint8_t> ls(64 * 1024);
+  ScriptedPort port;
+  for (const auto& [program, status] :
+       {std::pair{first.value(), 1}, std::pair{second.value(), 2}}) {
+    mtia::sim::pe::RiscvCore core(mtia::sim::pe::CoreConfig{}, ls, port);
+    REQUIRE(core.start(program, mtia::sim::pe::LaunchContext{}));
+    CHECK(core.run(100).reason == mtia::sim::pe::StopReason::kExit);
+    CHECK(core.exit_status() == status);
+  }
+
+  for (const uint64_t bad : {kCode + 2, kCode + 16, uint64_t{0}}) {
+    INFO("entry " << bad);
+    auto r = first.value()->with_entry(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().reason, Contains("entry point"));
+  }
+}

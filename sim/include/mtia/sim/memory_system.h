@@ -183,9 +183,8 @@ class MemorySystem {
                         const DmaReach& reach = {});
   // schedule_copy in two halves, for a caller that must validate a job before its turn on the
   // timelines comes (a PE's DMA, which the sanitizer's checks may still stop): check_copy
-  // validates and sizes the job and reserves
-  // nothing; reserve() then charges a valid plan to the timelines as schedule_copy would have at
-  // now_ps.
+  // validates and sizes the job and reserves nothing; reserve() then charges a valid plan to
+  // the timelines as schedule_copy would have at now_ps.
   DmaPlan check_copy(const isa::DmaCopyPacket& packet, uint64_t now_ps,
                      const DmaReach& reach = {}) const;
   void reserve(DmaPlan& plan, uint64_t now_ps);
