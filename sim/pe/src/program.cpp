@@ -99,14 +99,17 @@ isa::Result<std::shared_ptr<const Program>> Program::create(const ElfImage& imag
       p->code[index] = detail::decode(w);
     }
   }
-  std::shared_ptr<Program> program(new Program());
-  program->body_ = std::move(body);
-  return program->with_entry(image.entry);
+  return enter(std::move(body), image.entry);
 }
 
 isa::Result<std::shared_ptr<const Program>> Program::with_entry(uint64_t entry) const {
+  return enter(body_, entry);
+}
+
+isa::Result<std::shared_ptr<const Program>> Program::enter(std::shared_ptr<const Body> body,
+                                                           uint64_t entry) {
   bool in_code = false;
-  for (const ImageSegment& s : body_->image) {
+  for (const ImageSegment& s : body->image) {
     if (s.executable && entry >= s.base && entry < s.base + s.bytes.size()) in_code = true;
   }
   if (!in_code || entry % 4 != 0) {
@@ -115,7 +118,7 @@ isa::Result<std::shared_ptr<const Program>> Program::with_entry(uint64_t entry) 
   }
   std::shared_ptr<Program> p(new Program());
   p->entry_ = entry;
-  p->body_ = body_;
+  p->body_ = std::move(body);
   return std::shared_ptr<const Program>(std::move(p));
 }
 

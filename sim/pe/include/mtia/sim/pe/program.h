@@ -70,6 +70,9 @@ class Program {
     std::vector<uint32_t> raw;
   };
   Program() = default;
+  // `body` entered at `entry`, which must be an aligned address in an executable segment.
+  static isa::Result<std::shared_ptr<const Program>> enter(std::shared_ptr<const Body> body,
+                                                           uint64_t entry);
 
   uint64_t entry_ = 0;
   std::shared_ptr<const Body> body_;
